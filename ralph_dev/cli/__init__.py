@@ -1,0 +1,203 @@
+"""The ``ralph-dev`` command line: thin click commands over the library.
+
+Each command group lives in its own module and registers itself on ``main``.
+Domain errors (``RalphError``) become one clear line on stderr and a non-zero
+exit code; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ralph_dev import __version__
+from ralph_dev.config import (
+    ConfigError,
+    ProjectSettings,
+    check_project_name,
+    config_file,
+    load_project,
+    project_names,
+)
+from ralph_dev.errors import RalphError
+from ralph_dev.model import check_identifier
+
+T = TypeVar("T")
+
+
+@dataclass
+class CliContext:
+    """Injected into every command: where config lives and how to load a project."""
+
+    config_path: Path
+
+    def project(self, name: str, overrides: dict[str, Any] | None = None) -> ProjectSettings:
+        return load_project(name, overrides, path=self.config_path)
+
+    def project_for_issue(self, identifier: str) -> ProjectSettings:
+        """The configured project whose tracker key prefixes ``identifier``."""
+        check_identifier(identifier)
+        key = identifier.rsplit("-", 1)[0]
+        names = project_names(self.config_path)
+        for name in names:
+            settings = self.project(name)
+            if settings.key == key:
+                return settings
+        raise ConfigError(
+            f"no configured project uses the issue key {key!r} "
+            f"(projects: {', '.join(names) or 'none'}); check the identifier or run ralph-dev init"
+        )
+
+
+pass_ctx = click.make_pass_decorator(CliContext)
+
+
+def run(coro: Awaitable[T]) -> T:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+class RalphGroup(click.Group):
+    """Turns domain errors into ``click`` errors so users see a message, not a trace."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RalphError as exc:
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(exc.exit_code or 1)
+        except KeyboardInterrupt:
+            click.echo("Interrupted.", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=RalphGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ralph-dev")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="RALPH_DEV_CONFIG",
+    default=None,
+    help="Config file (default: $XDG_CONFIG_HOME/ralph-dev/config.toml).",
+)
+@click.option(
+    "--log-level",
+    envvar="RALPH_DEV_LOG_LEVEL",
+    default="WARNING",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="Logging threshold for messages on stderr.",
+)
+@click.pass_context
+def main(ctx: click.Context, config_path: Path | None, log_level: str) -> None:
+    """Run a swarm of coding agents on a project, steered from an issue tracker."""
+    from ralph_dev import logs
+
+    logs.configure(log_level)
+    ctx.obj = CliContext(config_path=config_path or config_file())
+
+
+def project_argument(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.argument("project", envvar="RALPH_DEV_PROJECT")(func)
+
+
+def echo_json(data: Any) -> None:
+    import json
+
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+@main.command()
+@click.argument("project")
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="The project's repository (a jj repo, colocated with git or not).")
+@click.option("--tracker", "tracker_kind", type=click.Choice(["local", "linear"]),
+              default="local", show_default=True)
+@click.option("--key", help="Identifier prefix for the local tracker (default: from the name).")
+@click.option("--linear-project", help="Linear project id, slug or name (with --tracker linear).")
+@click.option("--trunk", default="main", show_default=True, help="Trunk bookmark to merge into.")
+@click.option("--workspace-root", type=click.Path(file_okay=False, path_type=Path),
+              help="Where workers' jj workspaces go (default: under XDG_DATA_HOME).")
+@click.option("--verify", "verify_command", help="Command that must pass before an issue is done.")
+@click.option("--agent", "runner", type=click.Choice(["claude", "command"]), default=None)
+@click.option("--agent-command", help="Template for --agent command ({issue} {role} "
+              "{workspace} {prompt_file}).")
+@click.option("--max-workers", type=click.IntRange(1, 64), default=None)
+@click.option("--force", is_flag=True, help="Replace an existing [projects.NAME] table.")
+@pass_ctx
+def init(
+    cli: CliContext,
+    project: str,
+    repo: Path,
+    tracker_kind: str,
+    key: str | None,
+    linear_project: str | None,
+    trunk: str,
+    workspace_root: Path | None,
+    verify_command: str | None,
+    runner: str | None,
+    agent_command: str | None,
+    max_workers: int | None,
+    force: bool,
+) -> None:
+    """Add PROJECT to the config (refuses to replace one without --force)."""
+    from ralph_dev.config import build_project, write_project
+
+    check_project_name(project)
+    raw: dict[str, Any] = {"repo": str(repo.expanduser().resolve()), "trunk": trunk}
+    tracker: dict[str, Any] = {"kind": tracker_kind}
+    if key:
+        tracker["key"] = key
+    if linear_project:
+        tracker["linear_project"] = linear_project
+    raw["tracker"] = tracker
+    if workspace_root:
+        raw["workspace_root"] = str(workspace_root.expanduser().resolve())
+    if verify_command:
+        raw["verify_command"] = verify_command
+    agent: dict[str, Any] = {}
+    if runner:
+        agent["runner"] = runner
+    if agent_command:
+        agent["command"] = agent_command
+    if agent:
+        raw["agent"] = agent
+    if max_workers:
+        raw["limits"] = {"max_workers": max_workers}
+    settings = build_project(project, raw)
+    if not repo.is_dir():
+        raise ConfigError(f"--repo {repo}: no such directory; create the repository first")
+    if tracker_kind == "linear":
+        from ralph_dev.cli.linear_setup import prepare_linear  # noqa: PLC0415 - optional part
+
+        run(prepare_linear(settings))
+    path = write_project(settings, force=force, path=cli.config_path)
+    click.echo(f"Wrote [projects.{project}] to {path}")
+    if tracker_kind == "local":
+        click.echo(f"Local tracker key: {settings.key} (issues are {settings.key}-1, "
+                   f"{settings.key}-2, …)")
+
+
+def _register() -> None:
+    """Attach the command groups that live in their own modules."""
+    import importlib
+
+    for module in ("issue", "plan"):
+        try:
+            importlib.import_module(f"ralph_dev.cli.{module}")
+        except ModuleNotFoundError as exc:  # a part not built yet must not break the rest
+            if exc.name != f"ralph_dev.cli.{module}":
+                raise
+
+
+_register()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

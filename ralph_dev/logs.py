@@ -1,0 +1,75 @@
+"""structlog configuration, done once at the entry point.
+
+Everything (ours and libraries' stdlib records) goes through stdlib logging
+with ``ProcessorFormatter``: a readable console on a TTY, JSON lines
+otherwise or into a file. Context such as project, issue and tick is bound
+with contextvars. A redaction processor blanks values under secret-looking
+keys; secrets are never formatted into messages in the first place.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+SECRET_KEYS = ("api_key", "apikey", "token", "secret", "authorization", "password")
+
+
+def redact_secrets(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    for key in list(event):
+        if any(marker in key.lower() for marker in SECRET_KEYS):
+            event[key] = "[redacted]"
+    return event
+
+
+_SHARED: list[Any] = [
+    structlog.contextvars.merge_contextvars,
+    structlog.stdlib.add_log_level,
+    structlog.stdlib.add_logger_name,
+    structlog.processors.TimeStamper(fmt="iso", utc=True),
+    redact_secrets,
+]
+
+
+def configure(level: str = "WARNING", *, json_file: Path | None = None) -> None:
+    """Route structlog and stdlib logging to stderr (and optionally a JSON file)."""
+    structlog.configure(
+        processors=[*_SHARED, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    tty = sys.stderr.isatty()
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=_SHARED,
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.dev.ConsoleRenderer(colors=tty)
+                if tty
+                else structlog.processors.JSONRenderer(),
+            ],
+        )
+    )
+    handlers: list[logging.Handler] = [console]
+    if json_file is not None:
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        file_handler = logging.FileHandler(json_file, encoding="utf-8")
+        file_handler.setFormatter(
+            structlog.stdlib.ProcessorFormatter(
+                foreign_pre_chain=_SHARED,
+                processors=[
+                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.JSONRenderer(),
+                ],
+            )
+        )
+        handlers.append(file_handler)
+    root = logging.getLogger()
+    root.handlers[:] = handlers
+    root.setLevel(level.upper())

@@ -1,0 +1,3 @@
+"""Issue trackers behind one Protocol (``base.Tracker``)."""
+
+from __future__ import annotations

@@ -1,0 +1,85 @@
+"""Shared fixtures: an isolated XDG sandbox, the real jj, a private tmux server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests: 500 examples each in CI (the issue's bar), fewer locally.
+settings.register_profile(
+    "ci", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", max_examples=200, deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point every XDG dir (and HOME) into tmp_path: a whole private ralph-dev instance."""
+    for var, sub in (
+        ("XDG_CONFIG_HOME", "config"),
+        ("XDG_STATE_HOME", "state"),
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_CACHE_HOME", "cache"),
+    ):
+        (tmp_path / sub).mkdir()
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.delenv("RALPH_DEV_CONFIG", raising=False)
+    monkeypatch.delenv("RALPH_DEV_TMUX_SOCKET", raising=False)
+    return tmp_path
+
+
+def find_jj() -> str | None:
+    """The jj binary: $RALPH_DEV_JJ, PATH, or where shared/tools/install-jj.sh links it."""
+    for candidate in (
+        os.environ.get("RALPH_DEV_JJ"),
+        shutil.which("jj"),
+        str(Path.home() / ".local/bin/jj"),
+    ):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+@pytest.fixture
+def jj_bin() -> str:
+    found = find_jj()
+    if found is None:
+        pytest.fail("jj is not installed: run ../shared/tools/install-jj.sh (CI does)")
+    return found
+
+
+@pytest.fixture
+def tmux_socket() -> Iterator[str]:
+    """A private tmux socket name; the server on it is killed afterwards."""
+    name = f"ralph-test-{uuid.uuid4().hex[:10]}"
+    yield name
+    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True, check=False)
+    uid = os.getuid()
+    tmpdir = os.environ.get("TMUX_TMPDIR", "/tmp")
+    Path(tmpdir, f"tmux-{uid}", name).unlink(missing_ok=True)
+
+
+def retry_until(
+    predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.05, what: str = ""
+) -> object:
+    """Poll ``predicate`` until it returns something truthy; fail with ``what`` on timeout."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
