@@ -194,6 +194,8 @@ class Labels:
     research: str = "ralph:research"
     review: str = "ralph:review"
     hold: str = "ralph:hold"
+    phase: str = "ralph:phase"
+    """Marks a phase/parent issue: with no children yet it goes to a plan worker."""
     model_prefix: str = "model:"
 
     def steering(self) -> tuple[str, ...]:
@@ -207,6 +209,7 @@ class Labels:
             self.research,
             self.review,
             self.hold,
+            self.phase,
         )
 
 
@@ -228,6 +231,10 @@ class ProjectSettings:
     workspace before an agent may call an issue done."""
     tmux_socket: str | None = None
     """tmux ``-L`` socket name; None = the user's normal server."""
+    review_state: str = "In Review"
+    """State name that routes an issue to a review worker."""
+    review_after_execute: bool = False
+    """``worker done`` of an execute worker moves the issue to review_state, not done."""
     tracker: TrackerSettings = field(default_factory=TrackerSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
     limits: Limits = field(default_factory=Limits)

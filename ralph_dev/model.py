@@ -233,6 +233,19 @@ class Kill(Action):
 
 
 @dataclass(frozen=True)
+class Reap(Action):
+    """Kill a worker window whose pane died without a done marker and record the
+    failure time (the orphan backoff counts from it)."""
+
+    exit_status: int | None = None
+
+
+@dataclass(frozen=True)
+class Complete(Action):
+    """Move a parent issue to its completed state: every child is finished."""
+
+
+@dataclass(frozen=True)
 class Merge(Action):
     """Merge the issue's workspace change into trunk."""
 

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Set up ralph-dev from a bare machine: jj (+ a git new enough for it), a
+# virtualenv in .venv with ralph-dev installed, and with --test the test
+# extras and the pinned Claude Code CLI that the end-to-end tests drive.
+# Idempotent: a second run only checks. Prints the PATH line to use.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+WITH_TEST=0
+[ "${1:-}" = "--test" ] && WITH_TEST=1
+SHARED=${RALPH_DEV_SHARED:-$ROOT/../shared}
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/ralph-dev
+CLAUDE_CODE_VERSION=2.1.197
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+# --- jj -------------------------------------------------------------------
+export PATH="$HOME/.local/bin:$PATH"
+if ! command -v jj >/dev/null 2>&1; then
+  if [ -f "$SHARED/tools/install-jj.sh" ]; then
+    say "installing jj with $SHARED/tools/install-jj.sh"
+    bash "$SHARED/tools/install-jj.sh" "$HOME/.local/share/ralph-dev/jj" "$HOME/.local/bin"
+  else
+    say "jj is not installed: install jj >= 0.30 from your package manager (https://jj-vcs.github.io/jj/latest/install-and-setup/) and run this again"
+    exit 1
+  fi
+fi
+say "$(jj --version)"
+
+# --- Python package -------------------------------------------------------
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+if [ "$WITH_TEST" = 1 ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+else
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
+fi
+say "$(.venv/bin/ralph-dev --version)"
+
+# --- Claude Code (pinned; the tests and the demo drive the real CLI) ------
+if [ "$WITH_TEST" = 1 ] || [ "${RALPH_DEV_WITH_CLAUDE:-1}" = 1 ]; then
+  CLAUDE_DIR="$CACHE/claude-code-$CLAUDE_CODE_VERSION"
+  if [ ! -x "$CLAUDE_DIR/node_modules/.bin/claude" ]; then
+    if command -v npm >/dev/null 2>&1; then
+      say "installing Claude Code $CLAUDE_CODE_VERSION into $CLAUDE_DIR"
+      mkdir -p "$CLAUDE_DIR"
+      (cd "$CLAUDE_DIR" && npm install --no-audit --no-fund --loglevel=error \
+        "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" >/dev/null)
+    else
+      say "npm not found: Claude Code not installed (the demo falls back to a scripted agent)"
+    fi
+  fi
+  [ -x "$CLAUDE_DIR/node_modules/.bin/claude" ] && say "claude $("$CLAUDE_DIR/node_modules/.bin/claude" --version)"
+fi

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test command: set up everything the tests need from nothing, lint, and
+# run the whole suite (real tmux, real jj, real Claude Code against a scripted
+# fake model). Extra arguments go to pytest.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+bash scripts/setup.sh --test
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/ralph-dev
+export PATH="$ROOT/.venv/bin:$HOME/.local/bin:$PATH"
+export RALPH_DEV_CLAUDE_BIN=${RALPH_DEV_CLAUDE_BIN:-$(ls "$CACHE"/claude-code-*/node_modules/.bin/claude 2>/dev/null | tail -n 1)}
+export RALPH_DEV_LINEAR_SCHEMA=${RALPH_DEV_LINEAR_SCHEMA:-$ROOT/../shared/linear/schema.graphql}
+ruff check .
+exec python -m pytest -q "$@"
