@@ -158,6 +158,11 @@ class AgentSettings:
     iteration_cap: int = 25
     """Stop-hook continuations before an agent may stop without reporting."""
     extra_args: tuple[str, ...] = ()
+    home: Literal["user", "isolated"] = "user"
+    """HOME of ``claude`` workers: ``user`` keeps the person's own HOME (their login
+    and settings); ``isolated`` uses a private, pre-seeded one under the data dir
+    (API-key users, tests, the demo). Either way ralph-dev marks the workspace root
+    trusted so no first-run screen waits for a keypress."""
 
 
 @dataclass(frozen=True)

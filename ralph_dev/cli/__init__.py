@@ -188,7 +188,7 @@ def _register() -> None:
     """Attach the command groups that live in their own modules."""
     import importlib
 
-    for module in ("issue", "plan"):
+    for module in ("issue", "run", "status", "service", "worker", "hook"):
         try:
             importlib.import_module(f"ralph_dev.cli.{module}")
         except ModuleNotFoundError as exc:  # a part not built yet must not break the rest

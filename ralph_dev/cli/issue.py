@@ -1,0 +1,288 @@
+"""``ralph-dev issue …``: a person's hands on the project's tracker.
+
+Thin commands over the tracker Protocol. Every identifier is checked before
+the tracker is opened; commands that take only an identifier find the project
+by its key. Every change is one tracker transaction, so a refused command
+(bad label token, blocker cycle, syntax error in an import file) writes
+nothing at all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, project_argument, run
+from ralph_dev.config import ConfigError, ProjectSettings
+from ralph_dev.model import Issue, NewIssue, check_identifier
+from ralph_dev.tracker import open_tracker
+from ralph_dev.tracker.base import Tracker, TrackerInputError
+
+
+def _issue_json(issue: Issue) -> dict[str, Any]:
+    from ralph_dev.tracker.local import issue_to_json
+
+    return issue_to_json(issue)
+
+
+def _tracker_for_issue(cli: CliContext, identifier: str) -> tuple[ProjectSettings, Tracker]:
+    settings = cli.project_for_issue(check_identifier(identifier))
+    return settings, open_tracker(settings)
+
+
+async def _closing(tracker: Tracker, coro: Any) -> Any:
+    try:
+        return await coro
+    finally:
+        await tracker.close()
+
+
+def _needs(tracker: Tracker, method: str, what: str) -> Any:
+    func = getattr(tracker, method, None)
+    if func is None:
+        raise ConfigError(f"{what} is not supported by this project's tracker")
+    return func
+
+
+@main.group(name="issue")
+def issue_group() -> None:
+    """Add, list, show and change issues of a project's tracker."""
+
+
+@issue_group.command(name="add")
+@project_argument
+@click.argument("title")
+@click.option("--description", "-d", default="", help="Longer text (markdown).")
+@click.option("--parent", help="Identifier of the parent issue.")
+@click.option("--blocked-by", "blocked_by", multiple=True, metavar="ID",
+              help="An issue that must finish first (repeatable).")
+@click.option("--label", "labels", multiple=True, metavar="L", help="A label (repeatable).")
+@click.option("--priority", type=click.IntRange(0, 4), default=0, show_default=True,
+              help="0 none, 1 urgent, 2 high, 3 medium, 4 low.")
+@click.option("--state", help="Initial state name (default: Todo).")
+@pass_ctx
+def add(
+    cli: CliContext,
+    project: str,
+    title: str,
+    description: str,
+    parent: str | None,
+    blocked_by: tuple[str, ...],
+    labels: tuple[str, ...],
+    priority: int,
+    state: str | None,
+) -> None:
+    """Create an issue in PROJECT and print its identifier."""
+    settings = cli.project(project)
+    for ident in (*([parent] if parent else []), *blocked_by):
+        check_identifier(ident)
+    tracker = open_tracker(settings)
+    entry = NewIssue(
+        title=title,
+        description=description,
+        priority=priority,
+        labels=labels,
+        parent=parent,
+        blocked_by=blocked_by,
+        state=state,
+    )
+    created = run(_closing(tracker, tracker.create_issues([entry])))
+    click.echo(created[0])
+
+
+
+def _table(issues: list[Issue]) -> str:
+    rows = [("ID", "STATE", "P", "LABELS", "BLOCKED BY", "TITLE")]
+    for issue in issues:
+        rows.append(
+            (
+                issue.identifier,
+                issue.state_name,
+                str(issue.priority),
+                ",".join(sorted(issue.labels)) or "-",
+                ",".join(issue.blocked_by) or "-",
+                _one_line(issue.title),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5])) + "  " + row[5]
+        for row in rows
+    )
+
+
+def _one_line(text: str) -> str:
+    """Control characters from issue text must not steer the terminal."""
+    return "".join(ch if ch.isprintable() else " " for ch in text)
+
+
+@issue_group.command(name="list")
+@project_argument
+@click.option("--json", "as_json", is_flag=True, help="A JSON list of issue objects.")
+@pass_ctx
+def list_(cli: CliContext, project: str, as_json: bool) -> None:
+    """List PROJECT's issues (identifier, state, priority, labels, blockers, title)."""
+    tracker = open_tracker(cli.project(project))
+    issues = run(_closing(tracker, tracker.list_issues()))
+    if as_json:
+        echo_json([_issue_json(i) for i in issues])
+    elif issues:
+        click.echo(_table(issues))
+    else:
+        click.echo(f"No issues in {project} yet; add one with: ralph-dev issue add {project} TITLE")
+
+
+@issue_group.command(name="show")
+@click.argument("identifier")
+@click.option("--json", "as_json", is_flag=True, help="The issue as a JSON object.")
+@pass_ctx
+def show(cli: CliContext, identifier: str, as_json: bool) -> None:
+    """Show one issue with its relations and comments."""
+    _, tracker = _tracker_for_issue(cli, identifier)
+    issue = run(_closing(tracker, tracker.get(identifier)))
+    if as_json:
+        echo_json(_issue_json(issue))
+        return
+    lines = [
+        f"{issue.identifier}  {_one_line(issue.title)}",
+        f"state:      {issue.state_name} ({issue.state_type.value})",
+        f"priority:   {issue.priority}",
+        f"labels:     {', '.join(sorted(issue.labels)) or '-'}",
+        f"parent:     {issue.parent or '-'}",
+        f"children:   {', '.join(issue.children) or '-'}",
+        f"blocked by: {', '.join(issue.blocked_by) or '-'}",
+        f"created:    {issue.created_at.isoformat() if issue.created_at else '-'}",
+        f"updated:    {issue.updated_at.isoformat() if issue.updated_at else '-'}",
+    ]
+    if issue.description:
+        lines += ["", issue.description]
+    for comment in issue.comments:
+        who = f"{comment.author}{' (ralph)' if comment.by_ralph else ''}"
+        lines += ["", f"--- {who}, {comment.created_at.isoformat()}", comment.body]
+    click.echo("\n".join(lines))
+
+
+@issue_group.command(name="state")
+@click.argument("identifier")
+@click.argument("state")
+@pass_ctx
+def state(cli: CliContext, identifier: str, state: str) -> None:
+    """Move an issue to STATE (a state name such as 'In Progress', any case)."""
+    _, tracker = _tracker_for_issue(cli, identifier)
+    issue = run(_closing(tracker, tracker.set_state(identifier, name=state)))
+    click.echo(f"{issue.identifier}: {issue.state_name}")
+
+
+@issue_group.command(
+    name="label", context_settings={"ignore_unknown_options": True, "allow_extra_args": False}
+)
+@click.argument("identifier")
+@click.argument("changes", nargs=-1, required=True, type=click.UNPROCESSED)
+@pass_ctx
+def label(cli: CliContext, identifier: str, changes: tuple[str, ...]) -> None:
+    """Add (+name) and remove (-name) labels, e.g. `issue label ENG-3 +ralph:plan -ralph:hold`."""
+    check_identifier(identifier)
+    add: list[str] = []
+    remove: list[str] = []
+    for token in changes:
+        if len(token) < 2 or token[0] not in "+-":
+            raise TrackerInputError(
+                f"{token!r} is not a label change: write +NAME to add or -NAME to remove"
+            )
+        (add if token[0] == "+" else remove).append(token[1:])
+    _, tracker = _tracker_for_issue(cli, identifier)
+    change = getattr(tracker, "change_labels", None)
+
+    async def apply() -> Issue:
+        if change is not None:
+            return await change(identifier, add=add, remove=remove)
+        issue = await tracker.add_labels(identifier, add) if add else None
+        if remove or issue is None:
+            issue = await tracker.remove_labels(identifier, remove)
+        return issue
+
+    issue = run(_closing(tracker, apply()))
+    click.echo(f"{issue.identifier}: {', '.join(sorted(issue.labels)) or '(no labels)'}")
+
+
+@issue_group.command(name="comment")
+@click.argument("identifier")
+@click.argument("text")
+@click.option("--author", help="Name to sign with (default: $USER).")
+@pass_ctx
+def comment(cli: CliContext, identifier: str, text: str, author: str | None) -> None:
+    """Add a person's comment to an issue (ralph-dev treats it as human feedback)."""
+    _, tracker = _tracker_for_issue(cli, identifier)
+    if author:
+        coro = tracker.comment(identifier, text, by_ralph=False, author=author)  # type: ignore[call-arg]
+    else:
+        coro = tracker.comment(identifier, text, by_ralph=False)
+    run(_closing(tracker, coro))
+    click.echo(f"Commented on {identifier}")
+
+
+@issue_group.command(name="block")
+@click.argument("identifier")
+@click.argument("blockers", nargs=-1, required=True)
+@pass_ctx
+def block(cli: CliContext, identifier: str, blockers: tuple[str, ...]) -> None:
+    """Record that BLOCKERS must finish before IDENTIFIER (refuses cycles)."""
+    for ident in (identifier, *blockers):
+        check_identifier(ident)
+    _, tracker = _tracker_for_issue(cli, identifier)
+    add_blocker = _needs(tracker, "add_blocker", "adding a blocker to an existing issue")
+
+    async def apply() -> Issue:
+        issue = None
+        for blocker in blockers:
+            issue = await add_blocker(identifier, blocker)
+        assert issue is not None
+        return issue
+
+    issue = run(_closing(tracker, apply()))
+    click.echo(f"{issue.identifier}: blocked by {', '.join(issue.blocked_by) or '-'}")
+
+
+@issue_group.command(name="unblock")
+@click.argument("identifier")
+@click.argument("blockers", nargs=-1, required=True)
+@pass_ctx
+def unblock(cli: CliContext, identifier: str, blockers: tuple[str, ...]) -> None:
+    """Drop BLOCKERS from IDENTIFIER's blockers."""
+    for ident in (identifier, *blockers):
+        check_identifier(ident)
+    _, tracker = _tracker_for_issue(cli, identifier)
+    remove_blocker = _needs(tracker, "remove_blocker", "removing a blocker")
+
+    async def apply() -> Issue:
+        issue = None
+        for blocker in blockers:
+            issue = await remove_blocker(identifier, blocker)
+        assert issue is not None
+        return issue
+
+    issue = run(_closing(tracker, apply()))
+    click.echo(f"{issue.identifier}: blocked by {', '.join(issue.blocked_by) or '-'}")
+
+
+@issue_group.command(name="import")
+@project_argument
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--parent", help="Make the plan's top-level entries children of this issue.")
+@pass_ctx
+def import_(cli: CliContext, project: str, file: Path, parent: str | None) -> None:
+    """Create a whole plan (phases, tasks, blockers) from a .toml or .md FILE, all or nothing."""
+    from ralph_dev.planfile import parse_plan
+
+    settings = cli.project(project)
+    if parent:
+        check_identifier(parent)
+    entries = parse_plan(file, parent=parent)
+    tracker = open_tracker(settings)
+    created = run(_closing(tracker, tracker.create_issues(entries)))
+    width = max(len(e.ref or "") for e in entries)
+    for entry, ident in zip(entries, created, strict=True):
+        ref = entry.ref or "-"
+        click.echo(f"{ident}  {ref.ljust(width)}  {_one_line(entry.title)}")

@@ -1,0 +1,169 @@
+"""Commands that run or preview the swarm: controller, start, stop, plan."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import click
+
+from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, project_argument, run
+from ralph_dev.config import ProjectSettings
+from ralph_dev.errors import RalphError
+from ralph_dev.model import Action, Plan
+
+
+@main.command()
+@project_argument
+@click.option("--once", is_flag=True, help="Run a single tick and exit (for debugging).")
+@pass_ctx
+def controller(cli: CliContext, project: str, once: bool) -> None:
+    """Run PROJECT's controller loop (normally inside the daemon's tmux window)."""
+    import structlog
+
+    from ralph_dev import logs
+    from ralph_dev.controller import controller_lock
+    from ralph_dev.wiring import controller_for
+
+    settings = cli.project(project)
+    logs.configure("INFO", json_file=settings.paths.logs_dir / "controller.jsonl")
+    structlog.contextvars.bind_contextvars(project=project)
+    with controller_lock(settings.paths.controller_lock):
+        ctl = controller_for(settings)
+        run(ctl.run(max_ticks=1 if once else None))
+
+
+@main.command()
+@project_argument
+@click.option("--foreground", is_flag=True, help="Stay attached (what systemd runs).")
+@pass_ctx
+def start(cli: CliContext, project: str, foreground: bool) -> None:
+    """Start PROJECT: tmux session, controller window, health loop."""
+    from ralph_dev.daemon import Daemon, start_background
+    from ralph_dev.wiring import jj_for, tmux_for
+
+    settings = cli.project(project)
+    jj_for(settings).check_repo()
+    if not foreground:
+        pid = start_background(settings)
+        click.echo(f"ralph-dev started for {project} (daemon pid {pid}).")
+        click.echo(f"  watch:  ralph-dev status {project}")
+        socket = f" -L {settings.tmux_socket}" if settings.tmux_socket else ""
+        click.echo(f"  attach: tmux{socket} attach -t {settings.session_name}")
+        return
+    from ralph_dev import logs
+
+    logs.configure("INFO", json_file=settings.paths.logs_dir / "daemon.jsonl")
+    daemon = Daemon(settings, tmux=tmux_for(settings))
+    asyncio.run(daemon.run())
+
+
+@main.command()
+@project_argument
+@click.option("--workers", is_flag=True,
+              help="Also stop the workers (their workspaces are snapshotted first).")
+@pass_ctx
+def stop(cli: CliContext, project: str, workers: bool) -> None:
+    """Stop PROJECT's daemon and controller; workers keep running unless --workers."""
+    from ralph_dev.controller import worker_windows
+    from ralph_dev.daemon import stop_controller_window, stop_daemon
+    from ralph_dev.state import StateStore
+    from ralph_dev.wiring import jj_for, tmux_for
+
+    settings = cli.project(project)
+    pid = stop_daemon(settings)
+    tmux = tmux_for(settings)
+    stop_controller_window(tmux)
+    click.echo(f"stopped daemon pid {pid}" if pid else "no daemon was running")
+    if workers:
+        jj = jj_for(settings)
+        store = StateStore(settings.paths)
+        for window in worker_windows(settings, tmux.list_windows()):
+            try:
+                jj.snapshot(window.name)
+            except RalphError as exc:
+                click.echo(f"warning: could not snapshot {window.name}: {exc}", err=True)
+            tmux.kill_window(window.window_id)
+            store.append_event("worker_stopped", issue=window.name, reason="ralph-dev stop --workers")
+            click.echo(f"stopped worker {window.name}")
+
+
+def action_json(action: Action) -> dict[str, Any]:
+    data = {"action": action.kind}
+    for field in dataclasses.fields(action):
+        value = getattr(action, field.name)
+        data[field.name] = value.value if hasattr(value, "value") else value
+    return data
+
+
+async def preview(settings: ProjectSettings) -> tuple[Plan, list[str]]:
+    """What decide would do now, observing but never acting."""
+    from ralph_dev.controller import Controller
+    from ralph_dev.decide import decide
+    from ralph_dev.state import utcnow
+    from ralph_dev.tracker import open_tracker
+    from ralph_dev.wiring import jj_for, tmux_for
+
+    notes: list[str] = []
+
+    class _NoWorkspaces:
+        def list_workspaces(self) -> list:
+            return []
+
+    jj: Any = jj_for(settings)
+    try:
+        jj.check_repo()
+    except RalphError as exc:
+        notes.append(f"jj not observed: {exc}")
+        jj = _NoWorkspaces()
+    tracker = open_tracker(settings)
+    try:
+        ctl = Controller(settings, tracker=tracker, tmux=tmux_for(settings), jj=jj)
+        observed = await ctl.observe()
+    finally:
+        await tracker.close()
+    if not observed.tracker_ok:
+        notes.append("the tracker could not be read: dispatch would be skipped this tick")
+    return decide(observed, settings, utcnow()), notes
+
+
+@main.command()
+@project_argument
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def plan(cli: CliContext, project: str, as_json: bool) -> None:
+    """Print the actions the controller would take now, without taking them."""
+    settings = cli.project(project)
+    result, notes = run(preview(settings))
+    if as_json:
+        echo_json({"project": project, "actions": [action_json(a) for a in result.actions],
+                   "notes": notes})
+        return
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    if not result.actions:
+        click.echo("Nothing to do: everything is as wanted.")
+        return
+    for action in result.actions:
+        extra = ""
+        if hasattr(action, "role"):
+            extra = f" [{action.role.value}]"
+        click.echo(f"{action.kind:<9} {action.issue:<10}{extra} {action.reason}")
+
+
+@main.command()
+@click.option("--keep", is_flag=True, help="Keep the throwaway directory afterwards.")
+@click.option("--timeout", default=900.0, show_default=True, help="Give up after this many seconds.")
+@click.option("--claude/--scripted", "use_claude", default=None,
+              help="Force real Claude Code sessions or the scripted agent (default: Claude "
+                   "Code when its CLI is found).")
+@click.option("--workers", default=3, show_default=True, type=click.IntRange(1, 8))
+def demo(keep: bool, timeout: float, use_claude: bool | None, workers: int) -> None:
+    """DEMO: run a swarm on a throwaway project with a local tracker, start to finish."""
+    from ralph_dev.demo import run_demo
+
+    code = run_demo(keep=keep, timeout=timeout, use_claude=use_claude, echo=click.echo,
+                    workers=workers)
+    if code:
+        raise SystemExit(code)

@@ -1,0 +1,440 @@
+"""One controller per project: every tick observe → decide → act.
+
+Level-triggered: each tick re-reads the tracker, tmux (one call) and jj, plus
+ralph-dev's own worker records, and asks the pure ``decide`` what to do.
+Nothing important is kept in memory between ticks, so killing the controller
+at any moment and starting it again converges to the same place.
+
+Failures are separated the controller-runtime way: a tracker that cannot be
+read skips dispatch for this tick (workers keep running); an action that
+fails is recorded as an event and simply proposed again by a later tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import fcntl
+import os
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from ralph_dev.config import ProjectSettings
+from ralph_dev.decide import decide
+from ralph_dev.errors import RalphError
+from ralph_dev.model import (
+    CONTROLLER_WINDOW,
+    Action,
+    Complete,
+    Forget,
+    Hold,
+    Issue,
+    Kill,
+    Merge,
+    Nudge,
+    Observed,
+    Plan,
+    Reap,
+    RelayFeedback,
+    Restart,
+    Resume,
+    Spawn,
+    StateType,
+    Window,
+    Workspace,
+)
+from ralph_dev.state import StateStore, utcnow
+from ralph_dev.tracker.base import Tracker, TrackerError
+
+log = structlog.get_logger(__name__)
+
+NUDGE_MESSAGE = (
+    "ralph-dev: no output for a while. Continue with your issue. When it is finished run "
+    "`ralph-dev worker done $RALPH_DEV_ISSUE --summary ...`; if you need a person, run "
+    "`ralph-dev worker blocked $RALPH_DEV_ISSUE --question ...`."
+)
+FEEDBACK_MESSAGE = (
+    "ralph-dev: a person left feedback on your issue. Run `ralph-dev worker feedback "
+    "$RALPH_DEV_ISSUE` to read it, then carry on with it in mind."
+)
+
+
+class ControllerLocked(RalphError):
+    """Another controller already runs for this project."""
+
+
+class TmuxPort(Protocol):
+    def list_windows(self) -> list[Window]: ...
+    def open_window(self, name: str, *, cwd: Path, command: Sequence[str],
+                    environment: dict[str, str], log_file: Path | None = None) -> Window: ...
+    def send_text(self, target: str, text: str) -> None: ...
+    def kill_window(self, target: str) -> None: ...
+
+
+class JJPort(Protocol):
+    def list_workspaces(self) -> list[Workspace]: ...
+    def add_workspace(self, name: str) -> Path: ...
+    def merge(self, name: str) -> Any: ...
+    def forget(self, name: str, *, keep_bookmark: bool = False) -> None: ...
+
+
+@dataclass
+class TickResult:
+    tick: int
+    plan: Plan
+    observed: Observed
+    failures: list[tuple[Action, str]] = field(default_factory=list)
+
+
+def output_marks(windows: Sequence[Window], store: StateStore) -> tuple[Window, ...]:
+    """Fill each worker window's output fingerprint from its pipe-pane log.
+
+    The log's size and mtime change exactly when the pane prints something, so
+    stuck detection needs no per-window tmux call (the tick stays at one).
+    """
+    marked = []
+    for window in windows:
+        try:
+            stat = store.log_path(window.name).stat()
+        except (OSError, ValueError):
+            marked.append(window)
+            continue
+        changed = datetime.fromtimestamp(stat.st_mtime, UTC)
+        marked.append(
+            dataclasses.replace(
+                window, output_hash=f"{stat.st_size}", output_changed_at=changed
+            )
+        )
+    return tuple(marked)
+
+
+class Controller:
+    """Owns one tick; adapters are injected so tests and benchmarks can swap them."""
+
+    def __init__(
+        self,
+        settings: ProjectSettings,
+        *,
+        tracker: Tracker,
+        tmux: TmuxPort,
+        jj: JJPort,
+        store: StateStore | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        launcher: Callable[..., Any] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.tracker = tracker
+        self.tmux = tmux
+        self.jj = jj
+        self.store = store or StateStore(settings.paths)
+        self.clock = clock
+        self.launcher = launcher
+        self.tick_number = 0
+        self.stopping = False
+
+    # -- observe ------------------------------------------------------------
+
+    async def observe(self) -> Observed:
+        tracker_ok = True
+        issues: tuple[Issue, ...] = ()
+        try:
+            issues = tuple(await self.tracker.list_issues())
+        except TrackerError as exc:
+            tracker_ok = False
+            log.warning("tracker_unavailable", error=str(exc))
+            self.store.append_event("tracker_unavailable", error=str(exc))
+        windows = await asyncio.to_thread(self.tmux.list_windows)
+        workspaces = await asyncio.to_thread(self.jj.list_workspaces)
+        return Observed(
+            issues=issues,
+            windows=output_marks(windows, self.store),
+            workspaces=tuple(workspaces),
+            records=self.store.load_records(),
+            tracker_ok=tracker_ok,
+            trunk_red=self.trunk_red(),
+        )
+
+    def trunk_red(self) -> bool:
+        return self.store.paths.state_dir.joinpath("trunk-red.json").exists()
+
+    # -- tick ---------------------------------------------------------------
+
+    async def tick(self) -> TickResult:
+        self.tick_number += 1
+        structlog.contextvars.bind_contextvars(tick=self.tick_number)
+        try:
+            observed = await self.observe()
+            now = self.clock()
+            plan = decide(observed, self.settings, now)
+            result = TickResult(self.tick_number, plan, observed)
+            failed_issues: set[str] = set()
+            by_id = {issue.identifier: issue for issue in observed.issues}
+            for action in plan.actions:
+                if self.stopping:
+                    break
+                if action.issue in failed_issues:
+                    continue  # the rest of this issue's chain waits for a later tick
+                try:
+                    await self.act(action, by_id.get(action.issue), observed)
+                except (RalphError, OSError) as exc:
+                    failed_issues.add(action.issue)
+                    result.failures.append((action, str(exc)))
+                    log.warning("action_failed", action=action.kind, issue=action.issue,
+                                error=str(exc))
+                    self.store.append_event(
+                        "action_failed", issue=action.issue, action=action.kind,
+                        reason=action.reason, error=str(exc),
+                        retryable=getattr(exc, "retryable", True),
+                    )
+                else:
+                    self.store.append_event(action.kind, issue=action.issue, reason=action.reason,
+                                            **_action_details(action))
+            self.write_heartbeat(observed, plan)
+            return result
+        finally:
+            structlog.contextvars.unbind_contextvars("tick")
+
+    def write_heartbeat(self, observed: Observed, plan: Plan) -> None:
+        key = self.settings.key + "-"
+        live = [w for w in observed.windows if w.alive and w.name.startswith(key)]
+        self.store.write_heartbeat(
+            tick=self.tick_number,
+            workers=len(live),
+            issues=len(observed.issues),
+            actions=len(plan.actions),
+            tracker_ok=observed.tracker_ok,
+        )
+
+    # -- act ----------------------------------------------------------------
+
+    async def act(self, action: Action, issue: Issue | None, observed: Observed) -> None:
+        log.info("act", action=action.kind, issue=action.issue, reason=action.reason)
+        labels = self.settings.labels
+        match action:
+            case Spawn() | Restart():
+                if isinstance(action, Restart):
+                    self._kill_windows(action.issue, observed)
+                    self.store.update_record(action.issue, last_failure_at=self.clock(),
+                                             last_failure=action.reason)
+                await self._spawn(action, issue)
+            case Nudge():
+                for window in self._windows(action.issue, observed, alive=True):
+                    await asyncio.to_thread(self.tmux.send_text, window.pane_id, NUDGE_MESSAGE)
+                self.store.update_record(action.issue, nudged_at=self.clock())
+            case Reap():
+                self._kill_windows(action.issue, observed)
+                self.store.update_record(action.issue, last_failure_at=self.clock(),
+                                         last_failure=action.reason)
+            case Kill():
+                self._kill_windows(action.issue, observed)
+            case Merge():
+                await self._merge(action, issue)
+            case Forget():
+                await asyncio.to_thread(self.jj.forget, action.issue,
+                                        keep_bookmark=action.keep_bookmark)
+                self.store.delete_record(action.issue)
+            case Hold():
+                await self.tracker.add_labels(action.issue, [labels.user_input_needed])
+                await self.tracker.comment(action.issue, action.comment or action.reason)
+            case Complete():
+                await self.tracker.set_state(action.issue, type=StateType.COMPLETED)
+            case RelayFeedback():
+                for window in self._windows(action.issue, observed, alive=True):
+                    await asyncio.to_thread(self.tmux.send_text, window.pane_id,
+                                            FEEDBACK_MESSAGE)
+                await self.tracker.remove_labels(
+                    action.issue, [labels.user_feedback_given, labels.user_input_needed]
+                )
+                self.store.update_record(action.issue, blocked=False)
+            case Resume():
+                await self.tracker.remove_labels(
+                    action.issue, [labels.user_feedback_given, labels.user_input_needed]
+                )
+                self.store.update_record(action.issue, attempts=0, blocked=False,
+                                         last_failure_at=None, nudged_at=None)
+            case _:
+                raise RalphError(f"unknown action {action!r}")
+
+    def _windows(self, name: str, observed: Observed, *, alive: bool | None = None) -> list[Window]:
+        return [w for w in observed.windows
+                if w.name == name and (alive is None or w.alive == alive)]
+
+    def _kill_windows(self, name: str, observed: Observed) -> None:
+        for window in self._windows(name, observed):
+            self.tmux.kill_window(window.window_id)
+
+    async def _spawn(self, action: Spawn | Restart, issue: Issue | None) -> None:
+        if issue is None:
+            raise TrackerError(f"{action.issue}: not in the tracker's answer this tick")
+        workspace = await asyncio.to_thread(self.jj.add_workspace, action.issue)
+        feedback = human_feedback(issue)
+        record = self.store.update_record(
+            action.issue, role=action.role, attempts=action.attempt, started_at=self.clock(),
+            done=False, blocked=False, nudged_at=None, iterations=0,
+        )
+        if issue.state_type in (StateType.UNSTARTED, StateType.BACKLOG, StateType.TRIAGE):
+            await self.tracker.set_state(action.issue, type=StateType.STARTED)
+        launch = self._launch(issue, action, workspace, feedback)
+        await asyncio.to_thread(
+            self.tmux.open_window,
+            action.issue,
+            cwd=launch.cwd,
+            command=launch.argv,
+            environment=launch.env,
+            log_file=self.store.log_path(action.issue),
+        )
+        log.info("spawned", issue=action.issue, role=record.role.value, attempt=record.attempts)
+
+    def _launch(self, issue: Issue, action: Spawn | Restart, workspace: Path,
+                feedback: str | None) -> Any:
+        from ralph_dev.agents import build_launch
+
+        build = self.launcher or build_launch
+        model = action.model or self.settings.agent.model
+        return build(self.settings, issue, action.role, workspace, model,
+                     attempt=action.attempt, feedback=feedback)
+
+    async def _merge(self, action: Merge, issue: Issue | None) -> None:
+        result = await asyncio.to_thread(self.jj.merge, action.issue)
+        if getattr(result, "conflicted", False):
+            from ralph_dev.model import Role
+
+            self.store.update_record(action.issue, done=False, role=Role.RESOLVE)
+            self.store.append_event("merge_conflict", issue=action.issue,
+                                    detail=getattr(result, "detail", ""))
+            with contextlib.suppress(TrackerError):
+                await self.tracker.comment(
+                    action.issue,
+                    f"ralph-dev: merging {action.issue} into {self.settings.trunk} conflicted; "
+                    "trunk is untouched and a resolve worker will take the workspace.",
+                )
+            raise MergeConflict(f"{action.issue}: merge into {self.settings.trunk} conflicted")
+        self.store.update_record(action.issue, merged=True)
+        if self.settings.merge.verify_trunk and self.settings.verify_command:
+            await self._verify_trunk(action.issue)
+
+    async def _verify_trunk(self, issue: str) -> None:
+        from ralph_dev.verify import run_verify
+
+        verify_in = getattr(self.jj, "trunk_checkout", None)
+        if verify_in is None:
+            return
+        cwd = await asyncio.to_thread(verify_in)
+        outcome = await asyncio.to_thread(run_verify, self.settings.verify_command, cwd)
+        if outcome.ok:
+            return
+        marker = self.store.paths.state_dir / "trunk-red.json"
+        from ralph_dev.fsutil import atomic_write_text
+
+        atomic_write_text(marker, outcome.to_json())
+        self.store.append_event("trunk_red", issue=issue, exit_code=outcome.exit_code)
+        with contextlib.suppress(TrackerError):
+            await self.tracker.comment(
+                issue,
+                f"ralph-dev: after merging {issue}, `{outcome.command}` failed on "
+                f"{self.settings.trunk} (exit {outcome.exit_code}). Merges are paused until "
+                f"trunk is green.\n\n{outcome.output_tail}",
+            )
+
+    # -- loop ---------------------------------------------------------------
+
+    async def run(self, *, max_ticks: int | None = None,
+                  wake: asyncio.Event | None = None) -> None:
+        """Tick until asked to stop (SIGTERM/SIGINT set a flag; the loop checks it)."""
+        wake = wake or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self._request_stop, wake)
+        self.store.append_event("controller_started", pid=os.getpid())
+        try:
+            while not self.stopping:
+                try:
+                    await self.tick()
+                except Exception as exc:  # noqa: BLE001 - the loop must outlive any bad tick
+                    log.exception("tick_failed")
+                    self.store.append_event("tick_failed", error=repr(exc))
+                if max_ticks is not None and self.tick_number >= max_ticks:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), self.settings.timing.poll_interval)
+                wake.clear()
+        finally:
+            self.store.append_event("controller_stopped", pid=os.getpid(), tick=self.tick_number)
+            with contextlib.suppress(Exception):
+                await self.tracker.close()
+
+    def _request_stop(self, wake: asyncio.Event) -> None:
+        self.stopping = True
+        wake.set()
+
+
+class MergeConflict(RalphError):
+    retryable = True
+
+
+def _action_details(action: Action) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    for f in dataclasses.fields(action):
+        if f.name in ("issue", "reason"):
+            continue
+        value = getattr(action, f.name)
+        if value not in (None, "", False):
+            details[f.name] = value
+    return details
+
+
+@contextlib.contextmanager
+def controller_lock(path: Path):
+    """An OS lock (flock) so only one controller runs per project."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise ControllerLocked(
+            f"a controller already runs for this project (pid {holder}, lock {path}); "
+            "stop it first with `ralph-dev stop`"
+        ) from None
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def human_feedback(issue: Issue) -> str | None:
+    """Comments people wrote after ralph-dev last spoke: what a resumed worker must read."""
+    newest: list[str] = []
+    for comment in reversed(issue.comments):
+        if comment.by_ralph:
+            break
+        newest.append(f"{comment.author} ({comment.created_at:%Y-%m-%d %H:%M}): {comment.body}")
+    return "\n\n".join(reversed(newest)) or None
+
+
+def heartbeat_age(store: StateStore, now: datetime | None = None) -> timedelta | None:
+    beat = store.read_heartbeat()
+    if beat is None:
+        return None
+    return (now or utcnow()) - beat["time"]
+
+
+def worker_windows(settings: ProjectSettings, windows: Sequence[Window]) -> list[Window]:
+    key = settings.key + "-"
+    return [w for w in windows if w.name.startswith(key) and w.name != CONTROLLER_WINDOW]

@@ -1,0 +1,69 @@
+"""Run a project's verify command and keep the evidence.
+
+The command comes from the project's own config (never from an issue), so it
+runs through ``/bin/sh -c`` like a person would type it. The evidence
+(command, exit code, time, duration, output tail) is what ``worker done``
+comments on the issue and what a red trunk reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ralph_dev.state import utcnow
+
+TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class VerifyOutcome:
+    command: str
+    exit_code: int
+    started_at: str
+    duration_s: float
+    output_tail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def evidence(self) -> str:
+        return (
+            f"verify: `{self.command}` → exit {self.exit_code} at {self.started_at} "
+            f"({self.duration_s:.1f}s)\n```\n{self.output_tail}\n```"
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self)) + "\n"
+
+
+def run_verify(
+    command: str, cwd: Path, *, timeout: float = 1800.0, env: dict[str, str] | None = None
+) -> VerifyOutcome:
+    """Run ``command`` in ``cwd``; a timeout or a missing shell is a failure, not a crash."""
+    started = utcnow().isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(
+            ["/bin/sh", "-c", command],
+            cwd=cwd,
+            env=env if env is not None else dict(os.environ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+        )
+        code, output = proc.returncode, proc.stdout.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired as exc:
+        code = 124
+        output = (exc.stdout or b"").decode("utf-8", "replace") + f"\n[timed out after {timeout}s]"
+    except OSError as exc:
+        code, output = 127, f"cannot run verify command: {exc}"
+    tail = "\n".join(output.rstrip().splitlines()[-TAIL_LINES:])
+    return VerifyOutcome(command, code, started, round(time.monotonic() - t0, 3), tail)

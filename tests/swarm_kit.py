@@ -1,0 +1,260 @@
+"""A whole ralph-dev instance for end-to-end tests: a real jj repo, a local
+tracker project, a private tmux socket, the real daemon/controller, and the
+scripted demo agent as the worker. Everything is driven through the CLI, as a
+person would."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+TWELVE_ISSUE_PLAN = """
+[[phase]]
+ref = "core"
+title = "Phase 1: core"
+  [[phase.task]]
+  ref = "a"
+  title = "Storage layer"
+  priority = 1
+  [[phase.task]]
+  ref = "b"
+  title = "Config loader"
+  priority = 2
+  [[phase.task]]
+  ref = "c"
+  title = "Domain model"
+  blocked_by = ["a"]
+  [[phase.task]]
+  ref = "d"
+  title = "Service API"
+  blocked_by = ["b", "c"]
+  [[phase.task]]
+  ref = "e"
+  title = "CLI"
+  blocked_by = ["d"]
+
+[[phase]]
+ref = "polish"
+title = "Phase 2: polish"
+blocked_by = ["core"]
+  [[phase.task]]
+  ref = "f"
+  title = "Docs"
+  [[phase.task]]
+  ref = "g"
+  title = "Examples"
+  blocked_by = ["f"]
+  [[phase.task]]
+  ref = "h"
+  title = "Packaging"
+
+[[task]]
+ref = "i"
+title = "Logging"
+[[task]]
+ref = "j"
+title = "Metrics"
+blocked_by = ["i"]
+"""
+
+
+def run_cli(*args: str, env: dict[str, str], check: bool = True,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ralph_dev", *args], env=env, capture_output=True, text=True,
+        timeout=timeout, stdin=subprocess.DEVNULL, check=False,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"ralph-dev {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
+             interval: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class Swarm:
+    root: Path
+    env: dict[str, str]
+    repo: Path
+    jj: str
+    project: str = "demo"
+    script: dict[str, str] = field(default_factory=dict)
+
+    # -- setup --------------------------------------------------------------
+
+    @classmethod
+    def create(cls, root: Path, jj_bin: str, tmux_socket: str, *, max_workers: int = 3,
+               timing: dict[str, float] | None = None, verify: str | None = None,
+               agent_seconds: float = 0.5) -> Swarm:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RALPH_DEV_", "XDG_", "TMUX"))}
+        for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_STATE_HOME", "state"),
+                         ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache")):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+            env[var] = str(root / sub)
+        env["RALPH_DEV_TMUX_SOCKET"] = tmux_socket
+        env["RALPH_DEV_JJ"] = jj_bin
+        env["RALPH_DEV_LOG_LEVEL"] = "INFO"
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        repo = root / "repo"
+        swarm = cls(root=root, env=env, repo=repo, jj=jj_bin)
+        swarm.make_repo()
+        agent = f"{shlex.quote(sys.executable)} -m ralph_dev.demo_agent {{issue}} {{role}}"
+        args = ["init", swarm.project, "--repo", str(repo), "--agent", "command",
+                "--agent-command", agent, "--max-workers", str(max_workers), "--key", "DEMO"]
+        if verify:
+            args += ["--verify", verify]
+        run_cli(*args, env=env)
+        swarm.set_timing({"poll_interval": 0.3, "stall_timeout": 60, "restart_timeout": 60,
+                          "retry_base": 0.5, "retry_cap": 2, "health_interval": 1,
+                          "heartbeat_stale": 10, **(timing or {})})
+        swarm.env["RALPH_DEV_DEMO_SCRIPT"] = str(root / "agent-script.json")
+        swarm.script = {"*": f"work:{agent_seconds}"}
+        swarm.write_script()
+        return swarm
+
+    def make_repo(self) -> None:
+        self.repo.mkdir(parents=True)
+        jj_env = {**self.env, "JJ_USER": "Test", "JJ_EMAIL": "test@example.com"}
+
+        def jj(*args: str) -> None:
+            subprocess.run([self.jj, *args], cwd=self.repo, env=jj_env, check=True,
+                           capture_output=True)
+
+        jj("git", "init", "--colocate")
+        (self.repo / "README.md").write_text("# demo project\n")
+        jj("commit", "-m", "initial commit")
+        jj("bookmark", "create", "main", "-r", "@-")
+
+    def set_timing(self, timing: dict[str, float]) -> None:
+        config = Path(self.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+        lines = [f"\n[projects.{self.project}.timing]"]
+        lines += [f"{k} = {v}" for k, v in timing.items()]
+        config.write_text(config.read_text() + "\n".join(lines) + "\n")
+
+    def write_script(self) -> None:
+        Path(self.env["RALPH_DEV_DEMO_SCRIPT"]).write_text(json.dumps(self.script))
+
+    def import_plan(self, text: str = TWELVE_ISSUE_PLAN) -> list[str]:
+        plan = self.root / "plan.toml"
+        plan.write_text(text)
+        run_cli("issue", "import", self.project, str(plan), env=self.env)
+        return [i["identifier"] for i in self.issues()]
+
+    # -- observing ----------------------------------------------------------
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, env=self.env, check=check)
+
+    def issues(self) -> list[dict[str, Any]]:
+        return json.loads(self.cli("issue", "list", self.project, "--json").stdout)
+
+    def issue(self, identifier: str) -> dict[str, Any]:
+        return json.loads(self.cli("issue", "show", identifier, "--json").stdout)
+
+    def status(self) -> dict[str, Any]:
+        return json.loads(self.cli("status", self.project, "--json").stdout)
+
+    def events(self) -> list[dict[str, Any]]:
+        path = Path(self.env["XDG_STATE_HOME"]) / "ralph-dev" / self.project / "events.jsonl"
+        if not path.exists():
+            return []
+        out = []
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def all_done(self) -> bool:
+        return all(i["state_type"] == "completed" for i in self.issues())
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["tmux", "-L", self.env["RALPH_DEV_TMUX_SOCKET"], *args],
+                              capture_output=True, text=True, check=False)
+
+    def windows(self) -> list[str]:
+        out = self.tmux("list-windows", "-a", "-F", "#{window_name}")
+        return [w for w in out.stdout.split() if w]
+
+    def worker_windows(self) -> list[str]:
+        return [w for w in self.windows() if w.startswith("DEMO-")]
+
+    def jj_out(self, *args: str) -> str:
+        return subprocess.run([self.jj, "--no-pager", *args], cwd=self.repo, env=self.env,
+                              capture_output=True, text=True, check=True).stdout
+
+    def trunk_files(self) -> list[str]:
+        return self.jj_out("file", "list", "-r", "main").split()
+
+    def workspaces(self) -> list[str]:
+        out = self.jj_out("workspace", "list", "-T", 'name ++ "\\n"')
+        return [w for w in out.split() if w and w != "default"]
+
+    def daemon_pid(self) -> int | None:
+        path = Path(self.env["XDG_STATE_HOME"]) / "ralph-dev" / self.project / "daemon.pid"
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
+
+    # -- control ------------------------------------------------------------
+
+    def start(self) -> None:
+        self.cli("start", self.project)
+
+    def stop(self, workers: bool = True) -> None:
+        args = ["stop", self.project] + (["--workers"] if workers else [])
+        self.cli(*args, check=False)
+
+    def teardown(self) -> None:
+        self.stop(workers=True)
+        self.tmux("kill-server")
+
+
+def event_times(events: list[dict[str, Any]], kind: str) -> dict[str, datetime]:
+    """First time each issue got an event of this kind."""
+    out: dict[str, datetime] = {}
+    for event in events:
+        if event.get("event") == kind and event.get("issue") and event["issue"] not in out:
+            out[event["issue"]] = datetime.fromisoformat(event["time"])
+    return out
+
+
+def max_concurrency(events: list[dict[str, Any]]) -> int:
+    """Most workers alive at once, replaying spawn/restart against their ends."""
+    live: set[str] = set()
+    most = 0
+    for event in events:
+        kind, issue = event.get("event"), event.get("issue")
+        if kind in ("spawn", "restart"):
+            live.add(issue)
+            most = max(most, len(live))
+        elif kind in ("kill", "reap", "merge", "hold", "forget"):
+            live.discard(issue)
+    return most

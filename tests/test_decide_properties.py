@@ -1,0 +1,371 @@
+"""Properties of decide over random worlds: safety rules and idempotence.
+
+The worlds are small (a dozen issues) but dense: random blocker DAGs and
+parents, every label that steers, windows alive/dead/duplicated/foreign,
+workspaces with and without unmerged or conflicted changes, worker records
+in every state, a random clock, random limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ralph_dev.config import Limits, ProjectSettings, Timing, TrackerSettings
+from ralph_dev.decide import decide, nudge_message
+from ralph_dev.model import (
+    IDENTIFIER_RE,
+    Complete,
+    Forget,
+    Hold,
+    Issue,
+    Kill,
+    Merge,
+    Nudge,
+    Observed,
+    Plan,
+    Reap,
+    RelayFeedback,
+    Restart,
+    Resume,
+    Role,
+    Spawn,
+    StateType,
+    Window,
+    WorkerRecord,
+    Workspace,
+)
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+KEY = "DEMO"
+HOLD_LABELS = {"ralph:hold", "user-input-needed"}
+LABEL_POOL = [
+    "ralph:hold", "user-input-needed", "user-feedback-given", "ralph:plan", "ralph:phase",
+    "ralph:review", "ralph:research", "agent-input-needed", "model:opus", "bug",
+]
+STATES = [
+    ("Backlog", StateType.BACKLOG),
+    ("Todo", StateType.UNSTARTED),
+    ("In Progress", StateType.STARTED),
+    ("In Review", StateType.STARTED),
+    ("Done", StateType.COMPLETED),
+    ("Canceled", StateType.CANCELED),
+    ("Duplicate", StateType.DUPLICATE),
+]
+
+seconds = st.integers(min_value=0, max_value=4000)
+maybe_time = st.one_of(st.none(), seconds.map(lambda s: NOW - timedelta(seconds=s)))
+
+
+@st.composite
+def settings_st(draw: st.DrawFn) -> ProjectSettings:
+    roles = draw(st.dictionaries(st.sampled_from([r.value for r in Role]),
+                                 st.integers(min_value=0, max_value=2), max_size=3))
+    base = draw(st.sampled_from([10.0, 30.0, 120.0]))
+    return ProjectSettings(
+        name="demo",
+        repo=Path("/nonexistent/demo"),
+        tracker=TrackerSettings(key=KEY),
+        limits=Limits(max_workers=draw(st.integers(min_value=1, max_value=4)), per_role=roles),
+        timing=Timing(
+            stall_timeout=draw(st.sampled_from([60.0, 600.0])),
+            restart_timeout=draw(st.sampled_from([60.0, 600.0])),
+            retry_base=base,
+            retry_cap=base * draw(st.sampled_from([1, 4, 100])),
+            max_attempts=draw(st.integers(min_value=1, max_value=3)),
+            poll_interval=10.0,
+        ),
+    )
+
+
+@st.composite
+def world_st(draw: st.DrawFn) -> Observed:
+    n = draw(st.integers(min_value=0, max_value=12))
+    ids = [f"{KEY}-{i}" for i in range(1, n + 1)]
+    parents: dict[str, str] = {}
+    issues: list[Issue] = []
+    for i, ident in enumerate(ids):
+        earlier = ids[:i]
+        blockers = draw(st.lists(st.sampled_from([*earlier, f"{KEY}-99"]), max_size=3,
+                                 unique=True)) if earlier else draw(
+            st.lists(st.just(f"{KEY}-99"), max_size=1))
+        parent = draw(st.one_of(st.none(), st.sampled_from(earlier))) if earlier else None
+        if parent:
+            parents[ident] = parent
+        name, kind = draw(st.sampled_from(STATES))
+        issues.append(Issue(
+            identifier=ident,
+            title=f"t{i}; $(rm -rf /)",
+            state_name=name,
+            state_type=kind,
+            priority=draw(st.integers(min_value=0, max_value=4)),
+            sort_order=float(draw(st.integers(min_value=0, max_value=3))),
+            labels=frozenset(draw(st.lists(st.sampled_from(LABEL_POOL), max_size=3))),
+            parent=parent,
+            blocked_by=tuple(blockers),
+            created_at=draw(maybe_time),
+        ))
+    # Children: sometimes listed on the parent, sometimes only known via the child's parent.
+    listed = draw(st.booleans())
+    if listed:
+        issues = [
+            dataclasses.replace(
+                iss, children=tuple(c for c, p in parents.items() if p == iss.identifier))
+            for iss in issues
+        ]
+    names = [*ids, f"{KEY}-99", "controller", "bash", "OTHER-1"]
+    windows = []
+    for name in draw(st.lists(st.sampled_from(names), max_size=10)) if names else []:
+        alive = draw(st.booleans())
+        windows.append(Window(
+            name=name, pane_id="%1", window_id="@1", alive=alive,
+            exit_status=None if alive else draw(st.one_of(st.none(), st.integers(0, 2))),
+            last_activity=draw(maybe_time), output_changed_at=draw(maybe_time),
+        ))
+    workspaces = [
+        Workspace(name=name, has_unmerged_change=draw(st.booleans()),
+                  conflicted=draw(st.booleans()))
+        for name in draw(st.lists(st.sampled_from([*ids, "default"]), max_size=6, unique=True))
+    ] if ids else []
+    records = {}
+    for ident in draw(st.lists(st.sampled_from(ids), max_size=8, unique=True)) if ids else []:
+        records[ident] = WorkerRecord(
+            issue=ident,
+            role=draw(st.sampled_from(list(Role))),
+            attempts=draw(st.integers(min_value=0, max_value=4)),
+            started_at=draw(maybe_time),
+            last_failure_at=draw(maybe_time),
+            last_failure=draw(st.sampled_from([None, "pane died (exit 1)"])),
+            done=draw(st.booleans()),
+            nudged_at=draw(maybe_time),
+        )
+    return Observed(
+        issues=tuple(issues), windows=tuple(windows), workspaces=tuple(workspaces),
+        records=records, tracker_ok=draw(st.booleans()), trunk_red=draw(st.booleans()),
+    )
+
+
+now_st = st.integers(min_value=0, max_value=3000).map(lambda s: NOW + timedelta(seconds=s))
+
+
+# --- the test's own reading of the world (independent of decide's internals) ----------------
+
+
+def workers(obs: Observed) -> list[str]:
+    return [w.name for w in obs.windows if IDENTIFIER_RE.match(w.name)
+            and w.name.startswith(f"{KEY}-")]
+
+
+def live_ids(obs: Observed) -> set[str]:
+    return {w.name for w in obs.windows if w.alive and w.name in set(workers(obs))}
+
+
+def finished(obs: Observed, ident: str) -> bool:
+    issue = next((i for i in obs.issues if i.identifier == ident), None)
+    return issue is not None and issue.state_type.finished
+
+
+def is_blocked(obs: Observed, issue: Issue) -> bool:
+    if any(not finished(obs, b) for b in issue.blocked_by):
+        return True
+    parent = next((i for i in obs.issues if i.identifier == issue.parent), None)
+    return parent is not None and any(not finished(obs, b) for b in parent.blocked_by)
+
+
+def issue_of(obs: Observed, ident: str) -> Issue | None:
+    return next((i for i in obs.issues if i.identifier == ident), None)
+
+
+# --- safety properties ----------------------------------------------------------------
+
+
+@given(world_st(), settings_st(), now_st)
+def test_never_two_workers_for_one_issue(obs: Observed, s: ProjectSettings, now: datetime) -> None:
+    plan = decide(obs, s, now)
+    starts = Counter(a.issue for a in plan.actions if isinstance(a, Spawn | Restart))
+    assert all(count == 1 for count in starts.values()), plan
+    window_names = {w.name for w in obs.windows}
+    for action in plan.actions:
+        if isinstance(action, Spawn):
+            assert action.issue not in window_names, action
+        if isinstance(action, Restart):
+            assert action.issue in live_ids(obs), action
+
+
+@given(world_st(), settings_st(), now_st)
+def test_never_dispatch_a_blocked_or_held_issue(
+    obs: Observed, s: ProjectSettings, now: datetime
+) -> None:
+    plan = decide(obs, s, now)
+    spawns = [a for a in plan.actions if isinstance(a, Spawn)]
+    if not obs.tracker_ok:
+        assert spawns == []
+    for spawn in spawns:
+        issue = issue_of(obs, spawn.issue)
+        assert issue is not None
+        assert not (issue.labels & HOLD_LABELS), spawn
+        assert "user-feedback-given" not in issue.labels, spawn
+        if spawn.role is not Role.RESOLVE:
+            assert not is_blocked(obs, issue), spawn
+            assert not issue.state_type.finished, spawn
+
+
+@given(world_st(), settings_st(), now_st)
+def test_never_over_a_limit(obs: Observed, s: ProjectSettings, now: datetime) -> None:
+    plan = decide(obs, s, now)
+    spawns = [a for a in plan.actions if isinstance(a, Spawn)]
+    if not spawns:
+        return
+    live = live_ids(obs)
+    assert len(live) + len(spawns) <= s.limits.max_workers
+    roles: Counter[Role] = Counter()
+    for ident in live:
+        rec = obs.records.get(ident)
+        roles[rec.role if rec else Role.EXECUTE] += 1
+    before = Counter(roles)
+    for spawn in spawns:
+        roles[spawn.role] += 1
+    for role, count in roles.items():
+        if count > before[role]:
+            assert count <= s.role_limit(role), (role, count)
+
+
+@given(world_st(), settings_st(), now_st)
+def test_never_lose_work(obs: Observed, s: ProjectSettings, now: datetime) -> None:
+    plan = decide(obs, s, now)
+    merges = [a for a in plan.actions if isinstance(a, Merge)]
+    assert len(merges) <= 1
+    spaces = {w.name: w for w in obs.workspaces}
+    if obs.trunk_red:
+        assert merges == []
+    for i, action in enumerate(plan.actions):
+        if isinstance(action, Merge):
+            assert not spaces[action.issue].conflicted
+            issue = issue_of(obs, action.issue)
+            assert issue is None or issue.state_type not in (StateType.CANCELED,
+                                                             StateType.DUPLICATE)
+        if isinstance(action, Forget) and not action.keep_bookmark:
+            ws = spaces[action.issue]
+            merged_first = any(isinstance(a, Merge) and a.issue == action.issue
+                               for a in plan.actions[:i])
+            assert not ws.has_unmerged_change or merged_first, plan
+        if isinstance(action, Forget):
+            # the window (if any) is killed before its directory goes away
+            if action.issue in live_ids(obs):
+                assert any(isinstance(a, Kill) and a.issue == action.issue
+                           for a in plan.actions[:i]), plan
+
+
+@given(world_st(), settings_st(), now_st)
+def test_actions_are_explained_and_carry_no_issue_text(
+    obs: Observed, s: ProjectSettings, now: datetime
+) -> None:
+    plan = decide(obs, s, now)
+    assert decide(obs, s, now) == plan  # deterministic
+    for action in plan.actions:
+        assert IDENTIFIER_RE.match(action.issue)
+        assert action.reason and action.issue in action.reason
+        assert "rm -rf" not in action.reason
+        if isinstance(action, Nudge):
+            assert action.message == nudge_message(action.issue)
+        if isinstance(action, Hold):
+            assert "rm -rf" not in action.comment
+    if not obs.tracker_ok:
+        assert not [a for a in plan.actions
+                    if isinstance(a, Spawn | Restart | Hold | Complete | Resume | RelayFeedback)]
+        # never kill a worker because the tracker is down
+        for action in plan.actions:
+            if isinstance(action, Kill) and action.issue in live_ids(obs):
+                rec = obs.records.get(action.issue)
+                issue = issue_of(obs, action.issue)
+                assert (rec is not None and rec.done) or (
+                    issue is not None and issue.state_type.finished
+                )
+
+
+# --- idempotence ---------------------------------------------------------------------
+
+
+def _record(obs: Observed, ident: str) -> WorkerRecord:
+    return obs.records.get(ident) or WorkerRecord(issue=ident)
+
+
+def apply(plan: Plan, obs: Observed, now: datetime) -> Observed:
+    """What a fully successful executor leaves behind (see the decide module docstring)."""
+    issues = {i.identifier: i for i in obs.issues}
+    windows = list(obs.windows)
+    spaces = {w.name: w for w in obs.workspaces}
+    records = dict(obs.records)
+
+    def relabel(ident: str, add: set[str] = frozenset(), drop: set[str] = frozenset()) -> None:
+        issue = issues[ident]
+        issues[ident] = dataclasses.replace(issue, labels=(issue.labels - drop) | add)
+
+    def new_window(ident: str) -> Window:
+        return Window(name=ident, pane_id="%9", window_id="@9", alive=True,
+                      output_changed_at=now, last_activity=now)
+
+    for action in plan.actions:
+        ident = action.issue
+        match action:
+            case Spawn() | Restart():
+                windows = [w for w in windows if w.name != ident] + [new_window(ident)]
+                records[ident] = WorkerRecord(issue=ident, role=action.role,
+                                              attempts=action.attempt, started_at=now)
+                if isinstance(action, Spawn):
+                    issue = issues[ident]
+                    if issue.state_type != StateType.STARTED:
+                        issues[ident] = dataclasses.replace(
+                            issue, state_type=StateType.STARTED, state_name="In Progress")
+            case Nudge():
+                records[ident] = dataclasses.replace(_record(obs, ident), nudged_at=now)
+            case Kill():
+                windows = [w for w in windows if w.name != ident]
+            case Reap():
+                windows = [w for w in windows if w.name != ident]
+                records[ident] = dataclasses.replace(
+                    _record(obs, ident), last_failure_at=now, last_failure="pane died")
+            case Complete():
+                issues[ident] = dataclasses.replace(
+                    issues[ident], state_type=StateType.COMPLETED, state_name="Done")
+            case Merge():
+                spaces[ident] = dataclasses.replace(spaces[ident], has_unmerged_change=False)
+                if ident in records:
+                    records[ident] = dataclasses.replace(records[ident], merged=True)
+            case Forget():
+                del spaces[ident]
+            case Hold():
+                relabel(ident, add={"user-input-needed"})
+            case RelayFeedback():
+                relabel(ident, drop={"user-feedback-given"})
+            case Resume():
+                relabel(ident, drop={"user-feedback-given", "user-input-needed"})
+                if ident in records:
+                    records[ident] = dataclasses.replace(records[ident], attempts=0)
+            case _:
+                raise AssertionError(f"unknown action {action!r}")
+    return dataclasses.replace(
+        obs, issues=tuple(issues.values()), windows=tuple(windows),
+        workspaces=tuple(spaces.values()), records=records,
+    )
+
+
+@given(world_st(), settings_st(), now_st)
+def test_deciding_again_after_the_plan_repeats_nothing(
+    obs: Observed, s: ProjectSettings, now: datetime
+) -> None:
+    first = decide(obs, s, now)
+    after = apply(first, obs, now)
+    second = decide(after, s, now)
+    done_before = {(a.kind, a.issue) for a in first.actions}
+    repeated = [a for a in second.actions if (a.kind, a.issue) in done_before]
+    assert repeated == [], (first, second)
+    # Spawned workers are not spawned again, and applying twice reaches a fixed point
+    # for everything but new work (a later merge, a resolve, a respawn after reaping).
+    spawned = {a.issue for a in first.actions if isinstance(a, Spawn | Restart)}
+    assert not [a for a in second.actions if isinstance(a, Spawn) and a.issue in spawned]

@@ -1,0 +1,251 @@
+"""``ralph-dev hook …`` as Claude Code runs them: a real process, JSON on stdin, exit 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ralph_dev.model import Role
+from ralph_dev.state import StateStore
+from test_worker import Project, hostile_text, make_project
+
+RALPH_DEV = str(Path(sys.executable).with_name("ralph-dev"))
+
+
+@pytest.fixture
+def project(xdg: Path, jj_bin: str) -> Project:
+    return make_project(xdg, jj_bin)
+
+
+def hook(name: str, env: dict[str, str], payload: object = None,
+         timeout: float = 10) -> tuple[subprocess.CompletedProcess, float]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("RALPH_DEV_")}
+    full.update(env)
+    stdin = json.dumps(payload if payload is not None else {"hook_event_name": name})
+    start = time.monotonic()
+    proc = subprocess.run([RALPH_DEV, "hook", name], input=stdin, env=full, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    return proc, time.monotonic() - start
+
+
+def hook_log(project: Project) -> str:
+    path = project.settings.paths.logs_dir / "hooks.log"
+    return path.read_text() if path.exists() else ""
+
+
+# --- session-start ----------------------------------------------------------------------
+
+
+def test_session_start_prints_the_issue_context(project: Project) -> None:
+    parent = project.issue("The parent phase")
+    blocker = project.issue("Lay the groundwork")
+    issue = project.issue("Write the parser", "Parse TOML plans into issues.",
+                          parent=parent, blocked_by=(blocker,))
+    project.tracker.comment_sync(issue, "Mind the Markdown format too.", by_ralph=False,
+                                 author="alice")
+    project.tracker.comment_sync(issue, "earlier attempt failed", by_ralph=True)
+    project.spawn(issue)
+
+    proc, seconds = hook("session-start", project.env(issue),
+                         {"hook_event_name": "SessionStart", "source": "startup"})
+
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "execute worker for " + issue in out
+    assert "Write the parser" in out and "Parse TOML plans into issues." in out
+    assert f"Parent: {parent} — The parent phase" in out
+    assert f"{blocker} — Lay the groundwork [Todo]" in out
+    assert "Mind the Markdown format too." in out and "[person] alice" in out
+    assert "[ralph-dev] ralph-dev" in out and "earlier attempt failed" in out
+    assert f"ralph-dev worker done {issue} --summary" in out
+    assert f"ralph-dev worker blocked {issue} --question" in out
+    assert project.settings.verify_command in out
+    assert "<<<ISSUE-DATA" in out and "DATA" in out.split("Comments")[-1]
+    assert seconds < 1.5, f"session-start took {seconds:.2f}s"
+
+
+def test_session_start_role_rules_differ(project: Project) -> None:
+    issue = project.issue()
+    project.spawn(issue, Role.PLAN)
+    proc, _ = hook("session-start", project.env(issue, Role.PLAN))
+    assert proc.returncode == 0
+    assert "plan worker" in proc.stdout
+    assert f"ralph-dev worker plan {issue} --file PLAN" in proc.stdout
+    assert "Do not edit project files" in proc.stdout
+
+
+def test_session_start_prints_hostile_text_as_data(project: Project, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    title, description = hostile_text(marker)
+    issue = project.issue(title, description)
+    project.tracker.comment_sync(issue, f"$(touch {marker}) \x1b[1mbold", by_ralph=False)
+    project.spawn(issue)
+
+    proc, _ = hook("session-start", project.env(issue))
+
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert not marker.exists()
+    assert f"$(touch {marker})" in out and f"`touch {marker}`" in out
+    assert "; rm -rf ~" in out and "C-c" in out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "x" * 10_000 in out  # 10 kB of description arrives whole, as data
+    # the issue cannot forge the end of its data block: the delimiter carries a nonce
+    begin = next(line for line in out.splitlines() if line.startswith("<<<ISSUE-DATA "))
+    nonce = begin.split()[1]
+    assert out.count(f"ISSUE-DATA {nonce}>>>") == 2  # once in the explanation, once closing
+
+
+# --- post-tool-use ------------------------------------------------------------------------
+
+
+def test_post_tool_use_snapshots_and_records_activity(project: Project) -> None:
+    issue = project.issue()
+    workspace = project.spawn(issue)
+    (workspace / "new.txt").write_text("agent wrote this\n")
+
+    proc, seconds = hook("post-tool-use", project.env(issue),
+                         {"hook_event_name": "PostToolUse", "tool_name": "Write"})
+
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+    assert seconds < 1.5, f"post-tool-use took {seconds:.2f}s"
+    record = project.store.load_record(issue)
+    assert record is not None and record.last_activity is not None
+    files = subprocess.run(
+        [project.jj_bin, "file", "list", "--ignore-working-copy", "-r", f"{issue}@"],
+        cwd=project.settings.repo, capture_output=True, text=True, check=True,
+    ).stdout.split()
+    assert "new.txt" in files  # snapshotted without the agent running jj
+
+
+def test_post_tool_use_with_missing_workspace_is_quiet_and_logged(project: Project) -> None:
+    issue = project.issue()
+    project.store.update_record(issue, role=Role.EXECUTE)  # no jj workspace at all
+
+    proc, _ = hook("post-tool-use", project.env(issue))
+
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+    assert "hook_failed" in hook_log(project)
+    assert project.store.load_record(issue).last_activity is not None
+
+
+# --- stop ---------------------------------------------------------------------------------
+
+
+def stop_payload(active: bool = False) -> dict:
+    return {"hook_event_name": "Stop", "session_id": "s", "transcript_path": "/nonexistent",
+            "cwd": "/", "stop_hook_active": active, "last_assistant_message": "I am done!"}
+
+
+def test_stop_blocks_until_done_then_allows(project: Project) -> None:
+    issue = project.issue()
+    workspace = project.spawn(issue)
+
+    proc, seconds = hook("stop", project.env(issue), stop_payload())
+
+    assert proc.returncode == 0, proc.stderr
+    decision = json.loads(proc.stdout)
+    assert decision["decision"] == "block"
+    assert f"ralph-dev worker done {issue}" in decision["reason"]
+    assert "continuation 1 of 25" in decision["reason"]
+    assert project.store.load_record(issue).iterations == 1
+    assert seconds < 1.5, f"stop took {seconds:.2f}s"
+
+    proc, _ = hook("stop", project.env(issue), stop_payload(active=True))
+    assert json.loads(proc.stdout)["decision"] == "block"
+    assert project.store.load_record(issue).iterations == 2  # stop_hook_active still counts
+
+    (workspace / "ok.txt").write_text("ok\n")
+    assert project.cli(["worker", "done", issue, "--summary", "done"], issue).exit_code == 0
+    proc, _ = hook("stop", project.env(issue), stop_payload(active=True))
+    assert proc.returncode == 0 and proc.stdout == ""
+
+
+def test_stop_allows_after_blocked(project: Project) -> None:
+    issue = project.issue()
+    project.spawn(issue)
+    assert project.cli(["worker", "blocked", issue, "--question", "A or B?"],
+                       issue).exit_code == 0
+    proc, _ = hook("stop", project.env(issue), stop_payload())
+    assert proc.returncode == 0 and proc.stdout == ""
+
+
+def test_stop_allows_at_the_iteration_cap(xdg: Path, jj_bin: str) -> None:
+    project = make_project(xdg, jj_bin, extra="[projects.demo.agent]\niteration_cap = 2")
+    issue = project.issue()
+    project.spawn(issue)
+    outputs = [hook("stop", project.env(issue), stop_payload(active=i > 0))[0].stdout
+               for i in range(3)]
+    assert [json.loads(o)["decision"] for o in outputs[:2]] == ["block", "block"]
+    assert outputs[2] == ""
+    assert project.store.load_record(issue).iterations == 2
+    assert any(e["event"] == "iteration_cap" for e in project.store.iter_events())
+
+
+def test_stop_with_corrupt_record_rebuilds_it(project: Project) -> None:
+    issue = project.issue()
+    project.spawn(issue)
+    StateStore(project.settings.paths).record_path(issue).write_text("{not json")
+    proc, _ = hook("stop", project.env(issue), stop_payload())
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["decision"] == "block"
+    assert project.store.load_record(issue).iterations == 1
+
+
+# --- broken surroundings: every hook exits 0 and says nothing ------------------------------
+
+
+@pytest.mark.parametrize("name", ["session-start", "post-tool-use", "stop"])
+def test_hooks_outside_a_worker_do_nothing(project: Project, name: str) -> None:
+    proc, _ = hook(name, {})
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+    assert not project.settings.paths.records_dir.exists()
+
+
+@pytest.mark.parametrize("name", ["session-start", "post-tool-use", "stop"])
+def test_hooks_with_an_unknown_project_are_quiet(project: Project, name: str) -> None:
+    env = {**project.env("DEMO-1"), "RALPH_DEV_PROJECT": "nosuch"}
+    proc, _ = hook(name, env)
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+
+
+@pytest.mark.parametrize("env", [
+    {"RALPH_DEV_ISSUE": "../../etc", "RALPH_DEV_PROJECT": "demo"},
+    {"RALPH_DEV_ISSUE": "DEMO-1", "RALPH_DEV_PROJECT": "demo", "RALPH_DEV_ROLE": "boss"},
+    {"RALPH_DEV_ISSUE": "DEMO-1"},
+])
+def test_hooks_with_malformed_env_are_quiet(project: Project, env: dict[str, str]) -> None:
+    for name in ("session-start", "stop"):
+        proc, _ = hook(name, env)
+        assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+
+
+def test_session_start_with_garbage_tracker_db_is_quiet(project: Project) -> None:
+    issue = project.issue()
+    project.spawn(issue)
+    project.settings.paths.tracker_db.write_bytes(b"this is not sqlite" * 100)
+    for suffix in ("-wal", "-shm"):
+        Path(str(project.settings.paths.tracker_db) + suffix).unlink(missing_ok=True)
+
+    proc, _ = hook("session-start", project.env(issue))
+
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+    log = hook_log(project)
+    assert "hook_failed" in log and "not a SQLite database" in log
+
+
+def test_hooks_survive_garbage_stdin(project: Project) -> None:
+    issue = project.issue()
+    project.spawn(issue)
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith("RALPH_DEV_")},
+            **project.env(issue)}
+    proc = subprocess.run([RALPH_DEV, "hook", "stop"], input="\x00not json{{", env=full,
+                          capture_output=True, text=True, timeout=10, check=False)
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["decision"] == "block"

@@ -1,0 +1,285 @@
+"""``ralph-dev issue …`` end to end: a real config from ``init``, a real SQLite tracker.
+
+Every refusal is checked three ways: non-zero exit, a message naming the
+problem, and a byte-for-byte unchanged database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from ralph_dev.cli import main
+from ralph_dev.config import ProjectPaths
+
+RALPH = str(Path(sys.executable).with_name("ralph-dev"))
+
+
+def dump(db: Path) -> list[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def ok(*args: str) -> str:
+    result = cli(*args)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def refused(*args: str, match: str) -> str:
+    result = cli(*args)
+    assert result.exit_code != 0, result.output
+    assert match in result.stderr, result.stderr
+    assert "Traceback" not in result.output
+    return result.stderr
+
+
+@pytest.fixture
+def project(xdg: Path) -> Path:
+    """Projects demo (key DEMO) and other (key OTHER); returns demo's tracker db."""
+    for name in ("demo", "other"):
+        (xdg / name).mkdir()
+        ok("init", name, "--repo", str(xdg / name))
+    return ProjectPaths("demo").tracker_db
+
+
+def test_add_list_show(project: Path) -> None:
+    assert ok("issue", "add", "demo", "Schema", "--label", "backend", "--priority", "2",
+              "-d", "Tables\nand indexes") == "DEMO-1\n"
+    assert ok("issue", "add", "demo", "API", "--blocked-by", "DEMO-1", "--parent", "DEMO-1",
+              "--label", "a", "--label", "b") == "DEMO-2\n"
+    assert project.is_file()
+    table = ok("issue", "list", "demo")
+    lines = table.splitlines()
+    assert lines[0].split() == ["ID", "STATE", "P", "LABELS", "BLOCKED", "BY", "TITLE"]
+    assert lines[1].split() == ["DEMO-1", "Todo", "2", "backend", "-", "Schema"]
+    assert lines[2].split() == ["DEMO-2", "Todo", "0", "a,b", "DEMO-1", "API"]
+    data = json.loads(ok("issue", "list", "demo", "--json"))
+    assert [d["identifier"] for d in data] == ["DEMO-1", "DEMO-2"]
+    assert data[0]["children"] == ["DEMO-2"] and data[1]["parent"] == "DEMO-1"
+    assert data[1]["blocked_by"] == ["DEMO-1"] and data[1]["labels"] == ["a", "b"]
+    assert data[0]["description"] == "Tables\nand indexes"
+    assert data[0]["state_type"] == "unstarted"
+    shown = ok("issue", "show", "DEMO-2")
+    assert "DEMO-2  API" in shown and "blocked by: DEMO-1" in shown
+    assert "parent:     DEMO-1" in shown
+    one = json.loads(ok("issue", "show", "DEMO-1", "--json"))
+    assert one["title"] == "Schema" and one["priority"] == 2
+
+
+def test_empty_list(project: Path) -> None:
+    assert "No issues in demo yet" in ok("issue", "list", "demo")
+    assert json.loads(ok("issue", "list", "demo", "--json")) == []
+
+
+def test_state_label_comment(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("USER", "carol")
+    ok("issue", "add", "demo", "x", "--label", "old")
+    assert ok("issue", "state", "DEMO-1", "in progress") == "DEMO-1: In Progress\n"
+    assert ok("issue", "label", "DEMO-1", "+user-feedback-given", "+ralph:plan", "-old") == (
+        "DEMO-1: ralph:plan, user-feedback-given\n"
+    )
+    ok("issue", "comment", "DEMO-1", "please use postgres")
+    ok("issue", "comment", "DEMO-1", "signed", "--author", "dave")
+    data = json.loads(ok("issue", "show", "DEMO-1", "--json"))
+    assert data["state"] == "In Progress" and data["state_type"] == "started"
+    assert [(c["author"], c["body"], c["by_ralph"]) for c in data["comments"]] == [
+        ("carol", "please use postgres", False),
+        ("dave", "signed", False),
+    ]
+    shown = ok("issue", "show", "DEMO-1")
+    assert "--- carol" in shown and "please use postgres" in shown
+
+
+def test_import_plan(project: Path, xdg: Path) -> None:
+    ok("issue", "add", "demo", "existing")
+    plan = xdg / "plan.toml"
+    plan.write_text(
+        '[[phase]]\nref = "p1"\ntitle = "Phase one"\n'
+        '  [[phase.task]]\n  ref = "a"\n  title = "Task A"\n'
+        '  [[phase.task]]\n  title = "Task B"\n  blocked_by = ["a", "DEMO-1"]\n'
+    )
+    out = ok("issue", "import", "demo", str(plan))
+    assert [line.split()[:2] for line in out.splitlines()] == [
+        ["DEMO-2", "p1"],
+        ["DEMO-3", "a"],
+        ["DEMO-4", "-"],
+    ]
+    data = {d["identifier"]: d for d in json.loads(ok("issue", "list", "demo", "--json"))}
+    assert data["DEMO-2"]["children"] == ["DEMO-3", "DEMO-4"]
+    assert data["DEMO-4"]["blocked_by"] == ["DEMO-1", "DEMO-3"]
+
+
+@pytest.mark.parametrize(
+    "bad", ["../x", "A-1; rm -rf /", "", "DEMO-1" + "9" * 10_000, "$(reboot)"]
+)
+def test_bad_identifiers(project: Path, bad: str) -> None:
+    ok("issue", "add", "demo", "x")
+    before = dump(project)
+    for args in (
+        ("issue", "show", bad),
+        ("issue", "state", bad, "Done"),
+        ("issue", "comment", bad, "hi"),
+        ("issue", "label", bad, "+a"),
+        ("issue", "block", "DEMO-1", bad),
+        ("issue", "add", "demo", "y", "--blocked-by", bad),
+        ("issue", "add", "demo", "y", "--parent", bad),
+    ):
+        err = refused(*args, match="is not an issue identifier")
+        assert len(err) < 400
+    assert dump(project) == before
+
+
+def test_unknown_project_and_key(project: Path) -> None:
+    refused("issue", "add", "nope", "x", match="unknown project 'nope'")
+    refused("issue", "list", "nope", match="ralph-dev init nope")
+    refused("issue", "show", "ZZZ-1", match="no configured project uses the issue key 'ZZZ'")
+    refused("issue", "add", "../etc", "x", match="not a valid project name")
+    assert not project.exists()
+
+
+def test_unknown_issue_and_state(project: Path) -> None:
+    ok("issue", "add", "demo", "x")
+    before = dump(project)
+    refused("issue", "show", "DEMO-9", match="no issue DEMO-9")
+    refused("issue", "state", "DEMO-1", "Shipped", match="unknown state 'Shipped'")
+    refused("issue", "comment", "DEMO-1", "  ", match="needs some text")
+    refused("issue", "add", "demo", "y", "--state", "Nope", match="unknown state")
+    assert cli("issue", "add", "demo", "y", "--priority", "7").exit_code != 0
+    assert dump(project) == before
+
+
+def test_bad_label_tokens_write_nothing(project: Path) -> None:
+    ok("issue", "add", "demo", "x", "--label", "keep")
+    before = dump(project)
+    refused("issue", "label", "DEMO-1", "+new", "plain", match="'plain' is not a label change")
+    refused("issue", "label", "DEMO-1", "+new", "-", match="'-' is not a label change")
+    refused("issue", "label", "DEMO-1", "+a", "-a", match="both added and removed")
+    assert dump(project) == before
+    assert cli("issue", "label", "DEMO-1").exit_code != 0
+
+
+def test_blocker_cycle_refused_and_named(project: Path) -> None:
+    ok("issue", "add", "demo", "one")
+    ok("issue", "add", "demo", "two", "--blocked-by", "DEMO-1")
+    ok("issue", "add", "demo", "three", "--blocked-by", "DEMO-2")
+    before = dump(project)
+    refused("issue", "block", "DEMO-1", "DEMO-3", match="DEMO-1 → DEMO-3 → DEMO-2 → DEMO-1")
+    assert dump(project) == before
+    assert ok("issue", "block", "DEMO-3", "DEMO-1") == "DEMO-3: blocked by DEMO-1, DEMO-2\n"
+    assert ok("issue", "unblock", "DEMO-3", "DEMO-2") == "DEMO-3: blocked by DEMO-1\n"
+
+
+def test_blocker_in_another_project(project: Path) -> None:
+    ok("issue", "add", "other", "theirs")
+    ok("issue", "add", "demo", "ours")
+    before = dump(project)
+    other_db = ProjectPaths("other").tracker_db
+    other_before = dump(other_db)
+    refused("issue", "add", "demo", "x", "--blocked-by", "OTHER-1", match="another project")
+    refused("issue", "add", "demo", "x", "--parent", "OTHER-1", match="another project")
+    refused("issue", "block", "DEMO-1", "OTHER-1", match="another project")
+    assert dump(project) == before
+    assert dump(other_db) == other_before
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "match"),
+    [
+        ("plan.toml", '[[task]]\ntitle = "ok"\n[[task]]\ntitle = "broken\n', "plan.toml:4"),
+        ("plan.md", "- fine {#a}\n- fine too (blocked by: a)\n### bad\n", "plan.md:3"),
+        ("plan.md", "- a {#a} (blocked by: b)\n- b {#b} (blocked by: a)\n", "a → b → a"),
+        ("plan.toml", '[[task]]\ntitle = "x"\nblocked_by = ["OTHER-1"]\n', "another project"),
+        ("plan.toml", '[[task]]\ntitle = "x"\nblocked_by = ["DEMO-99"]\n',
+         "DEMO-99 does not exist"),
+    ],
+)
+def test_bad_import_creates_nothing(
+    project: Path, xdg: Path, name: str, text: str, match: str
+) -> None:
+    ok("issue", "add", "demo", "existing")
+    before = dump(project)
+    plan = xdg / name
+    plan.write_text(text)
+    refused("issue", "import", "demo", str(plan), match=match)
+    assert dump(project) == before
+    assert ok("issue", "add", "demo", "next") == "DEMO-2\n"
+
+
+def test_database_that_is_not_sqlite(project: Path) -> None:
+    project.parent.mkdir(parents=True)
+    project.write_bytes(b"definitely not sqlite\n" * 40)
+    err = refused("issue", "list", "demo", match="is not a SQLite database")
+    assert str(project) in err and "move it aside" in err
+    refused("issue", "add", "demo", "x", match="is not a SQLite database")
+    assert project.read_bytes() == b"definitely not sqlite\n" * 40
+
+
+def test_read_only_database(project: Path) -> None:
+    ok("issue", "add", "demo", "x")
+    before = dump(project)
+    root = os.geteuid() == 0
+    if root:
+        subprocess.run(["chattr", "+i", str(project)], check=True)
+    else:
+        project.chmod(0o444)
+    try:
+        assert "DEMO-1" in ok("issue", "list", "demo")
+        refused("issue", "add", "demo", "y", match="is read-only")
+        refused("issue", "comment", "DEMO-1", "hi", match="is read-only")
+        refused("issue", "label", "DEMO-1", "+a", match="is read-only")
+    finally:
+        if root:
+            subprocess.run(["chattr", "-i", str(project)], check=True)
+        else:
+            project.chmod(0o644)
+    assert dump(project) == before
+
+
+def test_concurrent_processes(project: Path) -> None:
+    """4 real `ralph-dev` processes × 10 calls (adds and comments) at once."""
+    assert not project.exists()
+    env = dict(os.environ)
+    failures: list[str] = []
+
+    def worker(n: int) -> None:
+        for i in range(10):
+            if i % 2 == 0 or n == 0:
+                args = ["issue", "add", "demo", f"w{n}-{i}"]
+            else:
+                args = ["issue", "comment", "DEMO-1", f"w{n}-{i}"]
+            done = subprocess.run([RALPH, *args], env=env, capture_output=True, text=True,
+                                  timeout=120)
+            if done.returncode != 0:
+                failures.append(f"{args}: {done.stderr}")
+
+    # Worker 0 adds first so DEMO-1 exists before anyone comments on it.
+    first = subprocess.run([RALPH, "issue", "add", "demo", "first"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert first.stdout == "DEMO-1\n", first.stderr
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    data = json.loads(ok("issue", "list", "demo", "--json"))
+    # 1 + worker 0: 10 adds + workers 1-3: 5 adds each = 26 issues, dense.
+    assert [d["identifier"] for d in data] == [f"DEMO-{n}" for n in range(1, 27)]
+    assert len({d["title"] for d in data}) == 26
+    assert len(data[0]["comments"]) == 15

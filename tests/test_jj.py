@@ -1,0 +1,523 @@
+"""The jj adapter against the real jj binary in temporary repositories."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ralph_dev import jj as jjmod
+from ralph_dev.jj import JJ, InvalidWorkspaceName, JJError, child_path
+
+ENV = {"JJ_USER": "test", "JJ_EMAIL": "test@localhost"}
+
+
+def _jj(jj_bin: str, cwd: Path, *args: str) -> str:
+    env = {**os.environ, **ENV, "PATH": child_path(jj_bin)}
+    proc = subprocess.run(
+        [jj_bin, "--no-pager", "--color", "never", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def make_repo(jj_bin: str, path: Path, *, colocate: bool = True) -> Path:
+    path.mkdir(parents=True)
+    _jj(jj_bin, path, "git", "init", "--colocate" if colocate else "--no-colocate")
+    (path / "README").write_text("hello\n")
+    (path / "shared.txt").write_text("line 1\nline 2\nline 3\n")
+    _jj(jj_bin, path, "commit", "-m", "first")
+    _jj(jj_bin, path, "bookmark", "create", "main", "-r", "@-")
+    return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path, jj_bin: str) -> Path:
+    return make_repo(jj_bin, tmp_path / "repo")
+
+
+@pytest.fixture
+def jj(repo: Path, tmp_path: Path, jj_bin: str) -> JJ:
+    return JJ(repo, tmp_path / "workspaces", "main", jj_bin=jj_bin)
+
+
+def show(jj: JJ, rev: str, path: str) -> str:
+    return jj.run("--ignore-working-copy", "file", "show", "-r", rev, path).check().stdout
+
+
+def trunk_files(jj: JJ) -> set[str]:
+    out = jj.run("--ignore-working-copy", "file", "list", "-r", "main").check()
+    return set(out.lines())
+
+
+def trunk_commit(jj: JJ) -> str:
+    return jj.run(
+        "--ignore-working-copy", "log", "--no-graph", "-r", "main", "-T", "commit_id"
+    ).check().stdout
+
+
+def workspaces(jj: JJ) -> dict[str, object]:
+    return {w.name: w for w in jj.list_workspaces()}
+
+
+# --- PATH and the subprocess site ---------------------------------------------
+
+
+def test_child_path_puts_the_git_next_to_the_real_jj_first(tmp_path: Path) -> None:
+    real = tmp_path / "private" / "bin"
+    real.mkdir(parents=True)
+    for tool in ("jj", "git"):
+        (real / tool).write_text("#!/bin/sh\n")
+        (real / tool).chmod(0o755)
+    links = tmp_path / "local-bin"
+    links.mkdir()
+    (links / "jj").symlink_to(real / "jj")
+    path = child_path(str(links / "jj"), base="/usr/bin:/bin")
+    assert path.split(os.pathsep) == [str(real), "/usr/bin", "/bin"]
+    # no git beside jj: PATH unchanged
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "jj").write_text("#!/bin/sh\n")
+    (lone / "jj").chmod(0o755)
+    assert child_path(str(lone / "jj"), base="/usr/bin:/bin") == "/usr/bin:/bin"
+
+
+def test_every_jj_process_gets_child_path(tmp_path: Path, jj_bin: str) -> None:
+    """A recording jj wrapper (with a git beside it) sees its own dir first on PATH."""
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    record = tmp_path / "paths.txt"
+    real_git = Path(child_path(jj_bin).split(os.pathsep)[0]) / "git"
+    assert real_git.exists(), "the installed jj has a git beside it on this machine"
+    (fake / "jj").write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$PATH" >> {record}\nexec {jj_bin} "$@"\n'
+    )
+    (fake / "git").write_text(f'#!/bin/sh\nexec {real_git} "$@"\n')
+    for tool in ("jj", "git"):
+        (fake / tool).chmod(stat.S_IRWXU)
+    repo = make_repo(jj_bin, tmp_path / "repo")
+    jj = JJ(repo, tmp_path / "ws", jj_bin=str(fake / "jj"))
+    jj.check_repo()
+    jj.add_workspace("ENG-1")
+    (tmp_path / "ws" / "ENG-1" / "f.txt").write_text("x\n")
+    jj.describe("ENG-1", "ENG-1: f")
+    assert jj.merge("ENG-1").merged
+    seen = record.read_text().splitlines()
+    assert len(seen) == jj.calls > 5
+    assert all(p.split(os.pathsep)[0] == str(fake) for p in seen)
+    # the system git (2.39 here) may not read the repo after `workspace add`,
+    # the git on child_path must
+    proc = subprocess.run(
+        ["git", "status", "--short"], cwd=repo, capture_output=True, text=True, check=False,
+        env={**os.environ, "PATH": jj.child_path()},
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_run_reports_failures_with_the_command(jj: JJ) -> None:
+    result = jj.run("log", "-r", "no-such-revision")
+    assert not result.ok and result.returncode != 0
+    with pytest.raises(JJError) as err:
+        result.check()
+    assert err.value.command[-1] == "no-such-revision"
+    assert "no-such-revision" in err.value.stderr
+    assert err.value.returncode == result.returncode
+
+
+def test_missing_jj_binary_is_a_result_not_a_crash(repo: Path, tmp_path: Path) -> None:
+    jj = JJ(repo, tmp_path / "ws", jj_bin=str(tmp_path / "nope" / "jj"))
+    result = jj.run("root")
+    assert result.returncode == 127
+    with pytest.raises(JJError):
+        result.check()
+
+
+# --- check_repo ----------------------------------------------------------------
+
+
+def test_check_repo_accepts_colocated_and_plain_jj_repos(
+    jj: JJ, tmp_path: Path, jj_bin: str
+) -> None:
+    jj.check_repo()
+    plain = make_repo(jj_bin, tmp_path / "plain", colocate=False)
+    assert not (plain / ".git").exists()
+    JJ(plain, tmp_path / "ws2", jj_bin=jj_bin).check_repo()
+
+
+def test_check_repo_says_how_to_fix(tmp_path: Path, jj_bin: str) -> None:
+    missing = JJ(tmp_path / "missing", tmp_path / "ws", jj_bin=jj_bin)
+    with pytest.raises(JJError, match="does not exist"):
+        missing.check_repo()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(JJError, match=r"not a jj repository.*jj git init"):
+        JJ(empty, tmp_path / "ws", jj_bin=jj_bin).check_repo()
+
+    gitonly = tmp_path / "gitonly"
+    gitonly.mkdir()
+    subprocess.run(["git", "init", "-q", str(gitonly)], check=True)
+    with pytest.raises(JJError, match=r"jj git init --colocate"):
+        JJ(gitonly, tmp_path / "ws", jj_bin=jj_bin).check_repo()
+
+    nobookmark = tmp_path / "nobookmark"
+    nobookmark.mkdir()
+    _jj(jj_bin, nobookmark, "git", "init")
+    with pytest.raises(JJError, match=r"jj bookmark create main -r @-"):
+        JJ(nobookmark, tmp_path / "ws", jj_bin=jj_bin).check_repo()
+
+    repo = make_repo(jj_bin, tmp_path / "repo")
+    with pytest.raises(JJError, match="trunk bookmark 'trunk'"):
+        JJ(repo, tmp_path / "ws", "trunk", jj_bin=jj_bin).check_repo()
+
+
+def test_from_settings(tmp_path: Path, repo: Path) -> None:
+    from ralph_dev.config import ProjectSettings
+
+    settings = ProjectSettings(name="demo", repo=repo, trunk="main",
+                               workspace_root=tmp_path / "w")
+    jj = JJ.from_settings(settings)
+    assert (jj.repo, jj.workspace_root, jj.trunk) == (repo, tmp_path / "w", "main")
+
+
+# --- workspaces -----------------------------------------------------------------
+
+
+def test_add_workspace_is_inside_the_root_and_idempotent(jj: JJ, tmp_path: Path) -> None:
+    path = jj.add_workspace("ENG-1")
+    assert path == (tmp_path / "workspaces" / "ENG-1").resolve()
+    assert (path / "README").read_text() == "hello\n"
+    (path / "wip.txt").write_text("work in progress\n")
+    assert jj.add_workspace("ENG-1") == path
+    assert (path / "wip.txt").read_text() == "work in progress\n"
+    listed = jj.list_workspaces()
+    assert [w.name for w in listed] == ["ENG-1"]
+    assert listed[0].path == str(path)
+    # reusing snapshotted nothing away; the change is bookmarked
+    bookmarks = jj.run("--ignore-working-copy", "bookmark", "list", "-T", 'name ++ "\\n"')
+    assert "ralph/ENG-1" in bookmarks.check().lines()
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../x", "a/b", "..", ".", "", "-rf", "x;rm -rf ~", "$(touch x)", "a b", "C-c\n",
+     "x" * 200, "/abs", ".hidden"],
+)
+def test_hostile_workspace_names_are_refused(jj: JJ, tmp_path: Path, name: str) -> None:
+    with pytest.raises(InvalidWorkspaceName):
+        jj.workspace_path(name)
+    with pytest.raises(InvalidWorkspaceName):
+        jj.add_workspace(name)
+    assert not (tmp_path / "x").exists()
+    assert jj.list_workspaces() == []
+
+
+def test_symlink_out_of_the_root_is_refused(jj: JJ, tmp_path: Path) -> None:
+    root = tmp_path / "workspaces"
+    root.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "ENG-9").symlink_to(outside)
+    with pytest.raises(InvalidWorkspaceName, match="outside"):
+        jj.add_workspace("ENG-9")
+
+
+def test_foreign_directory_is_not_taken_over(jj: JJ, tmp_path: Path) -> None:
+    stray = tmp_path / "workspaces" / "ENG-3"
+    stray.mkdir(parents=True)
+    (stray / "notes.txt").write_text("mine\n")
+    with pytest.raises(JJError, match="move it away"):
+        jj.add_workspace("ENG-3")
+    assert (stray / "notes.txt").read_text() == "mine\n"
+
+
+def test_default_and_foreign_workspaces_are_not_listed(
+    jj: JJ, repo: Path, tmp_path: Path
+) -> None:
+    jj.add_workspace("ENG-1")
+    jj.run("workspace", "add", "--name", "mine", str(tmp_path / "elsewhere"), cwd=repo).check()
+    assert [w.name for w in jj.list_workspaces()] == ["ENG-1"]
+
+
+# --- merge ------------------------------------------------------------------------
+
+
+def work(jj: JJ, name: str, files: dict[str, str], message: str | None = None) -> Path:
+    path = jj.add_workspace(name)
+    for rel, text in files.items():
+        (path / rel).write_text(text)
+    jj.describe(name, message or f"{name}: work")
+    return path
+
+
+def test_merge_three_workspaces_into_trunk(jj: JJ) -> None:
+    names = ["ENG-1", "ENG-2", "ENG-3"]
+    for i, name in enumerate(names, start=1):
+        work(jj, name, {f"file{i}.txt": f"content {i}\n"})
+    state = workspaces(jj)
+    assert all(state[n].has_unmerged_change and not state[n].stale for n in names)
+    commits = []
+    for name in names:
+        before = trunk_commit(jj)
+        result = jj.merge(name)
+        assert result.merged and not result.conflicted, result.detail
+        assert result.commit and result.commit != before
+        assert trunk_commit(jj) == result.commit
+        commits.append(result.commit)
+        # no workspace, merged or not, is stale after a merge
+        assert not any(w.stale for w in jj.list_workspaces())
+        assert jj.in_trunk(name)
+    log = jj.trunk_log()
+    assert log == ["ENG-3: work", "ENG-2: work", "ENG-1: work", "first"]
+    assert {"file1.txt", "file2.txt", "file3.txt", "README"} <= trunk_files(jj)
+    for i in (1, 2, 3):
+        assert show(jj, "main", f"file{i}.txt") == f"content {i}\n"
+    # linear history: each merged change's parent is the previous one
+    parents = jj.run(
+        "--ignore-working-copy", "log", "--no-graph", "-r", "::main ~ root()",
+        "-T", 'parents.len() ++ "\\n"',
+    ).check().lines()
+    assert set(parents) == {"1"}
+    state = workspaces(jj)
+    assert not any(w.has_unmerged_change or w.conflicted for w in state.values())
+    # edits after the merge start a new change: trunk does not move with them
+    (jj.workspace_path("ENG-3") / "later.txt").write_text("later\n")
+    jj.snapshot("ENG-3")
+    assert trunk_commit(jj) == commits[-1]
+    assert workspaces(jj)["ENG-3"].has_unmerged_change
+    # merging again is idempotent: nothing new → nothing to do, then only the new work
+    assert jj.merge("ENG-2").merged is False
+
+
+def test_merge_of_an_empty_workspace_does_nothing(jj: JJ) -> None:
+    jj.add_workspace("ENG-5")
+    before = trunk_commit(jj)
+    result = jj.merge("ENG-5")
+    assert not result.merged and not result.conflicted
+    assert "nothing to merge" in result.detail
+    assert trunk_commit(jj) == before
+
+
+def test_merge_names_an_undescribed_change(jj: JJ) -> None:
+    path = jj.add_workspace("ENG-6")
+    (path / "x.txt").write_text("x\n")
+    assert jj.merge("ENG-6").merged
+    assert jj.trunk_log(1) == ["ENG-6"]
+
+
+def test_merge_of_several_commits_keeps_them_all(jj: JJ, jj_bin: str) -> None:
+    path = work(jj, "ENG-7", {"a.txt": "a\n"}, "ENG-7: part a")
+    _jj(jj_bin, path, "new")
+    (path / "b.txt").write_text("b\n")
+    jj.describe("ENG-7", "ENG-7: part b")
+    _jj(jj_bin, path, "new")  # the agent left an empty change on top
+    assert jj.merge("ENG-7").merged
+    assert jj.trunk_log(3) == ["ENG-7: part b", "ENG-7: part a", "first"]
+
+
+def test_conflicting_pair_leaves_trunk_alone(jj: JJ) -> None:
+    work(jj, "ENG-1", {"shared.txt": "line 1\nONE\nline 3\n"})
+    second = work(jj, "ENG-2", {"shared.txt": "line 1\nTWO\nline 3\n"})
+    assert jj.merge("ENG-1").merged
+    trunk = trunk_commit(jj)
+    result = jj.merge("ENG-2")
+    assert result.conflicted and not result.merged
+    assert "ENG-2" in result.detail and "not moved" in result.detail
+    assert trunk_commit(jj) == trunk
+    assert show(jj, "main", "shared.txt") == "line 1\nONE\nline 3\n"
+    state = workspaces(jj)
+    assert state["ENG-2"].conflicted and state["ENG-2"].has_unmerged_change
+    assert not state["ENG-2"].stale
+    # the workspace holds the conflict, both sides visible for a resolve worker
+    text = (second / "shared.txt").read_text()
+    assert "ONE" in text and "TWO" in text
+    # a second attempt still refuses without touching trunk
+    assert jj.merge("ENG-2").conflicted
+    assert trunk_commit(jj) == trunk
+    # forgetting it would lose the conflicted work
+    with pytest.raises(JJError, match="would lose work"):
+        jj.forget("ENG-2")
+    # a resolve worker fixes the file in place; then it merges
+    (second / "shared.txt").write_text("line 1\nONE and TWO\nline 3\n")
+    jj.snapshot("ENG-2")
+    assert not workspaces(jj)["ENG-2"].conflicted
+    resolved = jj.merge("ENG-2")
+    assert resolved.merged, resolved.detail
+    assert show(jj, "main", "shared.txt") == "line 1\nONE and TWO\nline 3\n"
+
+
+# --- stale ------------------------------------------------------------------------
+
+
+def test_stale_workspace_is_detected_and_repaired(jj: JJ, repo: Path) -> None:
+    path = work(jj, "ENG-1", {"mine.txt": "mine\n"})
+    work(jj, "ENG-2", {"other.txt": "other\n"})
+    assert not any(w.stale for w in jj.list_workspaces())
+    # someone (a person in the default workspace) rewrites ENG-1's @ with other content
+    jj.run("rebase", "-r", '"ENG-1"@', "-o", '"ENG-2"@', cwd=repo).check()
+    state = workspaces(jj)
+    assert state["ENG-1"].stale and not state["ENG-2"].stale
+    failing = jj.run("status", cwd=path)
+    assert not failing.ok and "stale" in failing.stderr
+    jj.update_stale("ENG-1")
+    assert not workspaces(jj)["ENG-1"].stale
+    assert jj.run("status", cwd=path).ok
+    assert (path / "other.txt").read_text() == "other\n"
+    assert (path / "mine.txt").read_text() == "mine\n"
+    jj.update_stale("ENG-1")  # idempotent
+    # snapshot repairs a stale workspace by itself
+    jj.run("rebase", "-r", '"ENG-1"@', "-o", "main", cwd=repo).check()
+    assert workspaces(jj)["ENG-1"].stale
+    jj.snapshot("ENG-1")
+    assert not workspaces(jj)["ENG-1"].stale
+
+
+def test_list_workspaces_costs_few_jj_calls(jj: JJ, capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(1, 5):
+        work(jj, f"ENG-{i}", {f"f{i}": "x\n"})
+    fresh = JJ(jj.repo, jj.workspace_root, jj_bin=jj.jj_bin)
+    fresh.list_workspaces()
+    first = fresh.calls
+    fresh.calls = 0
+    fresh.list_workspaces()
+    again = fresh.calls
+    with capsys.disabled():
+        print(f"\njj calls per list_workspaces (4 workspaces): first {first}, then {again}")
+    assert again == 1
+    assert first <= 1 + 4
+
+
+# --- forget -----------------------------------------------------------------------
+
+
+def test_forget_only_after_merge(jj: JJ) -> None:
+    path = work(jj, "ENG-1", {"f.txt": "f\n"})
+    with pytest.raises(JJError, match="would lose work"):
+        jj.forget("ENG-1")
+    assert path.is_dir() and [w.name for w in jj.list_workspaces()] == ["ENG-1"]
+    # unsnapshotted edits count too
+    assert jj.merge("ENG-1").merged
+    (path / "late.txt").write_text("late\n")
+    with pytest.raises(JJError, match="would lose work"):
+        jj.forget("ENG-1")
+    assert jj.merge("ENG-1").merged
+    jj.forget("ENG-1")
+    assert not path.exists()
+    assert jj.list_workspaces() == []
+    jj.forget("ENG-1")  # idempotent
+    assert show(jj, "main", "late.txt") == "late\n"
+    bookmarks = jj.run("--ignore-working-copy", "bookmark", "list", "-T", 'name ++ "\\n"')
+    assert bookmarks.check().lines() == ["main"]
+
+
+def test_forget_empty_workspace(jj: JJ) -> None:
+    path = jj.add_workspace("ENG-4")
+    jj.forget("ENG-4")
+    assert not path.exists()
+
+
+def test_forget_canceled_keeps_the_change_under_a_bookmark(jj: JJ, jj_bin: str) -> None:
+    path = work(jj, "ENG-8", {"canceled.txt": "maybe later\n"}, "ENG-8: canceled work")
+    _jj(jj_bin, path, "new")  # newest change empty: the bookmark must still hold the work
+    jj.forget("ENG-8", keep_bookmark=True)
+    assert not path.exists()
+    assert show(jj, "ralph/ENG-8", "canceled.txt") == "maybe later\n"
+    assert "canceled.txt" not in trunk_files(jj)
+    # the tip of the kept change, not an empty child
+    desc = jj.run(
+        "--ignore-working-copy", "log", "--no-graph", "-r", '"ralph/ENG-8"', "-T", "description"
+    ).check()
+    assert desc.stdout.strip() == "ENG-8: canceled work"
+
+
+def test_orphan_directory_is_never_removed(jj: JJ, tmp_path: Path) -> None:
+    orphan = tmp_path / "workspaces" / "ENG-9"
+    orphan.mkdir(parents=True)
+    (orphan / "edits.txt").write_text("unsaved\n")
+    jj.forget("ENG-9")
+    assert (orphan / "edits.txt").read_text() == "unsaved\n"
+
+
+# --- the whole story: nothing lost -------------------------------------------------
+
+
+def test_nothing_is_lost(jj: JJ, repo: Path) -> None:
+    contents = {
+        "ENG-1": ("one.txt", "one\n"),
+        "ENG-2": ("two.txt", "two\n"),
+        "ENG-3": ("shared.txt", "line 1\nTHREE\nline 3\n"),
+        "ENG-4": ("shared.txt", "line 1\nFOUR\nline 3\n"),
+        "ENG-5": ("five.txt", "five\n"),
+    }
+    for name, (rel, text) in contents.items():
+        work(jj, name, {rel: text})
+    assert jj.merge("ENG-1").merged
+    assert jj.merge("ENG-3").merged
+    assert jj.merge("ENG-4").conflicted
+    assert jj.merge("ENG-2").merged
+    jj.forget("ENG-5", keep_bookmark=True)  # canceled
+    for name in ("ENG-1", "ENG-2", "ENG-3"):
+        jj.forget(name)
+    for name in ("ENG-4",):
+        with pytest.raises(JJError):
+            jj.forget(name)
+    # every change's content is reachable
+    assert show(jj, "main", "one.txt") == "one\n"
+    assert show(jj, "main", "two.txt") == "two\n"
+    assert show(jj, "main", "shared.txt") == "line 1\nTHREE\nline 3\n"
+    assert show(jj, "ralph/ENG-5", "five.txt") == "five\n"
+    conflicted = show(jj, '"ENG-4"@', "shared.txt")
+    assert "FOUR" in conflicted and "THREE" in conflicted
+    assert [w.name for w in jj.list_workspaces()] == ["ENG-4"]
+    # the person's own working copy was never rewritten
+    assert jj.run("status", cwd=repo).ok
+
+
+def test_module_runs_jj_at_one_place() -> None:
+    source = Path(jjmod.__file__).read_text()
+    assert source.count("subprocess.run(") == 1
+
+
+def test_trunk_checkout_follows_trunk_and_drops_scratch(jj: JJ) -> None:
+    checkout = jj.trunk_checkout()
+    assert (checkout / "README").exists()
+    assert checkout.parent == jj.workspace_root.resolve()
+    work(jj, "ENG-1", {"one.txt": "one\n"})
+    assert jj.merge("ENG-1").merged
+    assert jj.trunk_checkout() == checkout
+    assert (checkout / "one.txt").read_text() == "one\n"
+    # the verify command leaves junk behind; the next checkout drops it
+    (checkout / "junk.pyc").write_text("junk\n")
+    work(jj, "ENG-2", {"two.txt": "two\n"})
+    assert jj.merge("ENG-2").merged
+    assert jj.trunk_checkout() == checkout
+    assert (checkout / "two.txt").read_text() == "two\n"
+    assert not (checkout / "junk.pyc").exists()
+    junk = jj.run(
+        "--ignore-working-copy", "log", "--no-graph", "-r", 'all() ~ ::main ~ working_copies()',
+        "-T", 'commit_id ++ "\\n"',
+    ).check()
+    assert junk.lines() == []
+    # unchanged trunk: nothing to do, still the same files
+    assert jj.trunk_checkout() == checkout
+    assert [w.name for w in jj.list_workspaces()] == ["ENG-1", "ENG-2"]
+
+
+def test_workspace_directory_deleted_by_hand(jj: JJ) -> None:
+    import shutil
+
+    path = work(jj, "ENG-1", {"one.txt": "one\n"})
+    shutil.rmtree(path)
+    assert [w.name for w in jj.list_workspaces()] == ["ENG-1"]
+    with pytest.raises(JJError, match="is gone"):
+        jj.add_workspace("ENG-1")
+    with pytest.raises(JJError, match="would lose work"):
+        jj.forget("ENG-1")
+    jj.forget("ENG-1", keep_bookmark=True)
+    assert show(jj, "ralph/ENG-1", "one.txt") == "one\n"
+    assert jj.list_workspaces() == []
+    assert jj.add_workspace("ENG-1") == path

@@ -1,0 +1,369 @@
+"""``ralph-dev worker …`` against a real jj repo, the real local tracker and real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ralph_dev.cli import main
+from ralph_dev.config import ProjectSettings, load_project
+from ralph_dev.jj import JJ
+from ralph_dev.model import NewIssue, Role, StateType
+from ralph_dev.state import StateStore, utcnow
+from ralph_dev.tracker.local import LocalTracker
+
+VERIFY = (
+    "echo checking; test -f ok.txt || { echo 'ok.txt is missing' >&2; exit 3; }; echo verify-ok"
+)
+
+
+@dataclass
+class Project:
+    settings: ProjectSettings
+    tracker: LocalTracker
+    jj: JJ
+    store: StateStore
+    jj_bin: str
+    tmp: Path
+
+    def issue(self, title: str = "Add the thing", description: str = "Do it well.", **kw) -> str:
+        return self.tracker.create_issues_sync([NewIssue(title=title, description=description,
+                                                          **kw)])[0]
+
+    def spawn(self, issue: str, role: Role = Role.EXECUTE) -> Path:
+        """What the controller does before starting an agent: workspace + fresh record."""
+        workspace = self.jj.add_workspace(issue)
+        self.store.update_record(issue, role=role, attempts=1, started_at=utcnow(), done=False,
+                                 blocked=False, iterations=0)
+        self.tracker.set_state_sync(issue, type=StateType.STARTED)
+        return workspace
+
+    def env(self, issue: str, role: Role = Role.EXECUTE) -> dict[str, str]:
+        return {
+            "RALPH_DEV_PROJECT": self.settings.name,
+            "RALPH_DEV_ISSUE": issue,
+            "RALPH_DEV_ROLE": role.value,
+            "RALPH_DEV_WORKSPACE": str(self.jj.workspace_path(issue)),
+        }
+
+    def cli(self, args: list[str], issue: str, role: Role = Role.EXECUTE, **kw):
+        return CliRunner().invoke(main, args, env=self.env(issue, role), catch_exceptions=False,
+                                  **kw)
+
+    def description(self, issue: str) -> str:
+        out = subprocess.run(
+            [self.jj_bin, "log", "--no-graph", "--ignore-working-copy", "-r", f"{issue}@",
+             "-T", "description"],
+            cwd=self.settings.repo, capture_output=True, text=True, check=True,
+        )
+        return out.stdout
+
+
+def make_project(root: Path, jj_bin: str, *, verify: str | None = VERIFY,
+                 extra: str = "") -> Project:
+    repo = root / "repo"
+    env = {"JJ_USER": "t", "JJ_EMAIL": "t@example.com", "PATH": JJ(repo, root).child_path()}
+    subprocess.run([jj_bin, "git", "init", str(repo)], check=True, capture_output=True, env=env)
+    (repo / "README").write_text("hello\n")
+    for args in (["commit", "-m", "init"], ["bookmark", "create", "main", "-r", "@-"]):
+        subprocess.run([jj_bin, *args], cwd=repo, check=True, capture_output=True, env=env)
+    config = root / "config" / "ralph-dev" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["[projects.demo]", f"repo = {json.dumps(str(repo))}", 'trunk = "main"']
+    if verify is not None:
+        lines.append(f"verify_command = {json.dumps(verify)}")
+    config.write_text("\n".join([*lines, extra, "[projects.demo.tracker]", 'key = "DEMO"', ""]))
+    settings = load_project("demo", path=config)
+    return Project(settings, LocalTracker(settings.paths.tracker_db, "DEMO"),
+                   JJ.from_settings(settings), StateStore(settings.paths), jj_bin, root)
+
+
+@pytest.fixture
+def project(xdg: Path, jj_bin: str) -> Project:
+    return make_project(xdg, jj_bin)
+
+
+# --- done ---------------------------------------------------------------------------
+
+
+def test_done_with_passing_verify_closes_the_issue_with_evidence(project: Project) -> None:
+    issue = project.issue("Add ok file")
+    workspace = project.spawn(issue)
+    (workspace / "ok.txt").write_text("fine\n")
+
+    result = project.cli(["worker", "done", issue, "--summary", "Added ok.txt; verify passes."],
+                         issue)
+
+    assert result.exit_code == 0, result.output
+    assert "verify passed" in result.output
+    got = project.tracker.get_sync(issue)
+    assert got.state_type is StateType.COMPLETED
+    ralph = [c for c in got.comments if c.by_ralph]
+    assert len(ralph) == 1
+    body = ralph[0].body
+    assert body.startswith(f"[ralph-dev] {issue} done (execute worker)")
+    assert "Added ok.txt; verify passes." in body
+    assert "exited 0" in body and "verify-ok" in body and VERIFY in body
+    assert " UTC after " in body
+    record = project.store.load_record(issue)
+    assert record is not None and record.done and record.summary == "Added ok.txt; verify passes."
+    assert project.description(issue).strip() == f"{issue}: Add ok file"
+    events = [e for e in project.store.iter_events() if e["event"] == "worker_done"]
+    assert events and events[-1]["issue"] == issue and events[-1]["verify_exit"] == 0
+
+
+def test_done_twice_does_not_double_comment(project: Project) -> None:
+    issue = project.issue()
+    workspace = project.spawn(issue)
+    (workspace / "ok.txt").write_text("fine\n")
+    for _ in range(2):
+        result = project.cli(["worker", "done", issue, "--summary", "done"], issue)
+        assert result.exit_code == 0, result.output
+    assert "already reported done" in result.output
+    assert len([c for c in project.tracker.get_sync(issue).comments if c.by_ralph]) == 1
+
+
+def test_done_retry_after_partial_failure_does_not_double_comment(project: Project) -> None:
+    """A crash after the comment but before the done marker: the retry finishes the rest."""
+    issue = project.issue()
+    workspace = project.spawn(issue)
+    (workspace / "ok.txt").write_text("fine\n")
+    assert project.cli(["worker", "done", issue, "--summary", "done"], issue).exit_code == 0
+    project.store.update_record(issue, done=False)
+    project.tracker.set_state_sync(issue, type=StateType.STARTED)
+
+    result = project.cli(["worker", "done", issue, "--summary", "done"], issue)
+
+    assert result.exit_code == 0, result.output
+    got = project.tracker.get_sync(issue)
+    assert got.state_type is StateType.COMPLETED
+    assert len([c for c in got.comments if c.by_ralph]) == 1
+    assert project.store.load_record(issue).done
+
+
+def test_done_with_failing_verify_refuses_and_keeps_the_issue_open(project: Project) -> None:
+    issue = project.issue()
+    project.spawn(issue)
+
+    result = CliRunner().invoke(main, ["worker", "done", issue, "--summary", "x"],
+                                env=project.env(issue))
+
+    assert result.exit_code != 0
+    assert "verify failed" in result.stderr
+    assert "exited with code 3" in result.stderr
+    assert "ok.txt is missing" in result.stderr  # the output tail reaches the agent
+    assert VERIFY in result.stderr
+    got = project.tracker.get_sync(issue)
+    assert got.state_type is StateType.STARTED
+    assert not got.comments
+    record = project.store.load_record(issue)
+    assert record is not None and not record.done
+    assert record.last_failure and "exit 3" in record.last_failure
+    assert any(e["event"] == "verify_failed" for e in project.store.iter_events())
+
+
+def test_done_without_verify_command_still_closes(xdg: Path, jj_bin: str) -> None:
+    project = make_project(xdg, jj_bin, verify=None)
+    issue = project.issue()
+    project.spawn(issue)
+    result = project.cli(["worker", "done", issue, "--summary", "trivial"], issue)
+    assert result.exit_code == 0, result.output
+    got = project.tracker.get_sync(issue)
+    assert got.state_type is StateType.COMPLETED
+    assert "no verify command is configured" in got.comments[-1].body
+
+
+def test_done_of_execute_goes_to_review_when_configured(xdg: Path, jj_bin: str) -> None:
+    project = make_project(xdg, jj_bin, extra="review_after_execute = true")
+    issue = project.issue()
+    (project.spawn(issue) / "ok.txt").write_text("ok\n")
+    result = project.cli(["worker", "done", issue, "--summary", "ready for review"], issue)
+    assert result.exit_code == 0, result.output
+    assert project.tracker.get_sync(issue).state_name == "In Review"
+    # the review worker then finishes it
+    result = project.cli(["worker", "done", issue, "--summary", "looks right"], issue,
+                         Role.REVIEW)
+    assert result.exit_code == 0, result.output
+    got = project.tracker.get_sync(issue)
+    assert got.state_type is StateType.COMPLETED
+
+
+def test_done_for_another_issue_is_refused(project: Project) -> None:
+    mine, other = project.issue("mine"), project.issue("other")
+    project.spawn(mine)
+    result = CliRunner().invoke(main, ["worker", "done", other, "--summary", "x"],
+                                env=project.env(mine))
+    assert result.exit_code != 0
+    assert f"works on {mine}, not {other}" in result.stderr
+    assert project.tracker.get_sync(other).state_type is StateType.UNSTARTED
+    assert not project.tracker.get_sync(other).comments
+
+
+def test_worker_commands_outside_a_worker_are_refused(project: Project) -> None:
+    issue = project.issue()
+    env = {"RALPH_DEV_ISSUE": "", "RALPH_DEV_PROJECT": ""}
+    for args in (["done", issue, "--summary", "x"], ["note", issue, "hi"],
+                 ["blocked", issue, "--question", "q"], ["feedback", issue]):
+        result = CliRunner().invoke(main, ["worker", *args], env=env)
+        assert result.exit_code != 0, args
+        assert "RALPH_DEV_ISSUE" in result.stderr
+    assert not project.tracker.get_sync(issue).comments
+
+
+@pytest.mark.parametrize("bad", ["../x", "DEMO-1; rm -rf ~", "", "A" * 10_000])
+def test_worker_commands_refuse_malformed_identifiers(project: Project, bad: str) -> None:
+    issue = project.issue()
+    result = CliRunner().invoke(main, ["worker", "note", bad, "hi"], env=project.env(issue))
+    assert result.exit_code != 0
+    assert "not an issue identifier" in result.stderr
+
+
+# --- blocked, note, feedback ---------------------------------------------------------------
+
+
+def test_blocked_labels_comments_and_records(project: Project) -> None:
+    issue = project.issue()
+    project.spawn(issue)
+    result = project.cli(["worker", "blocked", issue, "--question", "Which database, A or B?"],
+                         issue)
+    assert result.exit_code == 0, result.output
+    got = project.tracker.get_sync(issue)
+    assert "user-input-needed" in got.labels
+    assert got.comments[-1].by_ralph
+    assert "Which database, A or B?" in got.comments[-1].body
+    assert project.store.load_record(issue).blocked
+    # asking the same again changes nothing
+    again = project.cli(["worker", "blocked", issue, "--question", "Which database, A or B?"],
+                        issue)
+    assert again.exit_code == 0 and "already" in again.output
+    assert len(project.tracker.get_sync(issue).comments) == 1
+
+
+def test_note_comments_and_labels(project: Project) -> None:
+    issue = project.issue()
+    project.spawn(issue)
+    result = project.cli(["worker", "note", issue, "FYI: the API is slower than expected"],
+                         issue)
+    assert result.exit_code == 0, result.output
+    got = project.tracker.get_sync(issue)
+    assert "agent-feedback-given" in got.labels
+    assert got.comments[-1].by_ralph and "slower than expected" in got.comments[-1].body
+    assert not project.store.load_record(issue).blocked
+
+
+def test_feedback_prints_only_new_human_comments(project: Project) -> None:
+    issue = project.issue()
+    project.tracker.comment_sync(issue, "old remark before the worker started", by_ralph=False,
+                                 author="alice")
+    project.spawn(issue)
+    project.tracker.comment_sync(issue, "ralph's own words", by_ralph=True)
+    project.tracker.comment_sync(issue, "Please use SQLite, not files.", by_ralph=False,
+                                 author="bob")
+
+    first = project.cli(["worker", "feedback", issue], issue)
+
+    assert first.exit_code == 0, first.output
+    assert "Please use SQLite, not files." in first.output
+    assert "bob" in first.output
+    assert "old remark" not in first.output
+    assert "ralph's own words" not in first.output
+    assert "BEGIN COMMENTS" in first.output and "END COMMENTS" in first.output
+    second = project.cli(["worker", "feedback", issue], issue)
+    assert "No new comments" in second.output
+    every = project.cli(["worker", "feedback", issue, "--all"], issue)
+    assert "old remark" in every.output and "SQLite" in every.output
+    assert "ralph's own words" not in every.output
+
+
+# --- plan --------------------------------------------------------------------------------
+
+
+PLAN = """
+[[task]]
+ref = "schema"
+title = "Design the schema"
+
+[[task]]
+ref = "api"
+title = "Build the API"
+blocked_by = ["schema"]
+"""
+
+
+def test_plan_creates_children_with_blockers_then_done(project: Project, tmp_path: Path) -> None:
+    parent = project.issue("Big feature")
+    project.spawn(parent, Role.PLAN)
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(PLAN)
+
+    early = CliRunner().invoke(main, ["worker", "done", parent, "--summary", "planned"],
+                               env=project.env(parent, Role.PLAN))
+    assert early.exit_code != 0 and "worker plan" in early.stderr
+
+    result = project.cli(["worker", "plan", parent, "--file", str(plan_file)], parent, Role.PLAN)
+
+    assert result.exit_code == 0, result.output
+    got = project.tracker.get_sync(parent)
+    assert len(got.children) == 2
+    by_title = {project.tracker.get_sync(c).title: project.tracker.get_sync(c)
+                for c in got.children}
+    schema, api = by_title["Design the schema"], by_title["Build the API"]
+    assert schema.parent == parent and api.parent == parent
+    assert api.blocked_by == (schema.identifier,)
+    # running it again does not duplicate the plan
+    again = CliRunner().invoke(main, ["worker", "plan", parent, "--file", str(plan_file)],
+                               env=project.env(parent, Role.PLAN))
+    assert again.exit_code != 0 and "already has sub-issues" in again.stderr
+    assert len(project.tracker.get_sync(parent).children) == 2
+
+    done = project.cli(["worker", "done", parent, "--summary", "planned in 2 steps"], parent,
+                       Role.PLAN)
+    assert done.exit_code == 0, done.output
+    assert project.store.load_record(parent).done
+    # the parent completes when its children do (the controller's job), not now
+    assert project.tracker.get_sync(parent).state_type is StateType.STARTED
+
+
+def test_plan_is_refused_for_an_execute_worker(project: Project, tmp_path: Path) -> None:
+    issue = project.issue()
+    project.spawn(issue)
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(PLAN)
+    result = CliRunner().invoke(main, ["worker", "plan", issue, "--file", str(plan_file)],
+                                env=project.env(issue))
+    assert result.exit_code != 0 and "only a plan worker" in result.stderr
+    assert not project.tracker.get_sync(issue).children
+
+
+# --- hostile issue text --------------------------------------------------------------------
+
+
+def hostile_text(marker: Path) -> tuple[str, str]:
+    title = (f"$(touch {marker}) `touch {marker}` ; rm -rf ~ C-c Enter "
+             "\x1b[31mred\x1b[0m \x1b]0;pwned\x07 end")
+    description = (f"$(touch {marker})\n`touch {marker}`\n; rm -rf ~\nC-c\nEnter\n"
+                   "\x1b[2J\x1b[31mred\x1b[0m\n") + "x" * 10_000
+    return title, description
+
+
+def test_hostile_issue_text_is_data_through_done(project: Project, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    title, description = hostile_text(marker)
+    issue = project.issue(title, description)
+    (project.spawn(issue) / "ok.txt").write_text("ok\n")
+
+    result = project.cli(["worker", "done", issue, "--summary",
+                          f"$(touch {marker}) `touch {marker}` \x1b[31m"], issue)
+
+    assert result.exit_code == 0, result.output
+    assert not marker.exists()
+    described = project.description(issue)
+    assert f"$(touch {marker})" in described and f"`touch {marker}`" in described
+    assert "\x1b" not in described
+    body = project.tracker.get_sync(issue).comments[-1].body
+    assert f"$(touch {marker})" in body and "\x1b" not in body
