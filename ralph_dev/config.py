@@ -24,8 +24,8 @@ from typing import Any, Literal
 from ralph_dev.errors import RalphError
 from ralph_dev.model import Role
 
-PROJECT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
-KEY_RE = re.compile(r"^[A-Z][A-Z0-9]{0,9}$")
+PROJECT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
+KEY_RE = re.compile(r"[A-Z][A-Z0-9]{0,9}")
 
 
 class ConfigError(RalphError):
@@ -64,7 +64,7 @@ def config_file() -> Path:
 
 
 def check_project_name(name: str) -> str:
-    if not isinstance(name, str) or not PROJECT_NAME_RE.match(name):
+    if not isinstance(name, str) or not PROJECT_NAME_RE.fullmatch(name):
         raise ConfigError(
             f"{name!r} is not a valid project name: use 1-40 letters, digits, '-' or '_', "
             "starting with a letter or digit"
@@ -310,6 +310,16 @@ def _type_name(tp: Any) -> str:
     return str(tp)
 
 
+_SCALARS: dict[Any, tuple[Any, Any]] = {
+    # annotation: (accepts the TOML value?, convert it)
+    bool: (lambda v: isinstance(v, bool), lambda v: v),
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), lambda v: v),
+    float: (lambda v: isinstance(v, int | float) and not isinstance(v, bool), float),
+    str: (lambda v: isinstance(v, str), lambda v: v),
+    Path: (lambda v: isinstance(v, str | Path) and bool(str(v)), lambda v: Path(v).expanduser()),
+}
+
+
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     """Check ``value`` against annotation ``tp``; return the typed value or raise."""
     origin = typing.get_origin(tp)
@@ -334,25 +344,13 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return tuple(value)
         raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
     if origin is Mapping:
-        key_tp, val_tp = typing.get_args(tp)
+        _key_tp, val_tp = typing.get_args(tp)
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a table, got {value!r}")
         return {str(k): _coerce(v, val_tp, f"{where}.{k}") for k, v in value.items()}
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-    elif tp is Path:
-        if isinstance(value, str | Path) and str(value):
-            return Path(value).expanduser()
+    accept = _SCALARS.get(tp)
+    if accept is not None and accept[0](value):
+        return accept[1](value)
     raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
 
 
@@ -388,9 +386,9 @@ def _validate(settings: ProjectSettings, where: str) -> None:
         raise bad("repo", f"must be an absolute path, got {str(settings.repo)!r}")
     if settings.workspace_root is not None and not settings.workspace_root.is_absolute():
         raise bad("workspace_root", "must be an absolute path")
-    if not re.match(r"^[A-Za-z0-9._/-]+$", settings.trunk):
+    if not re.fullmatch(r"[A-Za-z0-9._/-]+", settings.trunk):
         raise bad("trunk", f"{settings.trunk!r} is not a usable bookmark name")
-    if settings.tracker.key and not KEY_RE.match(settings.tracker.key):
+    if settings.tracker.key and not KEY_RE.fullmatch(settings.tracker.key):
         raise bad("tracker.key", "must be 1-10 capital letters/digits starting with a letter")
     if settings.tracker.kind == "linear" and not settings.tracker.linear_project:
         raise bad("tracker.linear_project", "is required when tracker.kind = 'linear'")
@@ -576,7 +574,9 @@ def _toml_value(value: Any) -> Any:
     return value
 
 
-def write_project(settings: ProjectSettings, *, force: bool = False, path: Path | None = None) -> Path:
+def write_project(
+    settings: ProjectSettings, *, force: bool = False, path: Path | None = None
+) -> Path:
     """Add (or with ``force`` replace) one ``[projects.NAME]`` table, atomically.
 
     Uses tomlkit so a person's comments and layout elsewhere in the file survive.

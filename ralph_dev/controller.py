@@ -303,12 +303,12 @@ class Controller:
 
     async def _merge(self, action: Merge, issue: Issue | None) -> None:
         result = await asyncio.to_thread(self.jj.merge, action.issue)
-        if getattr(result, "conflicted", False):
+        if result.conflicted:
             from ralph_dev.model import Role
 
             self.store.update_record(action.issue, done=False, role=Role.RESOLVE)
             self.store.append_event("merge_conflict", issue=action.issue,
-                                    detail=getattr(result, "detail", ""))
+                                    detail=result.detail)
             with contextlib.suppress(TrackerError):
                 await self.tracker.comment(
                     action.issue,
@@ -316,6 +316,9 @@ class Controller:
                     "trunk is untouched and a resolve worker will take the workspace.",
                 )
             raise MergeConflict(f"{action.issue}: merge into {self.settings.trunk} conflicted")
+        if not result.merged:
+            log.info("nothing_to_merge", issue=action.issue, detail=result.detail)
+            return
         self.store.update_record(action.issue, merged=True)
         if self.settings.merge.verify_trunk and self.settings.verify_command:
             await self._verify_trunk(action.issue)
@@ -358,7 +361,7 @@ class Controller:
             while not self.stopping:
                 try:
                     await self.tick()
-                except Exception as exc:  # noqa: BLE001 - the loop must outlive any bad tick
+                except Exception as exc:
                     log.exception("tick_failed")
                     self.store.append_event("tick_failed", error=repr(exc))
                 if max_ticks is not None and self.tick_number >= max_ticks:

@@ -144,12 +144,19 @@ class Daemon:
     def start_controller(self, reason: str) -> None:
         for window in self.controller_windows():
             self.tmux.kill_window(window.window_id)
-        env = child_environment({"RALPH_DEV_PROJECT": self.settings.name})
+        from ralph_dev.agents import launch_via_spec
+
+        launch = launch_via_spec(
+            ralph_command("controller", self.settings.name),
+            child_environment({"RALPH_DEV_PROJECT": self.settings.name}),
+            self.settings.repo,
+            self.store.paths.state_dir / "controller.launch.json",
+        )
         self.tmux.open_window(
             CONTROLLER_WINDOW,
-            cwd=self.settings.repo,
-            command=ralph_command("controller", self.settings.name),
-            environment=env,
+            cwd=launch.cwd,
+            command=launch.argv,
+            environment=launch.env,
             log_file=self.store.paths.logs_dir / "controller.log",
         )
         self.started_controller_at = utcnow()
@@ -219,7 +226,7 @@ class Daemon:
                     log.error("controller_crash_loop", reason=why)
                 return
             await asyncio.to_thread(self.start_controller, why)
-        except Exception:  # noqa: BLE001 - the health loop must survive anything
+        except Exception:
             log.exception("health_check_failed")
 
     async def run(self) -> None:
@@ -233,7 +240,9 @@ class Daemon:
             self.store.append_event("daemon_started", pid=os.getpid())
             scheduler = AsyncIOScheduler(job_defaults={"max_instances": 1, "coalesce": True})
             try:
-                env = child_environment()
+                from ralph_dev.agents import public_env
+
+                env = public_env(child_environment())
                 await asyncio.to_thread(self.tmux.ensure_session, self.settings.repo, env)
                 healthy, why = await asyncio.to_thread(self.controller_health)
                 if not healthy or not any(w.alive for w in self.controller_windows()):
@@ -285,7 +294,8 @@ def start_background(settings: ProjectSettings, timeout: float = 20.0) -> int:
         proc = subprocess.Popen(
             ralph_command("--config", str(config_file()), "start", settings.name, "--foreground"),
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
-            env={**os.environ, "RALPH_DEV_LOG_LEVEL": os.environ.get("RALPH_DEV_LOG_LEVEL", "INFO")},
+            env={**os.environ,
+                 "RALPH_DEV_LOG_LEVEL": os.environ.get("RALPH_DEV_LOG_LEVEL", "INFO")},
         )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -15,9 +15,15 @@ How the executor is expected to carry a plan out (the rules rely on it):
   None``; ``Spawn`` moves the issue to a started state;
 - ``Kill`` kills every window with the issue's name (names may repeat);
 - ``Reap`` kills the dead window(s) and sets ``last_failure_at = now``;
-- ``Nudge`` sets ``nudged_at = now``; ``Merge`` sets ``merged = True``;
+- ``Nudge`` sets ``nudged_at = now``; ``Merge`` sets ``merged = True`` (on a
+  conflict it may instead leave the done marker, or reset it with role
+  ``resolve``: either way the conflicted workspace gets a resolve worker);
 - ``Resume`` removes the feedback and user-input labels and sets
   ``attempts = 0``.
+
+A finished worker's chain is Kill → Merge → Forget: the window goes before
+jj touches the workspace, and the workspace goes only after its change is in
+trunk (or, for a canceled issue, kept under a bookmark).
 
 Text from issues (titles, descriptions, comments) never appears in an action:
 reasons and nudges name issues only by their checked identifier.
@@ -168,7 +174,9 @@ class _World:
         world = cls(observed, settings)
         for issue in observed.issues:
             ident = issue.identifier
-            if isinstance(ident, str) and IDENTIFIER_RE.match(ident) and ident not in world.issues:
+            if ident not in world.issues and isinstance(ident, str) and (
+                IDENTIFIER_RE.fullmatch(ident)
+            ):
                 world.issues[ident] = issue
                 world.labels[ident] = _label_set(issue.labels)
         for ident, issue in world.issues.items():
@@ -178,7 +186,7 @@ class _World:
                 world.children.setdefault(issue.parent, set()).add(ident)
         records: Mapping[str, WorkerRecord] = observed.records or {}
         for ident, record in records.items():
-            if isinstance(ident, str) and IDENTIFIER_RE.match(ident):
+            if isinstance(ident, str) and IDENTIFIER_RE.fullmatch(ident):
                 world.records[ident] = record
         # A worker window is named by an identifier of this project: its key, or
         # the key of any issue or record we know (Linear team keys may differ).
@@ -190,7 +198,7 @@ class _World:
             return (
                 isinstance(name, str)
                 and name != CONTROLLER_WINDOW
-                and bool(IDENTIFIER_RE.match(name))
+                and bool(IDENTIFIER_RE.fullmatch(name))
                 and _prefix(name) in keys
             )
 
@@ -285,15 +293,28 @@ class _World:
 
 
 def _blocker_key(ident: str) -> tuple[str, int]:
-    return _id_key(ident) if IDENTIFIER_RE.match(ident) else (ident, 0)
+    return _id_key(ident) if IDENTIFIER_RE.fullmatch(ident) else (ident, 0)
 
 
 # --- public helpers for status / plan ------------------------------------------------
 
 
 def route(issue: Issue, observed: Observed, settings: ProjectSettings) -> Role:
-    """The role a worker for ``issue`` gets (rule 7)."""
-    return _World.build(observed, settings).route(issue)
+    """The role a worker for ``issue`` gets (rule 7).
+
+    Looks only at what routing needs (the issue's workspace and children), so
+    ``status`` may call it once per worker without indexing the whole world.
+    """
+    ident = issue.identifier
+    world = _World(observed, settings)
+    world.labels[ident] = _label_set(issue.labels)
+    kids = set(issue.children) | {i.identifier for i in observed.issues if i.parent == ident}
+    if kids:
+        world.children[ident] = kids
+    ws = next((w for w in observed.workspaces if w.name == ident), None)
+    if ws is not None:
+        world.workspaces[ident] = ws
+    return world.route(issue)
 
 
 def ready_issues(observed: Observed, settings: ProjectSettings) -> tuple[Issue, ...]:
@@ -453,37 +474,31 @@ class _Decider:
         self.merge_chain(ident, ws, f"{ident}: worker reported done", has_window)
 
     def merge_chain(self, ident: str, ws: Workspace, why: str, has_window: bool) -> None:
-        """Merge (if there is a change), then kill, then forget: never forget unmerged work."""
-        chain: list[Action] = []
+        """Kill, then merge (if there is a change), then forget: never forget unmerged work.
+
+        The window goes first so no agent writes into the workspace while jj
+        snapshots and rebases it, and so a conflicted merge leaves no finished
+        worker's window behind to be mistaken for the resolve worker.
+        """
+        if has_window:
+            self.emit(Kill(ident, f"{why}: closing its window"))
         if ws.has_unmerged_change:
             if not self.take_merge_slot():
                 return  # one merge per plan; this one goes next tick
-            chain.append(Merge(ident, f"{why}: merging its change into trunk"))
-        if has_window:
-            chain.append(Kill(ident, f"{why}: closing its window"))
+            self.emit(Merge(ident, f"{why}: merging its change into trunk"))
         after = "after the merge" if ws.has_unmerged_change else "nothing left to merge"
-        chain.append(Forget(ident, f"{why}: forgetting its workspace ({after})"))
-        self.emit(*chain)
+        self.emit(Forget(ident, f"{why}: forgetting its workspace ({after})"))
 
     def zombie(self, ident: str) -> None:
         ws = self.world.workspaces.get(ident)
         why = f"{ident} is completed but its worker is still running"
-        if ws is not None and ws.has_unmerged_change:
-            if self.trunk_red or ws.conflicted:
-                self.emit(Kill(ident, f"{why}: closing its window; its change waits "
-                                      f"({'trunk is red' if self.trunk_red else 'it conflicts'})"))
-                return
-            if not self.take_merge_slot():
-                return
-            self.emit(
-                Merge(ident, f"{why}: merging its change into trunk"),
-                Kill(ident, f"{why}: closing its window"),
-                Forget(ident, f"{why}: forgetting its workspace after the merge"),
-            )
-            return
-        self.emit(Kill(ident, f"{why}: closing its window"))
-        if ws is not None:
-            self.emit(Forget(ident, f"{why}: forgetting its workspace (nothing to merge)"))
+        if ws is None:
+            self.emit(Kill(ident, f"{why}: closing its window"))
+        elif ws.has_unmerged_change and (self.trunk_red or ws.conflicted):
+            waits = "trunk is red" if self.trunk_red else "it conflicts with trunk"
+            self.emit(Kill(ident, f"{why}: closing its window; its change waits ({waits})"))
+        else:
+            self.merge_chain(ident, ws, why, has_window=True)
 
     def finished(self, ident: str, issue: Issue) -> None:
         """Completed, no done marker, no live window: merge/forget what is left."""
@@ -511,9 +526,10 @@ class _Decider:
         """Queue a resolve worker for a conflicted workspace (cap, backoff and holds apply)."""
         if issue is None or not self.tracker_ok:
             return
+        if self.world.feedback(ident):
+            self.resume(ident)
+            return
         if self.world.held(ident):
-            if self.world.feedback(ident):
-                self.resume(ident)
             return
         self.retry(ident, issue, Role.RESOLVE, "its change conflicts with trunk", self.resolves)
 
@@ -525,19 +541,7 @@ class _Decider:
         attempts = self.attempts(ident)
         cap = self.settings.timing.max_attempts
         if attempts >= cap:
-            last = (rec.last_failure or "unknown") if rec else "unknown"
-            when = (
-                f" at {_aware(rec.last_failure_at).isoformat(timespec='seconds')}"
-                if rec is not None and rec.last_failure_at
-                else ""
-            )
-            comment = (
-                f"ralph-dev stopped retrying {ident} after {attempts}/{cap} attempts "
-                f"({what}). Last failure: {last[:300]}{when}. To retry, add a comment "
-                f"and the label {self.settings.labels.user_feedback_given!r}."
-            )
-            self.emit(Hold(ident, f"{ident}: {what}; attempt cap {cap} reached, holding it",
-                           comment=comment))
+            self.hold(ident, what)
             return
         wait = backoff_seconds(attempts, self.settings)
         if rec is not None and rec.last_failure_at is not None and wait > 0:
@@ -555,6 +559,25 @@ class _Decider:
                 f"{ident}: {what}{last}, attempt {attempts + 1}/{cap}{backoff}",
             )
         )
+
+    def hold(self, ident: str, what: str) -> None:
+        """Stop retrying and tell the person, on the issue, what happened and how to go on."""
+        rec = self.world.records.get(ident)
+        attempts = self.attempts(ident)
+        cap = self.settings.timing.max_attempts
+        last = (rec.last_failure or "unknown") if rec else "unknown"
+        when = (
+            f" at {_aware(rec.last_failure_at).isoformat(timespec='seconds')}"
+            if rec is not None and rec.last_failure_at
+            else ""
+        )
+        comment = (
+            f"ralph-dev stopped retrying {ident} after {attempts}/{cap} attempts "
+            f"({what}). Last failure: {last[:300]}{when}. To retry, add a comment "
+            f"and the label {self.settings.labels.user_feedback_given!r}."
+        )
+        self.emit(Hold(ident, f"{ident}: {what}; attempt cap {cap} reached, holding it",
+                       comment=comment))
 
     def resume(self, ident: str) -> None:
         if self.tracker_ok:
@@ -643,7 +666,7 @@ class _Decider:
         what = f"still silent {since:.0f}s after a nudge"
         if attempts >= cap:
             self.emit(Kill(ident, f"{ident}: {what}; attempt cap {cap} reached, stopping it"))
-            self.retry(ident, issue, Role.EXECUTE, what, [])  # emits the Hold
+            self.hold(ident, what)
             return
         role = rec.role if rec is not None else w.route(issue)
         self.emit(Restart(ident, f"{ident}: {what}; restarting, attempt {attempts + 1}/{cap}",
@@ -675,14 +698,17 @@ class _Decider:
             ident = issue.identifier
             role = w.route(issue)
             rec = w.records.get(ident)
-            fresh = rec is None or rec.done or w.review_dispatch(issue)
-            attempt = 1 if fresh else rec.attempts + 1
             if w.review_dispatch(issue):
                 why = f"{ident} is in {s.review_state!r} with no reviewer yet"
             else:
                 why = (f"{ident} is ready: priority {issue.priority} "
                        f"({PRIORITY_NAMES.get(issue.priority, 'unknown')}), no unfinished blockers")
-            dispatch.append(_Candidate(issue, role, attempt, why))
+            if rec is None or rec.done or w.review_dispatch(issue):
+                dispatch.append(_Candidate(issue, role, 1, why))
+            else:
+                # Tried before (moved back to Todo, or its start never stuck): the
+                # attempt cap and backoff still apply, so nothing loops forever.
+                self.retry(ident, issue, role, f"{why}, tried before", dispatch)
         queue = [*self.resolves, *sorted(self.orphans, key=lambda c: dispatch_key(c.issue)),
                  *dispatch]
         for cand in queue:
@@ -707,7 +733,7 @@ class _Decider:
 def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan:
     """The actions that bring the world to what it should be, each with its reason.
 
-    Order: per-issue upkeep (merge, kill, forget, reap, nudge, restart, hold,
+    Order: per-issue upkeep (kill, merge, forget, reap, nudge, restart, hold,
     feedback, complete) by identifier, then spawns — resolve workers, orphan
     respawns, new dispatches — within the global and per-role limits.
     """

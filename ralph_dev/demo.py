@@ -72,6 +72,7 @@ priority = 4
 """
 
 PROJECT = "demo"
+DEMO_KEY = "KV"
 
 
 def find_claude() -> str | None:
@@ -100,11 +101,11 @@ def _make_repo(repo: Path, env: dict[str, str], jj_bin: str) -> None:
 
 
 @contextlib.contextmanager
-def scripted_model(root: Path) -> Iterator[dict[str, str]]:
+def scripted_model() -> Iterator[dict[str, str]]:
     """Run the scripted fake Anthropic API on loopback; yield the env that points at it."""
-    from ralph_dev.scripted_model import ScriptedModelServer, scripted_worker_brain
+    from ralph_dev.scripted_model import FakeAnthropic, demo_brain
 
-    server = ScriptedModelServer(scripted_worker_brain())
+    server = FakeAnthropic(demo_brain(DEMO_KEY))
     server.start()
     try:
         yield {
@@ -145,13 +146,13 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
     echo("=" * 72)
     repo = root / "repo"
     _make_repo(repo, env, jj_bin)
-    init = ["init", PROJECT, "--repo", str(repo), "--key", "KV", "--max-workers", str(workers),
+    init = ["init", PROJECT, "--repo", str(repo), "--key", DEMO_KEY, "--max-workers", str(workers),
             "--verify", "test -n \"$(ls)\""]
     stack = contextlib.ExitStack()
     try:
         if claude:
             echo(f" workers: real Claude Code ({claude}) against a scripted model on loopback")
-            env.update(stack.enter_context(scripted_model(root)))
+            env.update(stack.enter_context(scripted_model()))
             env["RALPH_DEV_CLAUDE_BIN"] = claude
             init += ["--agent", "claude"]
         else:

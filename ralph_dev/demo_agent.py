@@ -9,7 +9,8 @@ Behaviour per issue can be scripted for fault tests with a JSON file named by
 ``RALPH_DEV_DEMO_SCRIPT``: ``{"DEMO-3": "fail", "DEMO-4": "hang", "*": "work:2"}``
 — ``work:N`` works N seconds then reports done (default ``work:1``), ``fail``
 exits 1 without reporting, ``hang`` sleeps silently forever, ``hang-once``
-hangs on attempt 1 only, ``block`` reports blocked with a question,
+hangs on attempt 1 only, ``write-hang`` makes its change and then hangs (a worker
+a person overtakes by marking the issue Done), ``block`` reports blocked with a question,
 ``conflict:PATH`` writes the same PATH as other issues (to force a conflict).
 """
 
@@ -57,6 +58,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if what == "hang" or (what == "hang-once" and attempt == 1):
         while True:  # silent: no output, so the controller sees it as stuck
+            time.sleep(3600)
+    if what == "write-hang":
+        path = workspace / "changes" / f"{issue}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{issue}: written, then the agent hung\n")
+        print(f"[demo agent] wrote changes/{issue}.txt and now hangs", flush=True)
+        while True:
             time.sleep(3600)
     if what == "block":
         return ralph("worker", "blocked", issue, "--question",

@@ -26,7 +26,7 @@ class Check:
 def _version(argv: list[str]) -> tuple[str | None, tuple[int, ...]]:
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=15, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except (OSError, subprocess.TimeoutExpired):
         return None, ()
     text = (out.stdout or out.stderr).strip().splitlines()
     first = text[0] if text else ""
@@ -62,8 +62,8 @@ async def run_checks(cli: Any, project: str | None) -> list[Check]:
     )
     names = [project] if project else project_names(cli.config_path)
     if not names:
-        checks.append(Check("config", False,
-                            f"no projects in {cli.config_path}; run ralph-dev init PROJECT --repo PATH"))
+        checks.append(Check("config", False, f"no projects in {cli.config_path}; "
+                                             "run ralph-dev init PROJECT --repo PATH"))
     for name in names:
         try:
             settings = cli.project(name)

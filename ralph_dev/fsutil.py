@@ -17,9 +17,9 @@ def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        Path(tmp).chmod(mode)
+        Path(tmp).replace(path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            Path(tmp).unlink()
         raise

@@ -262,7 +262,7 @@ async def gather_context(settings: ProjectSettings, env: WorkerEnv, tracker: Any
 
 def session_start(settings: ProjectSettings, env: WorkerEnv, tracker: Any = None) -> str:
     async def go() -> str:
-        t = tracker if tracker is not None else await open_tracker(settings)
+        t = tracker if tracker is not None else open_tracker(settings)
         try:
             return await asyncio.wait_for(gather_context(settings, env, t), TRACKER_BUDGET)
         finally:

@@ -196,6 +196,24 @@ def _checkout_op_id(workspace_dir: Path) -> str | None:
     return None
 
 
+_REFUSED_LINE = re.compile(r"^  (.+): \S+ \(\d+ bytes\)")
+
+
+def _refused_paths(stderr: str) -> list[str]:
+    """Paths from jj's "Refused to snapshot some files:" warning."""
+    refused: list[str] = []
+    inside = False
+    for line in stderr.splitlines():
+        if "Refused to snapshot some files" in line:
+            inside = True
+        elif inside and (found := _REFUSED_LINE.match(line)):
+            if found.group(1) not in refused:
+                refused.append(found.group(1))
+        else:
+            inside = False
+    return refused
+
+
 def _varint(data: bytes, i: int) -> tuple[int, int]:
     shift = result = 0
     while True:
@@ -240,7 +258,7 @@ class JJ:
 
     @property
     def jj_bin(self) -> str:
-        found = self._jj_bin or find_jj()
+        found = self._jj_bin = self._jj_bin or find_jj()
         if not found:
             raise JJError(
                 "jj is not installed (looked at $RALPH_DEV_JJ, PATH and ~/.local/bin/jj): "
@@ -287,7 +305,9 @@ class JJ:
         return JJResult(argv, str(where), proc.returncode, proc.stdout, proc.stderr)
 
     def _read(self, *args: str) -> JJResult:
-        """A read-only query from the repo root that never snapshots the default workspace."""
+        """A repo-level command (queries, bookmarks, forget) run from the repo root
+        with ``--ignore-working-copy``: the person's own working copy is never
+        snapshotted or updated by it."""
         return self.run("--ignore-working-copy", *args).check()
 
     # -- names and paths --
@@ -361,7 +381,13 @@ class JJ:
         return found
 
     def add_workspace(self, name: str) -> Path:
-        """Create workspace NAME from trunk (or reuse it) and bookmark its change."""
+        """Create workspace NAME from trunk (or reuse it) and bookmark its change.
+
+        A reused workspace is snapshotted (and repaired if stale) so the new
+        agent starts from what is on disk. When ``ralph/NAME`` still holds
+        unmerged work (a canceled issue that came back), the new workspace
+        starts on top of that work instead of trunk.
+        """
         path = self.workspace_path(name)
         listed = self._listed()
         if name in listed:
@@ -377,6 +403,7 @@ class JJ:
                     f"`jj workspace forget {name}` in {self.repo} (its commits stay in the repo)"
                 )
             log.debug("jj_workspace_reused", workspace=name)
+            self._snapshot(path)
             self._ensure_bookmark(name)
             return path
         if path.exists() and any(path.iterdir()):
@@ -385,9 +412,17 @@ class JJ:
                 "(it may hold someone's work) and try again"
             )
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.run(
-            "workspace", "add", "--name", name, "-r", self._trunk, str(path), cwd=self.repo
-        ).check()
+        base = self._trunk
+        kept = f"present({_q(self.bookmark(name))}) ~ ::{self._trunk}"
+        if self._count(None, kept):
+            base = _q(self.bookmark(name))
+            log.info("jj_workspace_resumes_kept_change", workspace=name, bookmark=base)
+        add = ("workspace", "add", "--name", name, "-r", base, str(path))
+        result = self.run(*add, cwd=self.repo)
+        if not result.ok and "already registered worktree" in result.stderr:
+            self._prune_git_worktrees()
+            result = self.run(*add, cwd=self.repo)
+        result.check()
         self._ensure_bookmark(name)
         log.info("jj_workspace_added", workspace=name, path=str(path))
         return path
@@ -395,13 +430,21 @@ class JJ:
     def _ensure_bookmark(self, name: str) -> None:
         """Keep the worker's change reachable under ``ralph/NAME`` (follows rewrites)."""
         bookmark = self.bookmark(name)
-        have = self._read(
-            "bookmark", "list", "-T", f'if(name == {_q(bookmark)}, name ++ "\\n")'
-        ).lines()
-        if bookmark not in have:
+        if not self._count(None, f"present({_q(bookmark)})"):
             self._read(
                 "bookmark", "set", "--allow-backwards", bookmark, "-r", f"{_q(name)}@"
             )
+
+    def _prune_git_worktrees(self) -> None:
+        """Drop git's record of worktrees whose directory is gone (colocated repos).
+
+        ``jj workspace forget`` cannot unregister the git worktree of a
+        directory someone already deleted, and git then refuses a new worktree
+        at that path. Run through ``jj util exec`` so jj stays the one tool
+        this module starts, with the same PATH (and so the same git).
+        """
+        if (self.repo / ".git").exists():
+            self.run("--ignore-working-copy", "util", "exec", "--", "git", "worktree", "prune")
 
     def list_workspaces(self) -> list[Workspace]:
         """ralph-dev's workspaces (those under the root) with what decide needs.
@@ -484,6 +527,8 @@ class JJ:
             )
             if not result.ok:
                 return self._probe_stale(name)
+            if len(self._wc_at_op) >= 1000:  # a long night: keep the newest ones
+                self._wc_at_op.pop(next(iter(self._wc_at_op)))
             self._wc_at_op[op] = dict(line.split(_FS, 1) for line in result.lines())
         return self._wc_at_op[op].get(name, current) != current
 
@@ -515,24 +560,44 @@ class JJ:
         path = self._require(name)
         self.run("workspace", "update-stale", cwd=path).check()
 
-    def snapshot(self, name: str) -> None:
-        """Record the worker's files in its change (hooks call this after edits)."""
-        self._snapshot(self._require(name))
+    def snapshot(self, name: str) -> list[str]:
+        """Record the worker's files in its change (hooks call this after edits).
 
-    def _snapshot(self, path: Path) -> None:
+        Returns the paths jj refused to record (bigger than its
+        ``snapshot.max-new-file-size``); they exist only on disk.
+        """
+        return self._snapshot(self._require(name))
+
+    def _snapshot(self, path: Path) -> list[str]:
         """Snapshot the working copy at ``path``, repairing it first if it is stale."""
         result = self.run("util", "snapshot", cwd=path)
         if not result.ok and "stale" in result.stderr:
             log.info("jj_workspace_stale_repaired", workspace=path.name)
             self.run("workspace", "update-stale", cwd=path).check()
             result = self.run("util", "snapshot", cwd=path)
-        result.check()
+        refused = _refused_paths(result.check().stderr)
+        if refused:
+            log.warning("jj_snapshot_refused", workspace=path.name, paths=refused[:10])
+        return refused
+
+    def _refuse_if_unrecorded(self, name: str, refused: list[str], doing: str) -> None:
+        if refused:
+            shown = ", ".join(refused[:5]) + (" …" if len(refused) > 5 else "")
+            raise JJError(
+                f"refusing to {doing} workspace {name}: jj did not record {shown} (too large "
+                f"for snapshot.max-new-file-size), so it would be lost; add it to .gitignore, "
+                f"remove it, or raise the limit with `jj config set --repo "
+                f"snapshot.max-new-file-size SIZE` in {self.repo}"
+            )
 
     def describe(self, name: str, message: str) -> None:
         """Set the description of the workspace's working change (snapshotting first)."""
         path = self._require(name)
         self._snapshot(path)
-        self.run("describe", "-r", "@", "-m", message, cwd=path).check()
+        # `--message=…` so a message starting with '-' is never read as an option;
+        # NUL cannot pass through argv at all.
+        text = message.replace("\x00", "")
+        self.run("describe", "-r", "@", f"--message={text}", cwd=path).check()
 
     def _work_heads(self, path: Path) -> list[str]:
         """Commit ids of the newest changes in the workspace that are not in trunk."""
@@ -563,7 +628,7 @@ class JJ:
         trunk is not moved and the workspace keeps the conflicted change.
         """
         path = self._require(name)
-        self._snapshot(path)
+        self._refuse_if_unrecorded(name, self._snapshot(path), "merge")
         work = self._trunk + "..@"
         if self._count(path, f"({work}) ~ empty()") == 0:
             return MergeResult(
@@ -584,9 +649,10 @@ class JJ:
             )
         heads = self._work_heads(path)
         if len(heads) != 1:
-            return MergeResult(
-                merged=False,
-                detail=f"{name} has {len(heads)} separate lines of work; expected one",
+            raise JJError(
+                f"cannot merge workspace {name}: it has {len(heads)} separate lines of work "
+                f"({', '.join(h[:12] for h in heads)}); join them into one change in "
+                f"{path} (e.g. `jj new {' '.join(h[:12] for h in heads)}`) and try again"
             )
         head = heads[0]
         # trunk gets no nameless commits (they cannot be pushed): name them after the workspace
@@ -594,11 +660,11 @@ class JJ:
         if self._count(path, nameless):
             self.run("describe", "-r", nameless, "-m", name, cwd=path).check()
             head = self._work_heads(path)[0]
-        self.run("bookmark", "set", self.trunk, "-r", head, cwd=path).check()
         if self._count(path, f"@ & {head}"):
-            # @ is now trunk's head: give the workspace a fresh change so later
-            # edits there never rewrite trunk.
+            # @ is about to become trunk's head: give the workspace a fresh change
+            # first, so later edits there (a hook's snapshot) never rewrite trunk.
             self.run("new", "-r", "@", cwd=path).check()
+        self.run("bookmark", "set", self.trunk, "-r", head, cwd=path).check()
         self.run("bookmark", "delete", self.bookmark(name), cwd=path)
         log.info("jj_merged", workspace=name, commit=head[:12], trunk=self.trunk)
         return MergeResult(
@@ -620,7 +686,7 @@ class JJ:
             return
         bookmark = self.bookmark(name)
         if path.is_dir():
-            self._snapshot(path)
+            self._refuse_if_unrecorded(name, self._snapshot(path), "forget")
         revset_ws = f"{_q(name)}@"
         unmerged = self._count(None, f"({self._trunk}..{revset_ws}) ~ empty()")
         if unmerged and not keep_bookmark:
@@ -646,6 +712,8 @@ class JJ:
         self._read("workspace", "forget", name)
         if path.exists():
             shutil.rmtree(path)
+        else:
+            self._prune_git_worktrees()
         log.info("jj_workspace_forgotten", workspace=name, kept=bool(unmerged))
 
     # -- trunk --
@@ -658,7 +726,12 @@ class JJ:
         was snapshotted into a scratch change; that change is abandoned.
         """
         path = (self.workspace_root / f".{TRUNK_WORKSPACE}").resolve()
-        if TRUNK_WORKSPACE not in self._listed():
+        listed = self._listed()
+        if TRUNK_WORKSPACE in listed and not path.is_dir():
+            self._read("workspace", "forget", TRUNK_WORKSPACE)  # someone deleted it
+            self._prune_git_worktrees()
+            del listed[TRUNK_WORKSPACE]
+        if TRUNK_WORKSPACE not in listed:
             if path.exists():
                 shutil.rmtree(path)  # ours: a scratch checkout left by a forgotten workspace
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from enum import StrEnum
 
 from ralph_dev.errors import RalphError
 
-IDENTIFIER_RE = re.compile(r"^[A-Z][A-Z0-9]{0,9}-[1-9][0-9]{0,8}$")
+IDENTIFIER_RE = re.compile(r"[A-Z][A-Z0-9]{0,9}-[1-9][0-9]{0,8}")
 """What an issue identifier may look like.
 
 Identifiers become window names, workspace names and file names, so anything
@@ -32,7 +32,7 @@ class InvalidIdentifier(RalphError, ValueError):
 
 def check_identifier(text: str) -> str:
     """Return ``text`` if it is a well-formed identifier, else raise with the fix."""
-    if not isinstance(text, str) or not IDENTIFIER_RE.match(text):
+    if not isinstance(text, str) or not IDENTIFIER_RE.fullmatch(text):
         shown = text if isinstance(text, str) else repr(text)
         if len(shown) > 40:
             shown = shown[:37] + "..."

@@ -109,7 +109,7 @@ def parse_plan(path: Path, *, parent: str | None = None) -> list[NewIssue]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PlanError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
-    if parent is not None and not IDENTIFIER_RE.match(parent):
+    if parent is not None and not IDENTIFIER_RE.fullmatch(parent):
         raise PlanError(f"parent {parent!r} is not an issue identifier (expected KEY-N)")
     entries = _parse_toml(path, text) if suffix == ".toml" else _parse_markdown(path, text)
     if not entries:
@@ -150,11 +150,11 @@ def _check_refs(path: Path, entries: list[_Entry]) -> None:
     for entry in entries:
         if entry.ref is None:
             continue
-        if not REF_RE.match(entry.ref):
+        if not REF_RE.fullmatch(entry.ref):
             raise _fail(path, entry.line, entry.where,
                         f"ref {entry.ref!r} may use only letters, digits, '.', '_' and '-' "
                         "(at most 64, starting with a letter or digit)")
-        if IDENTIFIER_RE.match(entry.ref):
+        if IDENTIFIER_RE.fullmatch(entry.ref):
             raise _fail(path, entry.line, entry.where,
                         f"ref {entry.ref!r} looks like an issue identifier; use a name such "
                         "as 'schema'")
@@ -173,7 +173,7 @@ def _check_refs(path: Path, entries: list[_Entry]) -> None:
             seen[entry.ref] = entry
     for entry in entries:
         for blocker in entry.blocked_by:
-            if blocker in seen or IDENTIFIER_RE.match(blocker):
+            if blocker in seen or IDENTIFIER_RE.fullmatch(blocker):
                 continue
             known = ", ".join(sorted(seen)) or "none"
             raise _fail(path, entry.line, entry.where,

@@ -123,10 +123,7 @@ class StateStore:
         return updated
 
     def delete_record(self, issue: str) -> None:
-        try:
-            self.record_path(issue).unlink()
-        except FileNotFoundError:
-            pass
+        self.record_path(issue).unlink(missing_ok=True)
 
     def load_records(self) -> dict[str, WorkerRecord]:
         records: dict[str, WorkerRecord] = {}

@@ -101,12 +101,12 @@ def render(snap: dict[str, Any]) -> str:
     daemon = snap["daemon"]
     ctl = snap["controller"]
     lines.append(f"project {snap['project']}  (tmux session {snap['session']})")
-    lines.append(
-        f"  daemon:     {'running, pid ' + str(daemon['pid']) if daemon['running'] else 'not running'}"
-    )
+    running = f"running, pid {daemon['pid']}" if daemon["running"] else "not running"
+    lines.append(f"  daemon:     {running}")
     if ctl["alive"]:
         age = ctl["heartbeat_age_s"]
-        beat = f"heartbeat {age:.0f}s ago, tick {ctl['tick']}" if age is not None else "no heartbeat"
+        beat = (f"heartbeat {age:.0f}s ago, tick {ctl['tick']}" if age is not None
+                else "no heartbeat")
         lines.append(f"  controller: alive, {beat}")
     else:
         lines.append(f"  controller: {'exited' if ctl['window'] else 'not running'}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 # CSI (ESC [ … final), OSC (ESC ] … BEL/ST), other two-byte escapes, and C0/C1
 # controls except newline and tab: what pipe-pane logs and issue text may carry.
@@ -30,10 +31,10 @@ def last_line(text: str, width: int = 100) -> str:
     return ""
 
 
-def tail_text(path, max_bytes: int = 16384) -> str:
+def tail_text(path: Path, max_bytes: int = 16384) -> str:
     """The end of a file, decoded leniently; empty if it does not exist."""
     try:
-        with open(path, "rb") as handle:
+        with Path(path).open("rb") as handle:
             handle.seek(0, 2)
             size = handle.tell()
             handle.seek(max(0, size - max_bytes))

@@ -2,7 +2,8 @@
 
 tmux is the source of truth for processes: which worker windows exist, whether
 their command still runs, and how it ended. Everything here goes through one
-subprocess site (:meth:`Tmux.run`) so that timeouts, error reporting, secret
+subprocess site (:meth:`Tmux.run`, via libtmux's ``Server.cmd``) so that
+timeouts, error reporting, secret
 redaction and tmux's own argument quirks are handled once.
 
 Traps this module exists to absorb (all checked against tmux 3.3a):
@@ -40,7 +41,7 @@ import hashlib
 import re
 import shlex
 import shutil
-import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -48,7 +49,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import libtmux
 import structlog
+from libtmux import exc as libtmux_exc
 
 from ralph_dev.errors import RalphError
 from ralph_dev.model import CONTROLLER_WINDOW, Window, check_identifier
@@ -70,9 +73,9 @@ freeze the controller forever)."""
 SEND_CHUNK_BYTES = 2_000
 """UTF-8 bytes per ``send-keys -l`` call; tmux refuses commands near 16 kB."""
 
-_SESSION_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,79}$")
-_TARGET_RE = re.compile(r"^[@%][0-9]{1,9}$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SESSION_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,79}")
+_TARGET_RE = re.compile(r"[@%][0-9]{1,9}")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _ABSENT_MARKERS = (
     "no server running",
@@ -81,6 +84,9 @@ _ABSENT_MARKERS = (
     "can't find window",
     "can't find pane",
     "no current session",
+    "no current target",
+    "server exited unexpectedly",  # asked while the server shuts down (last session gone)
+    "lost server",
 )
 """stderr fragments meaning "the thing is not there", as opposed to a failure."""
 
@@ -224,7 +230,7 @@ def check_window_name(name: str) -> str:
 
 def check_target(target: str) -> str:
     """Targets are tmux's unique ids (``@3`` window, ``%5`` pane), never names."""
-    if not isinstance(target, str) or not _TARGET_RE.match(target):
+    if not isinstance(target, str) or not _TARGET_RE.fullmatch(target):
         raise TmuxInputError(
             f"{target!r} is not a tmux window or pane id: pass Window.window_id (@N) "
             "or Window.pane_id (%N) from list_windows()/find(), not a window name"
@@ -235,7 +241,7 @@ def check_target(target: str) -> str:
 def _check_environment(environment: Mapping[str, str]) -> list[str]:
     args: list[str] = []
     for key, value in environment.items():
-        if not _ENV_NAME_RE.match(key):
+        if not _ENV_NAME_RE.fullmatch(key):
             raise TmuxInputError(f"environment variable name {key!r} is not valid")
         if "\0" in value:
             raise TmuxInputError(f"environment variable {key} holds a NUL byte")
@@ -275,6 +281,9 @@ def parse_panes(lines: Sequence[str]) -> list[Window]:
     A window a person split has several panes: the worker's is the oldest
     (lowest ``%N``), so that one stands for the window. Malformed lines are
     skipped, not fatal.
+
+    A pane can be dead with ``exit_status=None``: tmux saw its terminal close
+    but has not reaped the process (yet).
     """
     by_window: dict[str, tuple[int, Window]] = {}
     order: list[str] = []
@@ -283,7 +292,7 @@ def parse_panes(lines: Sequence[str]) -> list[Window]:
         if len(parts) != 9:
             continue
         window_id, pane_id, dead, status, signal, pid, activity, command, name = parts
-        if not _TARGET_RE.match(window_id) or not _TARGET_RE.match(pane_id):
+        if not _TARGET_RE.fullmatch(window_id) or not _TARGET_RE.fullmatch(pane_id):
             continue
         alive = dead != "1"
         exit_status = _int(status) if not alive else None
@@ -323,12 +332,12 @@ class Tmux:
         tmux_bin: str = "tmux",
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        if not _SESSION_RE.match(session):
+        if not _SESSION_RE.fullmatch(session):
             raise TmuxInputError(
                 f"{session!r} is not a usable tmux session name: "
                 "use letters, digits, '-', '_' (no ':' or spaces)"
             )
-        if socket_name is not None and not _SESSION_RE.match(socket_name):
+        if socket_name is not None and not _SESSION_RE.fullmatch(socket_name):
             raise TmuxInputError(
                 f"{socket_name!r} is not a usable tmux socket name (setting tmux_socket / "
                 "RALPH_DEV_TMUX_SOCKET): use letters, digits, '-', '_', '.'"
@@ -337,6 +346,8 @@ class Tmux:
         self.socket_name = socket_name
         self.tmux_bin = tmux_bin
         self.timeout = timeout
+        resolved = shutil.which(tmux_bin) or tmux_bin
+        self._server = libtmux.Server(socket_name=socket_name, tmux_bin=resolved)
 
     @classmethod
     def from_settings(cls, settings: ProjectSettings) -> Tmux:
@@ -366,43 +377,51 @@ class Tmux:
         return self._invoke(argv)
 
     def _invoke(self, args: list[str], *, timeout: float | None = None) -> TmuxResult:
-        argv = [self.tmux_bin]
-        if self.socket_name:
-            argv += ["-L", self.socket_name]
-        argv += args
-        shown = _redact(argv)
-        try:
-            proc = subprocess.run(
-                argv,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-                timeout=timeout or self.timeout,
-                check=False,
-            )
-        except FileNotFoundError as exc:
-            raise TmuxNotFound(
-                f"tmux is not installed (looked for {self.tmux_bin!r} on PATH): "
-                "install tmux 3.0 or newer",
-                command=shown,
-            ) from exc
-        except subprocess.TimeoutExpired as exc:
+        """Run tmux through libtmux (``Server.cmd``), bounded by a timeout.
+
+        libtmux waits on its tmux client without a limit, and a wedged tmux server
+        must not freeze the controller: the call runs on a short-lived thread and
+        the caller stops waiting after ``timeout`` (a hung client thread is left to
+        finish on its own; it holds nothing of ours).
+        """
+        shown = [self.tmux_bin, *(["-L", self.socket_name] if self.socket_name else []), *args]
+        shown = _redact(shown)
+        limit = timeout or self.timeout
+        outcome: list[object] = []
+
+        def call() -> None:
+            try:
+                outcome.append(self._server.cmd(*args))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        worker = threading.Thread(target=call, name="tmux-cmd", daemon=True)
+        worker.start()
+        worker.join(limit)
+        if not outcome:
             raise TmuxError(
-                f"tmux did not answer within {timeout or self.timeout:.0f}s: {_show(shown)}; "
+                f"tmux did not answer within {limit:.0f}s: {_show(shown)}; "
                 "the tmux server may be wedged (check `tmux ls`)",
                 command=shown,
                 stderr="timeout",
-            ) from exc
+            )
+        answer = outcome[0]
+        if isinstance(answer, libtmux_exc.TmuxCommandNotFound | FileNotFoundError):
+            raise TmuxNotFound(
+                f"tmux is not installed (looked for {self.tmux_bin!r} on PATH): "
+                "install tmux 3.3 or newer",
+                command=shown,
+            ) from answer
+        if isinstance(answer, BaseException):
+            raise answer
         result = TmuxResult(
             argv=shown,
-            returncode=proc.returncode,
-            stdout=proc.stdout.splitlines(),
-            stderr=proc.stderr.splitlines(),
+            returncode=answer.returncode,
+            stdout=list(answer.stdout),
+            stderr=list(answer.stderr),
         )
         if not result.ok:
-            log.debug("tmux_failed", argv=_show(shown), stderr=proc.stderr.strip()[:300])
+            log.debug("tmux_failed", argv=_show(shown), stderr=" ".join(result.stderr)[:300])
         return result
 
     # --- liveness ------------------------------------------------------------------
@@ -441,10 +460,14 @@ class Tmux:
         )
         if not result.ok and "duplicate session" in "\n".join(result.stderr):
             return  # someone else created it meanwhile: already as wanted
-        session_id = result.check().stdout[0] if result.stdout else ""
+        session_id = result.check().stdout[0] if result.stdout else self.session
         # set-option does not understand `=NAME`, so the new session's $id is the target;
         # panes take the limit when they are created: every ralph-dev window gets it.
-        self.run("set-option", "-t", session_id, "history-limit", str(HISTORY_LIMIT)).check()
+        self.run_many(
+            ["set-option", "-t", session_id, "history-limit", str(HISTORY_LIMIT)],
+            # a person's tmux.conf may destroy detached sessions; this one runs detached
+            ["set-option", "-t", session_id, "destroy-unattached", "off"],
+        ).check()
         log.info("tmux_session_created", session=self.session, socket=self.socket_name)
 
     def kill_session(self) -> None:
@@ -458,12 +481,20 @@ class Tmux:
         """Every window of the session with liveness, in ONE tmux call; [] if absent."""
         # `=NAME:` (with the colon): list-panes reads a bare `=NAME` as a window and
         # then falls back to prefix matching, listing `NAME-other`'s panes.
-        result = self.run(
-            "list-panes", "-s", "-t", f"{self._session_target}:", "-F", _LIST_FORMAT
-        )
+        listing = ["list-panes", "-s", "-t", f"{self._session_target}:", "-F", _LIST_FORMAT]
+        result = self.run(*listing)
         if result.absent:
             return []
-        return parse_panes(result.check().stdout)
+        windows = parse_panes(result.check().stdout)
+        if any(not w.alive and w.exit_status is None for w in windows):
+            # tmux 3.3a sometimes misses the SIGCHLD of a command that exits within
+            # milliseconds: the pane is dead, its process a zombie, its status unknown
+            # until some other child of the server exits. `run-shell true` is such a
+            # child, and tmux waits for it, so the listing after it has the status.
+            again = self.run_many(["run-shell", "true"], listing)
+            if again.ok:
+                windows = parse_panes(again.stdout)
+        return windows
 
     def find(self, name: str) -> list[Window]:
         """Windows called ``name``; a list, since a person may open a duplicate."""
@@ -543,7 +574,7 @@ class Tmux:
             pane_id=pane_id,
             window_id=window_id,
             alive=True,
-            command=Path(words[0]).name,
+            command=Path(str(command[0])).name,
             pid=pid,
             last_activity=datetime.now(UTC),
         )

@@ -8,8 +8,10 @@ comments on the issue and what a red trunk reports.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -49,21 +51,28 @@ def run_verify(
     started = utcnow().isoformat(timespec="seconds")
     t0 = time.monotonic()
     try:
-        proc = subprocess.run(
+        # Its own process group, so a timeout kills everything the command forked
+        # (test runners love to leave children behind).
+        proc = subprocess.Popen(
             ["/bin/sh", "-c", command],
             cwd=cwd,
             env=env if env is not None else dict(os.environ),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            timeout=timeout,
-            check=False,
+            start_new_session=True,
         )
-        code, output = proc.returncode, proc.stdout.decode("utf-8", "replace")
-    except subprocess.TimeoutExpired as exc:
-        code = 124
-        output = (exc.stdout or b"").decode("utf-8", "replace") + f"\n[timed out after {timeout}s]"
     except OSError as exc:
         code, output = 127, f"cannot run verify command: {exc}"
+    else:
+        try:
+            raw, _ = proc.communicate(timeout=timeout)
+            code, output = proc.returncode, raw.decode("utf-8", "replace")
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            raw, _ = proc.communicate()
+            code = 124
+            output = raw.decode("utf-8", "replace") + f"\n[timed out after {timeout}s]"
     tail = "\n".join(output.rstrip().splitlines()[-TAIL_LINES:])
     return VerifyOutcome(command, code, started, round(time.monotonic() - t0, 3), tail)

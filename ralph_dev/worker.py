@@ -18,14 +18,13 @@ tracker as a comment body and never near a shell.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -35,6 +34,10 @@ from ralph_dev.model import Comment, Issue, NewIssue, Role, StateType, check_ide
 from ralph_dev.state import StateStore, utcnow
 from ralph_dev.textutil import strip_ansi
 from ralph_dev.verify import VerifyOutcome, run_verify
+
+if TYPE_CHECKING:
+    from ralph_dev.jj import JJ
+    from ralph_dev.tracker.base import Tracker
 
 log = structlog.get_logger(__name__)
 
@@ -160,6 +163,7 @@ def require_worker(issue: str, environ: Mapping[str, str] | None = None) -> Work
 
 # --- text hygiene ------------------------------------------------------------------
 
+
 def clean_text(text: str) -> str:
     """Text with terminal escapes and control characters removed (newlines and tabs kept).
 
@@ -185,18 +189,15 @@ def tail_text(text: str, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> st
 # --- the commands ------------------------------------------------------------------
 
 
-async def open_tracker(settings: ProjectSettings) -> Any:
-    """The project's tracker (``ralph_dev.tracker.open_tracker``, sync or async)."""
+def open_tracker(settings: ProjectSettings) -> Tracker:
+    """Imported late: a hook outside a worker must not pay for the tracker's imports."""
     from ralph_dev.tracker import open_tracker as _open
 
-    tracker = _open(settings)
-    if inspect.isawaitable(tracker):
-        tracker = await tracker
-    return tracker
+    return _open(settings)
 
 
-def open_jj(settings: ProjectSettings) -> Any:
-    from ralph_dev.jj import JJ  # type: ignore[import-not-found]
+def open_jj(settings: ProjectSettings) -> JJ:
+    from ralph_dev.jj import JJ
 
     return JJ.from_settings(settings)
 
@@ -211,9 +212,9 @@ class Worker:
 
     settings: ProjectSettings
     env: WorkerEnv
-    tracker: Any
+    tracker: Tracker
     store: StateStore
-    jj: Any = None
+    jj: JJ | None = None
 
     @property
     def issue(self) -> str:
@@ -223,7 +224,7 @@ class Worker:
     def role(self) -> Role:
         return self.env.role
 
-    def _jj(self) -> Any:
+    def _jj(self) -> JJ:
         if self.jj is None:
             self.jj = open_jj(self.settings)
         return self.jj

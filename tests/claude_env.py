@@ -9,7 +9,6 @@ plugin format, tool names) was checked for that version.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import re
@@ -90,8 +89,3 @@ def find_claude(*, allow_install: bool = True) -> str:
     if not allow_install:
         raise ClaudeUnavailable(f"Claude Code {CLAUDE_CODE_VERSION} is not installed")
     return str(install())
-
-
-@contextlib.contextmanager
-def nothing() -> object:  # pragma: no cover - placeholder for symmetry in callers
-    yield None

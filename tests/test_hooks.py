@@ -10,12 +10,18 @@ import time
 from pathlib import Path
 
 import pytest
+from test_worker import Project, hostile_text, make_project
 
 from ralph_dev.model import Role
 from ralph_dev.state import StateStore
-from test_worker import Project, hostile_text, make_project
 
-RALPH_DEV = str(Path(sys.executable).with_name("ralph-dev"))
+RALPH_DEV = [sys.executable, "-m", "ralph_dev"]
+"""How Claude Code runs it, minus the console-script shim (works in any venv layout)."""
+
+PROCESS_BOUND = 5.0
+"""Wall-clock bound for a whole hook process (interpreter start included) on a loaded CI
+machine: catches hangs such as waiting on stdin. The work itself is timed in-process below."""
+WORK_BUDGET = 1.0
 
 
 @pytest.fixture
@@ -29,7 +35,7 @@ def hook(name: str, env: dict[str, str], payload: object = None,
     full.update(env)
     stdin = json.dumps(payload if payload is not None else {"hook_event_name": name})
     start = time.monotonic()
-    proc = subprocess.run([RALPH_DEV, "hook", name], input=stdin, env=full, capture_output=True,
+    proc = subprocess.run([*RALPH_DEV, "hook", name], input=stdin, env=full, capture_output=True,
                           text=True, timeout=timeout, check=False)
     return proc, time.monotonic() - start
 
@@ -67,7 +73,7 @@ def test_session_start_prints_the_issue_context(project: Project) -> None:
     assert f"ralph-dev worker blocked {issue} --question" in out
     assert project.settings.verify_command in out
     assert "<<<ISSUE-DATA" in out and "DATA" in out.split("Comments")[-1]
-    assert seconds < 1.5, f"session-start took {seconds:.2f}s"
+    assert seconds < PROCESS_BOUND, f"session-start took {seconds:.2f}s"
 
 
 def test_session_start_role_rules_differ(project: Project) -> None:
@@ -114,7 +120,7 @@ def test_post_tool_use_snapshots_and_records_activity(project: Project) -> None:
                          {"hook_event_name": "PostToolUse", "tool_name": "Write"})
 
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
-    assert seconds < 1.5, f"post-tool-use took {seconds:.2f}s"
+    assert seconds < PROCESS_BOUND, f"post-tool-use took {seconds:.2f}s"
     record = project.store.load_record(issue)
     assert record is not None and record.last_activity is not None
     files = subprocess.run(
@@ -155,7 +161,7 @@ def test_stop_blocks_until_done_then_allows(project: Project) -> None:
     assert f"ralph-dev worker done {issue}" in decision["reason"]
     assert "continuation 1 of 25" in decision["reason"]
     assert project.store.load_record(issue).iterations == 1
-    assert seconds < 1.5, f"stop took {seconds:.2f}s"
+    assert seconds < PROCESS_BOUND, f"stop took {seconds:.2f}s"
 
     proc, _ = hook("stop", project.env(issue), stop_payload(active=True))
     assert json.loads(proc.stdout)["decision"] == "block"
@@ -245,7 +251,47 @@ def test_hooks_survive_garbage_stdin(project: Project) -> None:
     project.spawn(issue)
     full = {**{k: v for k, v in os.environ.items() if not k.startswith("RALPH_DEV_")},
             **project.env(issue)}
-    proc = subprocess.run([RALPH_DEV, "hook", "stop"], input="\x00not json{{", env=full,
+    proc = subprocess.run([*RALPH_DEV, "hook", "stop"], input="\x00not json{{", env=full,
                           capture_output=True, text=True, timeout=10, check=False)
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["decision"] == "block"
+
+
+def test_render_context_strips_escapes_itself(project: Project, tmp_path: Path) -> None:
+    """click strips some ANSI codes from piped output; the context must not rely on that."""
+    from ralph_dev.hooks import render_context
+    from ralph_dev.worker import WorkerEnv
+
+    title, description = hostile_text(tmp_path / "pwned")
+    issue_id = project.issue(title, description + "\x1b]8;;http://evil\x07link\x9b31m")
+    project.tracker.comment_sync(issue_id, "\x1b[1mbold\x1b[0m \x1b]0;title\x07", by_ralph=False)
+    issue = project.tracker.get_sync(issue_id)
+    env = WorkerEnv(project="demo", issue=issue_id)
+
+    text = render_context(project.settings, env, issue, {}, nonce="abc")
+
+    assert not any(ch in text for ch in "\x1b\x07\x9b")
+    assert "bold" in text and "link" in text and "$(touch" in text
+    assert text.count("<<<ISSUE-DATA abc") == 2 and text.count("ISSUE-DATA abc>>>") == 2
+
+
+def test_hook_work_fits_the_budget(project: Project) -> None:
+    """The work of each hook, without interpreter start-up, stays well under a second."""
+    from ralph_dev import hooks
+    from ralph_dev.worker import WorkerEnv
+
+    parent = project.issue("parent")
+    issue = project.issue("child", "d" * 5000, parent=parent)
+    for n in range(30):
+        project.tracker.comment_sync(issue, f"comment {n}", by_ralph=n % 2 == 0)
+    project.spawn(issue)
+    env = WorkerEnv(project="demo", issue=issue, workspace=project.jj.workspace_path(issue))
+    for name, call in (
+        ("session-start", lambda: hooks.session_start(project.settings, env)),
+        ("post-tool-use", lambda: hooks.post_tool_use(project.settings, env)),
+        ("stop", lambda: hooks.stop(project.settings, env, {})),
+    ):
+        start = time.monotonic()
+        call()
+        took = time.monotonic() - start
+        assert took < WORK_BUDGET, f"{name} took {took:.2f}s"

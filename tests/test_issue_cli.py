@@ -94,6 +94,12 @@ def test_state_label_comment(project: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert ok("issue", "label", "DEMO-1", "+user-feedback-given", "+ralph:plan", "-old") == (
         "DEMO-1: ralph:plan, user-feedback-given\n"
     )
+    assert ok("issue", "label", "DEMO-1", "+h", "+v") == (
+        "DEMO-1: h, ralph:plan, user-feedback-given, v\n"
+    )
+    assert ok("issue", "label", "DEMO-1", "-h", "-v") == (
+        "DEMO-1: ralph:plan, user-feedback-given\n"
+    )
     ok("issue", "comment", "DEMO-1", "please use postgres")
     ok("issue", "comment", "DEMO-1", "signed", "--author", "dave")
     data = json.loads(ok("issue", "show", "DEMO-1", "--json"))
@@ -126,7 +132,7 @@ def test_import_plan(project: Path, xdg: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", ["../x", "A-1; rm -rf /", "", "DEMO-1" + "9" * 10_000, "$(reboot)"]
+    "bad", ["../x", "A-1; rm -rf /", "", "DEMO-1" + "9" * 10_000, "$(reboot)", "DEMO-1\n"]
 )
 def test_bad_identifiers(project: Path, bad: str) -> None:
     ok("issue", "add", "demo", "x")
@@ -283,3 +289,15 @@ def test_concurrent_processes(project: Path) -> None:
     assert [d["identifier"] for d in data] == [f"DEMO-{n}" for n in range(1, 27)]
     assert len({d["title"] for d in data}) == 26
     assert len(data[0]["comments"]) == 15
+
+
+def test_terminal_escapes_in_issue_text_are_blanked(project: Path) -> None:
+    ok("issue", "add", "demo", "evil \x1b]2;pwned\x07 title", "-d", "line\x1b[2J one\nline two")
+    ok("issue", "comment", "DEMO-1", "bell\x07 here")
+    for out in (ok("issue", "list", "demo"), ok("issue", "show", "DEMO-1")):
+        assert "\x1b" not in out and "\x07" not in out
+    shown = ok("issue", "show", "DEMO-1")
+    assert "line two" in shown and "bell  here" in shown
+    # --json keeps the data exactly (JSON escapes it).
+    data = json.loads(ok("issue", "show", "DEMO-1", "--json"))
+    assert data["title"] == "evil \x1b]2;pwned\x07 title"

@@ -504,6 +504,12 @@ def test_trunk_checkout_follows_trunk_and_drops_scratch(jj: JJ) -> None:
     assert junk.lines() == []
     # unchanged trunk: nothing to do, still the same files
     assert jj.trunk_checkout() == checkout
+    # deleted by hand: rebuilt
+    import shutil
+
+    shutil.rmtree(checkout)
+    assert jj.trunk_checkout() == checkout
+    assert (checkout / "two.txt").read_text() == "two\n"
     assert [w.name for w in jj.list_workspaces()] == ["ENG-1", "ENG-2"]
 
 
@@ -521,3 +527,58 @@ def test_workspace_directory_deleted_by_hand(jj: JJ) -> None:
     assert show(jj, "ralph/ENG-1", "one.txt") == "one\n"
     assert jj.list_workspaces() == []
     assert jj.add_workspace("ENG-1") == path
+
+
+def test_describe_takes_hostile_text_as_data(jj: JJ, tmp_path: Path) -> None:
+    path = jj.add_workspace("ENG-1")
+    (path / "f.txt").write_text("f\n")
+    marker = tmp_path / "pwned"
+    message = f"--help -rf $(touch {marker}) `touch {marker}`; rm -rf ~\nC-c Enter \x1b[31m\x00end"
+    jj.describe("ENG-1", message)
+    desc = jj.run(
+        "--ignore-working-copy", "log", "--no-graph", "-r", '"ENG-1"@', "-T", "description"
+    ).check().stdout
+    assert desc.strip() == message.replace("\x00", "")
+    assert not marker.exists()
+
+
+def test_files_jj_refuses_to_record_are_never_deleted(jj: JJ) -> None:
+    path = work(jj, "ENG-1", {"small.txt": "small\n"})
+    big = path / "data: big.bin"
+    big.write_bytes(b"x" * (1024 * 1024 + 10))
+    assert jj.snapshot("ENG-1") == ["data: big.bin"]
+    before = trunk_commit(jj)
+    with pytest.raises(JJError, match=r"did not record data: big.bin.*\.gitignore"):
+        jj.merge("ENG-1")
+    assert trunk_commit(jj) == before
+    with pytest.raises(JJError, match="did not record"):
+        jj.forget("ENG-1", keep_bookmark=True)
+    assert big.exists()
+    big.unlink()
+    assert jj.snapshot("ENG-1") == []
+    assert jj.merge("ENG-1").merged
+
+
+def test_reopened_canceled_issue_resumes_its_kept_change(jj: JJ) -> None:
+    work(jj, "ENG-8", {"kept.txt": "kept\n"}, "ENG-8: first try")
+    jj.forget("ENG-8", keep_bookmark=True)
+    path = jj.add_workspace("ENG-8")
+    assert (path / "kept.txt").read_text() == "kept\n"
+    (path / "more.txt").write_text("more\n")
+    jj.describe("ENG-8", "ENG-8: second try")
+    assert jj.merge("ENG-8").merged
+    assert jj.trunk_log(3) == ["ENG-8: second try", "ENG-8: first try", "first"]
+    jj.forget("ENG-8")
+    bookmarks = jj.run("--ignore-working-copy", "bookmark", "list", "-T", 'name ++ "\\n"')
+    assert bookmarks.check().lines() == ["main"]
+
+
+def test_trunk_with_a_slash_in_its_name(tmp_path: Path, jj_bin: str) -> None:
+    repo = make_repo(jj_bin, tmp_path / "repo")
+    _jj(jj_bin, repo, "bookmark", "rename", "main", "release/v1.0")
+    jj = JJ(repo, tmp_path / "ws", "release/v1.0", jj_bin=jj_bin)
+    jj.check_repo()
+    work(jj, "ENG-1", {"x.txt": "x\n"})
+    assert jj.merge("ENG-1").merged
+    assert jj.trunk_log(2) == ["ENG-1: work", "first"]
+    assert not jj.list_workspaces()[0].has_unmerged_change

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import sqlite3
 import subprocess
@@ -12,6 +13,8 @@ from datetime import UTC
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ralph_dev.config import ConfigError, ProjectSettings, TrackerSettings
 from ralph_dev.model import InvalidIdentifier, NewIssue, StateType
@@ -207,7 +210,8 @@ async def test_comments_oldest_first_with_authors(
 
 
 @pytest.mark.parametrize(
-    "bad", ["../x", "A-1; rm -rf /", "", "DEMO-1" + "x" * 10_000, "demo-1", "DEMO-0"]
+    "bad",
+    ["../x", "A-1; rm -rf /", "", "DEMO-1" + "x" * 10_000, "demo-1", "DEMO-0", "DEMO-1\n"],
 )
 async def test_bad_identifiers_are_refused(tracker: LocalTracker, db: Path, bad: str) -> None:
     await tracker.create_issues([NewIssue(title="x")])
@@ -325,6 +329,13 @@ async def test_key_is_stored_and_checked(tracker: LocalTracker, db: Path) -> Non
     assert meta["key"] == "DEMO" and meta["schema_version"] == "1"
 
 
+@pytest.mark.parametrize("key", ["", "demo", "A-1", "TOOLONGKEY11", "../X"])
+def test_bad_keys(db: Path, key: str) -> None:
+    with pytest.raises(TrackerInputError, match="tracker key"):
+        LocalTracker(db, key)
+    assert not db.parent.exists()
+
+
 async def test_wal_and_busy_timeout(tracker: LocalTracker, db: Path) -> None:
     await tracker.list_issues()
     conn = sqlite3.connect(db)
@@ -343,6 +354,17 @@ async def test_not_a_sqlite_file(db: Path, content: bytes) -> None:
         await LocalTracker(db, "DEMO").list_issues()
     assert str(db) in str(err.value) and "move it aside" in str(err.value)
     assert db.read_bytes() == content
+
+
+async def test_damaged_database(tracker: LocalTracker, db: Path) -> None:
+    await tracker.create_issues([NewIssue("t" * 500, description="x" * 3000) for _ in range(30)])
+    data = bytearray(db.read_bytes())
+    assert len(data) > 4096 * 6  # checkpointed into the main file on close
+    data[4096 * 3 : 4096 * 5] = b"\xab" * 8192
+    db.write_bytes(bytes(data))
+    with pytest.raises(TrackerDatabaseError) as err:
+        await LocalTracker(db, "DEMO").list_issues()
+    assert "damaged" in str(err.value) and str(db) in str(err.value)
 
 
 async def test_someone_elses_sqlite_file(db: Path) -> None:
@@ -438,3 +460,62 @@ def test_open_tracker(xdg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     )
     with pytest.raises(ConfigError, match="Linear backend is not installed"):
         open_tracker(linear)
+
+
+@given(st.dictionaries(st.sampled_from("abcdefg"), st.sets(st.sampled_from("abcdefg")), max_size=7))
+def test_find_cycle_property(edges: dict[str, set[str]]) -> None:
+    """A reported cycle is made of real edges; none reported means a topological order exists."""
+    import graphlib
+
+    cycle = find_cycle(edges)
+    try:
+        tuple(graphlib.TopologicalSorter(edges).static_order())
+        acyclic = True
+    except graphlib.CycleError:
+        acyclic = False
+    assert (cycle is None) == acyclic
+    if cycle is not None:
+        assert cycle[0] == cycle[-1]
+        assert len(set(cycle[:-1])) == len(cycle) - 1
+        for here, there in itertools.pairwise(cycle):
+            assert there in edges.get(here, set())
+
+
+_batch = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c", "d", None]),  # ref
+        st.lists(st.sampled_from(["a", "b", "c", "d", "DEMO-1", "DEMO-2", "DEMO-9"]), max_size=3),
+        st.sampled_from([None, "a", "b", "DEMO-1", "DEMO-9"]),  # parent
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=100)  # each example is a fresh SQLite file
+@given(batch=_batch)
+def test_batches_are_all_or_nothing(tmp_path_factory: pytest.TempPathFactory, batch: list) -> None:
+    db = tmp_path_factory.mktemp("prop") / "t.db"
+    tracker = LocalTracker(db, "DEMO")
+    tracker.create_issues_sync([NewIssue("one")])
+    tracker.create_issues_sync([NewIssue("two", blocked_by=("DEMO-1",))])
+    before = dump(db)
+    entries = [
+        NewIssue(title=f"t{i}", ref=ref, blocked_by=tuple(blockers), parent=parent)
+        for i, (ref, blockers, parent) in enumerate(batch)
+    ]
+    try:
+        created = tracker.create_issues_sync(entries)
+    except TrackerInputError:
+        assert dump(db) == before
+        return
+    assert created == [f"DEMO-{n}" for n in range(3, 3 + len(entries))]
+    issues = {i.identifier: i for i in tracker.list_issues_sync()}
+    ref_ids = {e.ref: c for e, c in zip(entries, created, strict=True) if e.ref}
+    for entry, ident in zip(entries, created, strict=True):
+        want = {ref_ids.get(b, b) for b in entry.blocked_by}
+        assert set(issues[ident].blocked_by) == want
+        assert issues[ident].parent == (ref_ids.get(entry.parent, entry.parent)
+                                        if entry.parent else None)
+    graph = {i: set(issue.blocked_by) for i, issue in issues.items()}
+    assert find_cycle(graph) is None

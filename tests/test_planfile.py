@@ -196,3 +196,14 @@ async def test_import_into_tracker(tmp_path: Path) -> None:
     assert issues["API (call it v2)"].blocked_by == ("DEMO-3", "DEMO-6")
     assert issues["Release"].blocked_by == ("DEMO-4", "DEMO-5")
     assert issues["Release"].parent == "DEMO-9"
+
+
+def test_toml_line_numbers_are_dropped_rather_than_wrong(tmp_path: Path) -> None:
+    text = 'note = """\n[[task]]\n"""\n[[task]]\ntitle = "a"\npriority = 9\n'
+    with pytest.raises(PlanError) as err:
+        parse_plan(write(tmp_path, "p.toml", text))
+    assert "unknown top-level key 'note'" in str(err.value)
+    text = '[[task]]\ntitle = "a"\ndescription = """\n[[task]]\n"""\n[[task]]\ntitle = ""\n'
+    with pytest.raises(PlanError) as err:
+        parse_plan(write(tmp_path, "p.toml", text))
+    assert str(err.value) == f"{tmp_path / 'p.toml'}: task 2: needs a title = \"…\""

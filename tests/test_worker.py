@@ -367,3 +367,26 @@ def test_hostile_issue_text_is_data_through_done(project: Project, tmp_path: Pat
     assert "\x1b" not in described
     body = project.tracker.get_sync(issue).comments[-1].body
     assert f"$(touch {marker})" in body and "\x1b" not in body
+
+
+def test_done_with_a_hanging_verify_times_out_and_refuses(xdg: Path, jj_bin: str) -> None:
+    # `exec`: ralph_dev.verify kills only the shell on timeout, so a forked child would linger
+    project = make_project(xdg, jj_bin, verify="echo started; exec sleep 30")
+    issue = project.issue()
+    project.spawn(issue)
+    result = CliRunner().invoke(main, ["worker", "done", issue, "--summary", "x",
+                                       "--timeout", "1"], env=project.env(issue))
+    assert result.exit_code != 0
+    assert "verify failed" in result.stderr and "timed out" in result.stderr
+    assert project.tracker.get_sync(issue).state_type is StateType.STARTED
+
+
+def test_done_on_a_canceled_issue_is_refused(project: Project) -> None:
+    issue = project.issue()
+    (project.spawn(issue) / "ok.txt").write_text("ok\n")
+    project.tracker.set_state_sync(issue, type=StateType.CANCELED)
+    result = CliRunner().invoke(main, ["worker", "done", issue, "--summary", "x"],
+                                env=project.env(issue))
+    assert result.exit_code != 0 and "canceled" in result.stderr
+    assert project.tracker.get_sync(issue).state_type is StateType.CANCELED
+    assert not project.tracker.get_sync(issue).comments

@@ -174,7 +174,7 @@ def init(
     if not repo.is_dir():
         raise ConfigError(f"--repo {repo}: no such directory; create the repository first")
     if tracker_kind == "linear":
-        from ralph_dev.cli.linear_setup import prepare_linear  # noqa: PLC0415 - optional part
+        from ralph_dev.cli.linear_setup import prepare_linear
 
         run(prepare_linear(settings))
     path = write_project(settings, force=force, path=cli.config_path)
@@ -188,7 +188,7 @@ def _register() -> None:
     """Attach the command groups that live in their own modules."""
     import importlib
 
-    for module in ("issue", "run", "status", "service", "worker", "hook"):
+    for module in ("issue", "swarm", "status", "service", "worker", "hook"):
         try:
             importlib.import_module(f"ralph_dev.cli.{module}")
         except ModuleNotFoundError as exc:  # a part not built yet must not break the rest

@@ -118,6 +118,11 @@ def _one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() else " " for ch in text)
 
 
+def _printable(text: str) -> str:
+    """Multi-line issue text with escape sequences and other control characters blanked."""
+    return "\n".join(_one_line(line.expandtabs(4)) for line in text.splitlines())
+
+
 @issue_group.command(name="list")
 @project_argument
 @click.option("--json", "as_json", is_flag=True, help="A JSON list of issue objects.")
@@ -148,7 +153,7 @@ def show(cli: CliContext, identifier: str, as_json: bool) -> None:
     lines = [
         f"{issue.identifier}  {_one_line(issue.title)}",
         f"state:      {issue.state_name} ({issue.state_type.value})",
-        f"priority:   {issue.priority}",
+        f"priority:   {issue.priority} (sort order {issue.sort_order:g})",
         f"labels:     {', '.join(sorted(issue.labels)) or '-'}",
         f"parent:     {issue.parent or '-'}",
         f"children:   {', '.join(issue.children) or '-'}",
@@ -157,10 +162,10 @@ def show(cli: CliContext, identifier: str, as_json: bool) -> None:
         f"updated:    {issue.updated_at.isoformat() if issue.updated_at else '-'}",
     ]
     if issue.description:
-        lines += ["", issue.description]
+        lines += ["", _printable(issue.description)]
     for comment in issue.comments:
-        who = f"{comment.author}{' (ralph)' if comment.by_ralph else ''}"
-        lines += ["", f"--- {who}, {comment.created_at.isoformat()}", comment.body]
+        who = f"{_one_line(comment.author)}{' (ralph)' if comment.by_ralph else ''}"
+        lines += ["", f"--- {who}, {comment.created_at.isoformat()}", _printable(comment.body)]
     click.echo("\n".join(lines))
 
 
@@ -176,13 +181,18 @@ def state(cli: CliContext, identifier: str, state: str) -> None:
 
 
 @issue_group.command(
-    name="label", context_settings={"ignore_unknown_options": True, "allow_extra_args": False}
+    name="label",
+    # "-h" must stay a label removal, so only --help asks for help here.
+    context_settings={"ignore_unknown_options": True, "help_option_names": ["--help"]},
 )
 @click.argument("identifier")
 @click.argument("changes", nargs=-1, required=True, type=click.UNPROCESSED)
 @pass_ctx
 def label(cli: CliContext, identifier: str, changes: tuple[str, ...]) -> None:
-    """Add (+name) and remove (-name) labels, e.g. `issue label ENG-3 +ralph:plan -ralph:hold`."""
+    """Add (+NAME) and remove (-NAME) labels in one change.
+
+    Example: ralph-dev issue label ENG-3 +ralph:plan -ralph:hold
+    """
     check_identifier(identifier)
     add: list[str] = []
     remove: list[str] = []

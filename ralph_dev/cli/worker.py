@@ -26,7 +26,7 @@ def _with_worker(cli: CliContext, issue: str, action: Callable[[w.Worker], Await
     settings = cli.project(env.project)
 
     async def go() -> T:
-        tracker = await w.open_tracker(settings)
+        tracker = w.open_tracker(settings)
         try:
             return await action(w.Worker(settings, env, tracker, StateStore(settings.paths)))
         finally:

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import getpass
 import os
+import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -32,6 +33,7 @@ from ralph_dev.model import (
     IDENTIFIER_RE,
     RALPH_AUTHOR,
     Comment,
+    InvalidIdentifier,
     Issue,
     NewIssue,
     StateType,
@@ -183,6 +185,11 @@ class LocalTracker:
     """
 
     def __init__(self, db_path: Path, key: str) -> None:
+        if not isinstance(key, str) or not re.fullmatch(r"[A-Z][A-Z0-9]{0,9}", key):
+            raise TrackerInputError(
+                f"tracker key {key!r} is not usable: 1-10 capital letters/digits, "
+                "starting with a letter (set tracker.key in the project's config)"
+            )
         self.db_path = Path(db_path)
         self.key = key
         self._ready = False
@@ -197,10 +204,15 @@ class LocalTracker:
         text = str(exc)
         lowered = text.lower()
         path = self.db_path
-        if "not a database" in lowered or "malformed" in lowered or "not an error" in lowered:
+        if "not a database" in lowered:
             return TrackerDatabaseError(
                 f"{path} is not a SQLite database ({text}); move it aside "
                 "(ralph-dev then starts a fresh tracker there) or restore it from a backup"
+            )
+        if "malformed" in lowered or "corrupt" in lowered:
+            return TrackerDatabaseError(
+                f"{path} is a damaged SQLite database ({text}); restore it from a backup, "
+                f"or try: sqlite3 {path} .recover | sqlite3 recovered.db"
             )
         if "readonly" in lowered or "read-only" in lowered:
             return TrackerDatabaseError(
@@ -209,8 +221,8 @@ class LocalTracker:
             )
         if "locked" in lowered or "busy" in lowered:
             return TrackerUnavailable(
-                f"{path} stayed locked by another writer for {BUSY_TIMEOUT_MS // 1000} s "
-                f"while {doing}; try again"
+                f"{path} is locked by another writer (waited up to "
+                f"{BUSY_TIMEOUT_MS // 1000} s) while {doing}; try again"
             )
         if "unable to open" in lowered or "disk i/o" in lowered or "cannot" in lowered:
             return TrackerDatabaseError(
@@ -322,7 +334,7 @@ class LocalTracker:
     @contextlib.contextmanager
     def _write(self, conn: sqlite3.Connection) -> Iterator[None]:
         """One write transaction: the lock is taken first, everything or nothing lands."""
-        conn.execute("BEGIN")
+        conn.execute("BEGIN IMMEDIATE")
         try:
             yield
         except BaseException:
@@ -352,6 +364,11 @@ class LocalTracker:
     def _number(self, identifier: str) -> int:
         """The issue number of ``identifier``, after checking its shape and key."""
         check_identifier(identifier)
+        if not IDENTIFIER_RE.fullmatch(identifier):  # "$" alone lets "DEMO-1\n" through
+            raise InvalidIdentifier(
+                f"{identifier!r} is not an issue identifier: expected KEY-N such as ENG-12 "
+                "with nothing before or after it"
+            )
         key, number = identifier.rsplit("-", 1)
         if key != self.key:
             raise TrackerInputError(
@@ -782,7 +799,7 @@ class LocalTracker:
             if entry.ref is not None:
                 if not entry.ref or entry.ref != entry.ref.strip():
                     raise TrackerInputError(f"{name}: ref {entry.ref!r} is empty or padded")
-                if IDENTIFIER_RE.match(entry.ref):
+                if IDENTIFIER_RE.fullmatch(entry.ref):
                     raise TrackerInputError(
                         f"{name}: ref {entry.ref!r} looks like an issue identifier; "
                         "pick a name such as 'schema'"

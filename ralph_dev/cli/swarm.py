@@ -85,7 +85,8 @@ def stop(cli: CliContext, project: str, workers: bool) -> None:
             except RalphError as exc:
                 click.echo(f"warning: could not snapshot {window.name}: {exc}", err=True)
             tmux.kill_window(window.window_id)
-            store.append_event("worker_stopped", issue=window.name, reason="ralph-dev stop --workers")
+            store.append_event("worker_stopped", issue=window.name,
+                               reason="ralph-dev stop --workers")
             click.echo(f"stopped worker {window.name}")
 
 
@@ -154,7 +155,8 @@ def plan(cli: CliContext, project: str, as_json: bool) -> None:
 
 @main.command()
 @click.option("--keep", is_flag=True, help="Keep the throwaway directory afterwards.")
-@click.option("--timeout", default=900.0, show_default=True, help="Give up after this many seconds.")
+@click.option("--timeout", default=900.0, show_default=True,
+              help="Give up after this many seconds.")
 @click.option("--claude/--scripted", "use_claude", default=None,
               help="Force real Claude Code sessions or the scripted agent (default: Claude "
                    "Code when its CLI is found).")

@@ -1,5 +1,8 @@
 """A scripted stand-in for the Anthropic Messages API, served on loopback.
 
+Used by the tests and by ``ralph-dev demo``: the model is the one part of a
+swarm that cannot run here, so it is scripted; everything else is real.
+
 The real Claude Code CLI talks to it (``ANTHROPIC_BASE_URL``), so hooks,
 skills, permissions and tool calls run for real while the model's answers are
 scripted by a Python "brain". Every request is recorded so a test can assert
@@ -21,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from ralph_dev.model import check_identifier
 
 # --- what a brain answers with ----------------------------------------------------
 
@@ -157,6 +162,33 @@ class ScriptedWorker:
         return list(step)
 
 
+def demo_brain(key: str) -> Brain:
+    """A worker for any issue ``KEY-N``: make one small change, report done, stop.
+
+    The identifier is taken from the conversation (ralph-dev's prompt names it)
+    and checked before it goes into a command, like any text from outside.
+    """
+    pattern = re.compile(rf"\b({re.escape(key)}-[1-9][0-9]{{0,8}})\b")
+
+    def brain(request: dict[str, Any]) -> Sequence[Block]:
+        if not is_main_conversation(request):
+            return [Text("ok")]
+        found = pattern.search(conversation_text(request))
+        if found is None:
+            return [Text("No ralph-dev issue in this conversation.")]
+        issue = check_identifier(found.group(1))
+        steps = [
+            bash(f"mkdir -p changes && echo '{issue}: made by a scripted model' "
+                 f"> changes/{issue}.txt", "make the change"),
+            bash(f"ralph-dev worker done {issue} --summary 'Wrote changes/{issue}.txt.'",
+                 "report done"),
+        ]
+        index = tool_uses_so_far(request)
+        return [steps[index]] if index < len(steps) else [Text(f"{issue} is done.")]
+
+    return brain
+
+
 def always(text: str) -> Brain:
     return lambda _request: [Text(text)]
 
@@ -246,6 +278,8 @@ class FakeAnthropic:
         self.port = 0
         self.requests: list[Recorded] = []
         self.errors: list[str] = []
+        self.answers: list[list[Block]] = []
+        """What the brain answered, one list per ``POST /v1/messages``, in order."""
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -266,6 +300,11 @@ class FakeAnthropic:
 
     def main_messages(self) -> list[dict[str, Any]]:
         return [m for m in self.messages() if is_main_conversation(m)]
+
+    def answered(self, text: str) -> bool:
+        """True once the brain has answered with a text block equal to ``text``."""
+        with self._lock:
+            return any(isinstance(b, Text) and b.text == text for a in self.answers for b in a)
 
     # -- handlers --------------------------------------------------------------------
 
@@ -297,6 +336,8 @@ class FakeAnthropic:
         except Exception as exc:  # a broken brain must show up in the test, not hang claude
             self.errors.append(f"{type(exc).__name__}: {exc}")
             blocks = [Text(f"brain error: {exc}")]
+        with self._lock:
+            self.answers.append(blocks)
         message = _message(blocks or [Text("")], str(body.get("model", "fake-model")))
         if not body.get("stream"):
             return web.json_response(message)
@@ -370,6 +411,3 @@ class FakeAnthropic:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-ISSUE_RE = re.compile(r"\b[A-Z][A-Z0-9]{0,9}-[1-9][0-9]{0,8}\b")

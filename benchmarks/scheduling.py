@@ -1,0 +1,114 @@
+"""Scheduling efficiency and memory: a 40-issue DAG, fixed-duration scripted
+agents, concurrency 4, a 1 s tick, on the real daemon/controller/tmux/jj.
+
+Prints makespan / lower bound (the larger of the critical path and total
+work / concurrency) and the daemon's and controller's peak RSS.
+
+    python benchmarks/scheduling.py [--issues 40] [--duration 4] [--workers 4] [--tick 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import sys
+import tempfile
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from swarm_kit import Swarm, wait_for
+
+
+def make_dag(n: int, seed: int = 7) -> tuple[str, dict[str, list[str]]]:
+    """A random layered DAG; returns plan TOML and ref → blockers."""
+    rng = random.Random(seed)
+    deps: dict[str, list[str]] = {}
+    lines = []
+    for i in range(n):
+        ref = f"t{i}"
+        earlier = [f"t{j}" for j in range(max(0, i - 8), i)]
+        blockers = rng.sample(earlier, k=min(len(earlier), rng.choice([0, 0, 1, 1, 2])))
+        deps[ref] = blockers
+        lines += ["[[task]]", f'ref = "{ref}"', f'title = "Task {i}"',
+                  f"blocked_by = {blockers!r}".replace("'", '"'), ""]
+    return "\n".join(lines), deps
+
+
+def critical_path(deps: dict[str, list[str]]) -> int:
+    depth: dict[str, int] = {}
+    for ref in deps:  # refs are in topological order by construction
+        depth[ref] = 1 + max((depth[b] for b in deps[ref]), default=0)
+    return max(depth.values())
+
+
+def peak_rss_mb(pid: int | None) -> float | None:
+    if not pid:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--issues", type=int, default=40)
+    parser.add_argument("--duration", type=float, default=4.0)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--tick", type=float, default=1.0)
+    args = parser.parse_args()
+    from ralph_dev.jj import find_jj
+
+    jj_bin = find_jj()
+    if jj_bin is None:
+        raise SystemExit("jj not found: run scripts/setup.sh")
+    plan, deps = make_dag(args.issues)
+    with tempfile.TemporaryDirectory(prefix="ralph-sched-") as tmp:
+        socket = f"ralph-sched-{uuid.uuid4().hex[:8]}"
+        swarm = Swarm.create(Path(tmp), jj_bin, socket, max_workers=args.workers,
+                             timing={"poll_interval": args.tick, "stall_timeout": 600,
+                                     "restart_timeout": 600},
+                             agent_seconds=args.duration)
+        try:
+            swarm.import_plan(plan)
+            swarm.start()
+            wait_for(swarm.all_done, timeout=args.issues * args.duration * 3 + 120,
+                     what="all issues done", interval=1)
+            daemon_rss = peak_rss_mb(swarm.daemon_pid())
+            controller_pid = _heartbeat_pid(swarm)
+            controller_rss = peak_rss_mb(controller_pid)
+            events = swarm.events()
+        finally:
+            swarm.teardown()
+            subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
+    spawns = [datetime.fromisoformat(e["time"]) for e in events if e["event"] == "spawn"]
+    merges = [datetime.fromisoformat(e["time"]) for e in events if e["event"] == "merge"]
+    makespan = (max(merges) - min(spawns)).total_seconds() if merges and spawns else float("nan")
+    bound = max(critical_path(deps) * args.duration, args.issues * args.duration / args.workers)
+    print(f"issues {args.issues}, duration {args.duration}s, workers {args.workers}, "
+          f"tick {args.tick}s, critical path {critical_path(deps)} tasks")
+    print(f"makespan {makespan:.1f}s  lower bound {bound:.1f}s  ratio {makespan / bound:.3f}")
+    print(f"peak RSS: daemon {daemon_rss or float('nan'):.1f} MB, controller "
+          f"{controller_rss or float('nan'):.1f} MB, together "
+          f"{(daemon_rss or 0) + (controller_rss or 0):.1f} MB")
+
+
+def _heartbeat_pid(swarm: Swarm) -> int | None:
+    import json
+
+    path = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev" / swarm.project / "heartbeat.json"
+    try:
+        return int(json.loads(path.read_text())["pid"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,282 @@
+"""One worker end to end with the REAL Claude Code CLI, in a real tmux window.
+
+Claude Code (the pinned npm release) talks to the scripted fake Anthropic API
+on loopback; ralph-dev's plugin (skills + hooks), the local tracker, jj and
+the verify command are all real. Nobody presses a key: the launch from
+``build_launch`` must get from a fresh workspace to a finished issue alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from claude_env import ClaudeUnavailable, find_claude
+from conftest import retry_until
+
+from ralph_dev.agents import build_launch
+from ralph_dev.config import load_project
+from ralph_dev.jj import JJ
+from ralph_dev.model import NewIssue, Role, StateType
+from ralph_dev.scripted_model import (
+    FakeAnthropic,
+    ScriptedWorker,
+    Text,
+    bash,
+    conversation_text,
+    tool_names,
+    tool_results,
+)
+from ralph_dev.state import StateStore, utcnow
+from ralph_dev.tmux import Tmux
+from ralph_dev.tracker.local import LocalTracker
+
+pytestmark = [pytest.mark.slow, pytest.mark.claude]
+
+FAKE_KEY = "sk-ant-api03-fake-smoke-test-key-0123456789abcdef"
+VERIFY = "test -f ok.txt || { echo 'ok.txt is missing'; exit 3; }"
+
+
+@pytest.fixture(scope="session")
+def claude_bin() -> str:
+    try:
+        return find_claude()
+    except ClaudeUnavailable as exc:
+        pytest.fail(str(exc))
+
+
+@dataclass
+class World:
+    tmp: Path
+    settings: Any
+    tracker: LocalTracker
+    jj: JJ
+    store: StateStore
+    tmux: Tmux
+    jj_bin: str
+
+    def jj_out(self, *args: str) -> str:
+        env = {**os.environ, "PATH": self.jj.child_path()}
+        return subprocess.run([self.jj_bin, *args, "--ignore-working-copy"],
+                              cwd=self.settings.repo, env=env, capture_output=True, text=True,
+                              check=True).stdout
+
+
+@pytest.fixture
+def world(xdg: Path, jj_bin: str, tmux_socket: str, claude_bin: str,
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    repo = xdg / "repo"
+    env = {**os.environ, "JJ_USER": "t", "JJ_EMAIL": "t@example.com",
+           "PATH": JJ(repo, xdg).child_path()}
+    subprocess.run([jj_bin, "git", "init", str(repo)], check=True, capture_output=True, env=env)
+    (repo / "README").write_text("hello\n")
+    for args in (["commit", "-m", "init"], ["bookmark", "create", "main", "-r", "@-"]):
+        subprocess.run([jj_bin, *args], cwd=repo, check=True, capture_output=True, env=env)
+    config = xdg / "config" / "ralph-dev" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("\n".join([
+        "[projects.demo]",
+        f"repo = {json.dumps(str(repo))}",
+        'trunk = "main"',
+        f"verify_command = {json.dumps(VERIFY)}",
+        "[projects.demo.tracker]",
+        'key = "DEMO"',
+        "[projects.demo.agent]",
+        f"claude_bin = {json.dumps(claude_bin)}",
+        'home = "isolated"',
+        "iteration_cap = 8",
+        "",
+    ]))
+    settings = load_project("demo", path=config)
+    tmux = Tmux(settings.session_name, socket_name=tmux_socket)
+    tmux.ensure_session(xdg, {"PATH": os.environ["PATH"]})
+    yield World(xdg, settings, LocalTracker(settings.paths.tracker_db, "DEMO"),
+                JJ.from_settings(settings), StateStore(settings.paths), tmux, jj_bin)
+    tmux.kill_session()
+
+
+def spawn(world: World, api: FakeAnthropic, issue: str, role: Role,
+          monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Path]:
+    """What the controller does for a Spawn: workspace, record, state, window."""
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+    workspace = world.jj.add_workspace(issue)
+    world.store.update_record(issue, role=role, attempts=1, started_at=utcnow(), done=False,
+                              blocked=False, iterations=0)
+    world.tracker.set_state_sync(issue, type=StateType.STARTED)
+    launch = build_launch(world.settings, world.tracker.get_sync(issue), role, workspace,
+                          "sonnet", attempt=1)
+    world.tmux.open_window(issue, cwd=launch.cwd, command=launch.argv, environment=launch.env,
+                           log_file=world.store.log_path(issue))
+    return launch, workspace
+
+
+def diagnostics(world: World, api: FakeAnthropic, issue: str) -> str:
+    panes = "\n".join(world.tmux.capture(w.pane_id, 60) for w in world.tmux.find(issue))
+    hooks = world.settings.paths.logs_dir / "hooks.log"
+    return (f"\n--- pane ---\n{panes}\n--- hooks.log ---\n"
+            f"{hooks.read_text()[-3000:] if hooks.exists() else '(none)'}\n"
+            f"--- api ---\n{[(r.method, r.path) for r in api.requests]}\nerrors: {api.errors}")
+
+
+def test_one_worker_end_to_end_with_real_claude(world: World, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = tmp_path / "pwned"
+    title = f"Add ok.txt $(touch {marker}-1) `touch {marker}-2` ; rm -rf ~ C-c Enter \x1b[31m!"
+    description = (f"Create ok.txt. $(touch {marker}-3)\nKeys: C-c Enter C-d Escape\n"
+                   + "x" * 10_240)
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title=title, description=description)])
+
+    def first(request: dict[str, Any]) -> list[Any]:
+        # Before anything else the model tries to stop: the Stop hook must say no.
+        said_something = any(m.get("role") == "assistant" for m in request["messages"])
+        if not said_something:
+            return [Text("I think I am finished.")]
+        return [bash(f"ralph-dev worker done {issue} --summary 'too early'")]
+
+    brain = ScriptedWorker({issue: [
+        first,
+        bash("echo fine > ok.txt", "create the file"),
+        bash(f"ralph-dev worker done {issue} --summary 'Added ok.txt; verify passes.'"),
+    ]}, final_text="All done, reported.")
+
+    with FakeAnthropic(brain) as api:
+        launch, workspace = spawn(world, api, issue, Role.EXECUTE, monkeypatch)
+        # the window's command carries no issue text at all
+        assert title not in " ".join(launch.argv) and "touch" not in " ".join(launch.argv)
+        try:
+            retry_until(lambda: world.tracker.get_sync(issue).state_type is StateType.COMPLETED,
+                        timeout=90, interval=0.5, what=f"{issue} Done in the tracker")
+            retry_until(lambda: api.answered("All done, reported."), timeout=60, interval=0.5,
+                        what="the final turn")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{diagnostics(world, api, issue)}") from None
+
+        main = api.main_messages()
+        opening = conversation_text(main[0])
+        # no keypress needed: the first prompt arrived by itself, preamble first
+        assert "You are ONE ralph-dev worker of project demo, started for ONE issue: " \
+               f"{issue}" in opening
+        # the plugin's skill is offered, the SessionStart hook's context reached the model
+        assert "ralph-dev:ralph-dev-execute" in opening
+        assert f"# ralph-dev: you are the execute worker for {issue}" in opening
+        # the role's tool fence as Claude Code applied it
+        offered = set(tool_names(main[0]))
+        assert {"Bash", "Edit", "Write", "Read", "Skill"} <= offered
+        assert not {"Agent", "AskUserQuestion"} & offered
+        assert "sonnet" in main[0]["model"]
+        # the Stop hook blocked the early stop, with a reason that reached the model
+        assert any("is not reported finished yet" in conversation_text(m) for m in main)
+        # the failing verify refused the first `done` and the agent saw why
+        results = tool_results(main[-1])
+        assert "ok.txt is missing" in results[0]
+        # the scripted Bash edit ran in the workspace, the issue is Done with evidence
+        assert (workspace / "ok.txt").read_text() == "fine\n"
+        done = world.tracker.get_sync(issue)
+        evidence = [c for c in done.comments if c.by_ralph and "done" in c.body]
+        assert len(evidence) == 1 and "Added ok.txt; verify passes." in evidence[0].body
+        record = world.store.load_record(issue)
+        assert record is not None and record.done and record.iterations >= 1
+        # the change is in the workspace's commit
+        assert "ok.txt" in world.jj_out("diff", "-r", f"{issue}@", "--name-only")
+        assert world.jj_out("log", "--no-graph", "-r", f"{issue}@", "-T",
+                            "description").startswith(f"{issue}: ")
+        # after the report the Stop hook let the agent stop: no more turns arrive
+        settled = len(api.main_messages())
+        retry_until(lambda: len(api.main_messages()) == settled, timeout=5, what="quiet")
+        assert len(api.main_messages()) == settled
+        assert api.errors == []
+    # nothing from the issue was ever executed
+    assert not list(tmp_path.glob("pwned*"))
+
+
+def test_review_worker_gets_no_edit_tools_from_real_claude(world: World,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           ) -> None:
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Review the README")])
+    brain = ScriptedWorker({issue: [
+        bash(f"ralph-dev worker done {issue} --summary 'APPROVED: read it'"),
+    ]}, final_text="Reviewed.")
+    with FakeAnthropic(brain) as api:
+        spawn(world, api, issue, Role.REVIEW, monkeypatch)
+        try:
+            retry_until(lambda: api.main_messages(), timeout=90, interval=0.5,
+                        what="the review worker's first request")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{diagnostics(world, api, issue)}") from None
+        first = api.main_messages()[0]
+        offered = set(tool_names(first))
+        assert {"Bash", "Read", "Skill"} <= offered
+        assert not {"Edit", "Write", "NotebookEdit", "Agent"} & offered
+        text = conversation_text(first)
+        assert "ralph-dev:ralph-dev-review" in text
+        assert f"you are the review worker for {issue}" in text
+
+
+def test_two_workers_at_once_each_finish_their_own_issue(world: World,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    issues = world.tracker.create_issues_sync([NewIssue(title="First"), NewIssue(title="Second")])
+    brain = ScriptedWorker({
+        issue: [
+            bash(f"echo {issue} > ok.txt && echo {issue} > mine.txt"),
+            bash(f"ralph-dev worker done {issue} --summary 'wrote ok.txt for {issue}'"),
+        ]
+        for issue in issues
+    })
+    with FakeAnthropic(brain) as api:
+        workspaces = {issue: spawn(world, api, issue, Role.EXECUTE, monkeypatch)[1]
+                      for issue in issues}
+        try:
+            retry_until(lambda: all(world.tracker.get_sync(i).state_type is StateType.COMPLETED
+                                    for i in issues),
+                        timeout=90, interval=0.5, what="both issues Done")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{diagnostics(world, api, issues[0])}"
+                                 f"{diagnostics(world, api, issues[1])}") from None
+        for issue, workspace in workspaces.items():
+            assert (workspace / "mine.txt").read_text() == f"{issue}\n"
+        assert api.errors == []
+
+
+def test_supervisor_runs_ralph_dev_commands_only(world: World, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from ralph_dev.agents import build_supervisor_launch
+
+    marker = tmp_path / "supervisor-wrote-this"
+    steps = [bash("ralph-dev --version"), bash(f"touch {marker}"),
+             [Text("Diagnosis: all healthy.")]]
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        if "Bash" not in tool_names(request):
+            return [Text("ok")]
+        used = sum(1 for m in request["messages"] if m.get("role") == "assistant"
+                   and any(b.get("type") == "tool_use" for b in m["content"]
+                           if isinstance(b, dict)))
+        step = steps[min(used, len(steps) - 1)]
+        return list(step) if isinstance(step, list) else [step]
+
+    with FakeAnthropic(brain) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        launch = build_supervisor_launch(world.settings, "controller heartbeat stale $(id)",
+                                         reason="the controller restarted 5 times")
+        proc = subprocess.run(launch.argv, env={**launch.env, "TERM": "dumb"}, cwd=launch.cwd,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "Diagnosis: all healthy." in proc.stdout
+        main = api.main_messages()
+        assert set(tool_names(main[0])) == {"Bash", "Read", "Skill"}
+        opening = conversation_text(main[0])
+        assert "ralph-dev:ralph-dev-supervisor" in opening
+        assert "controller heartbeat stale $(id)" in opening
+        results = tool_results(main[-1])
+        assert "0.1.0" in results[0]  # ralph-dev ran
+        assert "denied" in results[1] and "don't ask mode" in results[1]
+        assert not marker.exists()  # anything else was denied without asking
+        assert api.errors == []

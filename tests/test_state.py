@@ -1,0 +1,148 @@
+"""ralph-dev's own files: records, events and heartbeat survive damage and concurrency."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from ralph_dev.config import ProjectPaths
+from ralph_dev.model import Role, WorkerRecord
+from ralph_dev.state import StateStore
+
+
+@pytest.fixture
+def store(xdg: Path) -> StateStore:
+    return StateStore(ProjectPaths("demo"))
+
+
+def test_record_round_trip(store: StateStore) -> None:
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    record = WorkerRecord(issue="DEMO-1", role=Role.REVIEW, attempts=2, started_at=when,
+                          done=True, summary="ok", iterations=3)
+    store.save_record(record)
+    assert store.load_record("DEMO-1") == record
+    assert store.load_records() == {"DEMO-1": record}
+
+
+def test_missing_record_is_none(store: StateStore) -> None:
+    assert store.load_record("DEMO-1") is None
+    assert store.load_records() == {}
+
+
+@pytest.mark.parametrize("content", [
+    "{not json", "", "[1, 2]", '{"issue": "../etc"}', '{"issue": "DEMO-2"}', "\x00\xff",
+    '{"issue": "DEMO-1", "attempts": "many", "role": "boss", "started_at": "yesterday"}',
+])
+def test_corrupt_record_is_ignored_or_rebuilt(store: StateStore, content: str) -> None:
+    path = store.record_path("DEMO-1")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content, encoding="utf-8", errors="surrogateescape")
+    store.save_record(WorkerRecord(issue="DEMO-3", attempts=1))
+
+    loaded = store.load_record("DEMO-1")
+    if loaded is not None:  # tolerable garbage is repaired field by field, never trusted blindly
+        assert loaded.issue == "DEMO-1" and loaded.attempts == 0 and loaded.role is Role.EXECUTE
+        assert loaded.started_at is None
+    assert "DEMO-3" in store.load_records()  # one bad file does not hide the others
+    updated = store.update_record("DEMO-1", iterations=4)  # and it is rebuilt on the next write
+    assert store.load_record("DEMO-1") == updated and updated.iterations == 4
+
+
+def test_stray_files_in_the_records_dir_are_skipped(store: StateStore) -> None:
+    store.save_record(WorkerRecord(issue="DEMO-1"))
+    records_dir = store.paths.records_dir
+    (records_dir / "notes.txt").write_text("hello")
+    (records_dir / "bad name.json").write_text("{}")
+    (records_dir / ".DEMO-1.json.abc.tmp").write_text("{half")
+    assert list(store.load_records()) == ["DEMO-1"]
+
+
+def test_atomic_write_leaves_old_record_when_the_write_fails(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.save_record(WorkerRecord(issue="DEMO-1", attempts=1))
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch, pytest.raises(OSError):
+        patch.setattr(os, "replace", broken_replace)
+        store.save_record(WorkerRecord(issue="DEMO-1", attempts=2, summary="x" * 100_000))
+
+    assert store.load_record("DEMO-1").attempts == 1
+    assert [p.name for p in store.paths.records_dir.iterdir()] == ["DEMO-1.json"]  # no temp left
+
+
+def _rewrite_records(state_home: str, rounds: int) -> None:
+    os.environ["XDG_STATE_HOME"] = state_home
+    store = StateStore(ProjectPaths("demo"))
+    for i in range(rounds):
+        store.save_record(WorkerRecord(issue="DEMO-1", attempts=i, summary="y" * (i % 7 * 5000)))
+
+
+def test_readers_never_see_a_partial_record(store: StateStore, xdg: Path) -> None:
+    store.save_record(WorkerRecord(issue="DEMO-1"))
+    path = store.record_path("DEMO-1")
+    ctx = multiprocessing.get_context("spawn")
+    writer = ctx.Process(target=_rewrite_records, args=(str(xdg / "state"), 300))
+    writer.start()
+    reads = 0
+    try:
+        while writer.is_alive() or reads < 50:
+            json.loads(path.read_text(encoding="utf-8"))  # raises on a torn file
+            reads += 1
+    finally:
+        writer.join(timeout=60)
+    assert writer.exitcode == 0
+    assert store.load_record("DEMO-1").attempts == 299
+
+
+def _append_events(state_home: str, who: int, count: int) -> None:
+    os.environ["XDG_STATE_HOME"] = state_home
+    store = StateStore(ProjectPaths("demo"))
+    for i in range(count):
+        store.append_event("test", issue="DEMO-1", who=who, n=i, pad="z" * (200 + 37 * (i % 50)))
+
+
+def test_concurrent_event_appends_from_processes_are_whole_lines(
+    store: StateStore, xdg: Path
+) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    writers = [ctx.Process(target=_append_events, args=(str(xdg / "state"), who, 200))
+               for who in range(4)]
+    for p in writers:
+        p.start()
+    for p in writers:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+
+    lines = store.paths.events_file.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 800
+    entries = [json.loads(line) for line in lines]  # every line is one whole JSON object
+    for who in range(4):
+        assert sorted(e["n"] for e in entries if e["who"] == who) == list(range(200))
+    assert len(list(store.iter_events())) == 800
+
+
+def test_torn_event_lines_are_skipped(store: StateStore) -> None:
+    store.append_event("first", issue="DEMO-1")
+    with store.paths.events_file.open("a", encoding="utf-8") as handle:
+        handle.write('{"time": "x", "event": "torn"\n[1,2]\n\n')
+    store.append_event("second")
+    assert [e["event"] for e in store.iter_events()] == ["first", "second"]
+
+
+def test_heartbeat_round_trip_and_garbage(store: StateStore) -> None:
+    assert store.read_heartbeat() is None
+    store.write_heartbeat(tick=3)
+    beat = store.read_heartbeat()
+    assert beat is not None and beat["tick"] == 3 and beat["time"].tzinfo is not None
+    store.paths.heartbeat_file.write_text("garbage")
+    assert store.read_heartbeat() is None
+    store.paths.heartbeat_file.write_text('{"time": "not a time"}')
+    assert store.read_heartbeat() is None
