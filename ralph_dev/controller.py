@@ -55,11 +55,6 @@ from ralph_dev.tracker.base import Tracker, TrackerError
 
 log = structlog.get_logger(__name__)
 
-NUDGE_MESSAGE = (
-    "ralph-dev: no output for a while. Continue with your issue. When it is finished run "
-    "`ralph-dev worker done $RALPH_DEV_ISSUE --summary ...`; if you need a person, run "
-    "`ralph-dev worker blocked $RALPH_DEV_ISSUE --question ...`."
-)
 FEEDBACK_MESSAGE = (
     "ralph-dev: a person left feedback on your issue. Run `ralph-dev worker feedback "
     "$RALPH_DEV_ISSUE` to read it, then carry on with it in mind."
@@ -226,7 +221,7 @@ class Controller:
                 await self._spawn(action, issue)
             case Nudge():
                 for window in self._windows(action.issue, observed, alive=True):
-                    await asyncio.to_thread(self.tmux.send_text, window.pane_id, NUDGE_MESSAGE)
+                    await asyncio.to_thread(self.tmux.send_text, window.pane_id, action.message)
                 self.store.update_record(action.issue, nudged_at=self.clock())
             case Reap():
                 self._kill_windows(action.issue, observed)

@@ -226,6 +226,23 @@ class _World:
         issue = self.issues.get(ident)
         return issue is not None and issue.state_type.finished
 
+    def settled(self, ident: str, _seen: frozenset[str] = frozenset()) -> bool:
+        """Finished, and its work is in trunk: what a dependent may build on.
+
+        A completed issue whose change still waits for its merge is not settled
+        (a dependent's workspace starts from trunk and would miss that change),
+        and neither is a parent while any child is unsettled.
+        """
+        if not self.finished(ident) or ident in _seen:
+            return self.finished(ident)
+        issue = self.issues[ident]
+        ws = self.workspaces.get(ident)
+        if (issue.state_type == StateType.COMPLETED and ws is not None
+                and (ws.has_unmerged_change or ws.conflicted)):
+            return False
+        seen = _seen | {ident}
+        return all(self.settled(kid, seen) for kid in self.kids(ident))
+
     def live(self, ident: str) -> bool:
         return any(w.alive for w in self.windows.get(ident, ()))
 
@@ -236,17 +253,17 @@ class _World:
         return self.children.get(ident, set())
 
     def blocker_of(self, issue: Issue) -> str | None:
-        """The first unfinished issue that blocks ``issue`` or one of its ancestors.
+        """The first unsettled issue that blocks ``issue`` or one of its ancestors.
 
         A blocker we cannot see counts as unfinished: dispatching too late is
-        cheap, dispatching work before its prerequisite is not.
+        cheap, dispatching work before its prerequisite is in trunk is not.
         """
         seen: set[str] = set()
         current: Issue | None = issue
         while current is not None and current.identifier not in seen:
             seen.add(current.identifier)
             for blocker in sorted(current.blocked_by, key=_blocker_key):
-                if not self.finished(blocker):
+                if not self.settled(blocker):
                     return blocker
             current = self.issues.get(current.parent) if current.parent else None
         return None
@@ -474,27 +491,29 @@ class _Decider:
         self.merge_chain(ident, ws, f"{ident}: worker reported done", has_window)
 
     def merge_chain(self, ident: str, ws: Workspace, why: str, has_window: bool) -> None:
-        """Kill, then merge (if there is a change), then forget: never forget unmerged work.
+        """Kill, then merge, then forget: never forget unmerged work.
 
         The window goes first so no agent writes into the workspace while jj
         snapshots and rebases it, and so a conflicted merge leaves no finished
-        worker's window behind to be mistaken for the resolve worker.
+        worker's window behind to be mistaken for the resolve worker. The merge
+        is proposed even when the observed workspace looks empty: observation
+        does not snapshot, so an agent's last edits may not be recorded yet; the
+        merge snapshots first and reports "nothing to merge" when that is true.
         """
         if has_window:
             self.emit(Kill(ident, f"{why}: closing its window"))
-        if ws.has_unmerged_change:
-            if not self.take_merge_slot():
-                return  # one merge per plan; this one goes next tick
-            self.emit(Merge(ident, f"{why}: merging its change into trunk"))
-        after = "after the merge" if ws.has_unmerged_change else "nothing left to merge"
-        self.emit(Forget(ident, f"{why}: forgetting its workspace ({after})"))
+        if not self.take_merge_slot():
+            return  # one merge per plan; this one goes next tick
+        change = "its change" if ws.has_unmerged_change else "whatever it holds"
+        self.emit(Merge(ident, f"{why}: merging {change} into trunk"))
+        self.emit(Forget(ident, f"{why}: forgetting its workspace (after the merge)"))
 
     def zombie(self, ident: str) -> None:
         ws = self.world.workspaces.get(ident)
         why = f"{ident} is completed but its worker is still running"
         if ws is None:
             self.emit(Kill(ident, f"{why}: closing its window"))
-        elif ws.has_unmerged_change and (self.trunk_red or ws.conflicted):
+        elif self.trunk_red or ws.conflicted:
             waits = "trunk is red" if self.trunk_red else "it conflicts with trunk"
             self.emit(Kill(ident, f"{why}: closing its window; its change waits ({waits})"))
         else:
@@ -510,13 +529,13 @@ class _Decider:
             if has_window:
                 self.emit(Kill(ident, f"{why}: closing its dead window"))
             return
-        if ws.has_unmerged_change and ws.conflicted:
+        if ws.conflicted:
             if has_window:
                 self.emit(Kill(ident, f"{why}: closing its dead window before resolving"))
             else:
                 self.resolve(ident, issue)
             return
-        if ws.has_unmerged_change and self.trunk_red:
+        if self.trunk_red:
             if has_window:
                 self.emit(Kill(ident, f"{why}: closing its dead window; merge waits (trunk red)"))
             return

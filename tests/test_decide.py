@@ -212,6 +212,32 @@ def test_blockers(blocker: Issue | None, dispatched: bool) -> None:
     assert ("DEMO-1" in blocked) is not dispatched
 
 
+def test_a_done_blocker_must_be_merged_before_its_dependent_starts() -> None:
+    """A dependent's workspace starts from trunk: the blocker's change must be there."""
+    issues = [issue(1, blocked_by=("DEMO-9",)), issue(9, "done")]
+    pending = Workspace("DEMO-9", has_unmerged_change=True)
+    plan = run(world(issues=issues, workspaces=[pending],
+                     records=[WorkerRecord("DEMO-9", done=True)]))
+    assert ("spawn", "DEMO-1") not in steps(plan)
+    assert ("merge", "DEMO-9") in steps(plan)
+    assert [i.identifier for i in blocked_issues(world(issues=issues, workspaces=[pending]),
+                                                 settings())] == ["DEMO-1"]
+    merged = Workspace("DEMO-9", has_unmerged_change=False)
+    assert ("spawn", "DEMO-1") in steps(run(world(issues=issues, workspaces=[merged])))
+    assert ("spawn", "DEMO-1") in steps(run(world(issues=issues)))
+
+
+def test_a_blocking_parent_is_settled_only_when_every_child_is_merged() -> None:
+    issues = [
+        issue(1, "done", children=("DEMO-2",)),
+        issue(2, "done", parent="DEMO-1"),
+        issue(3, blocked_by=("DEMO-1",)),
+    ]
+    pending = [Workspace("DEMO-2", has_unmerged_change=True)]
+    assert ("spawn", "DEMO-3") not in steps(run(world(issues=issues, workspaces=pending)))
+    assert ("spawn", "DEMO-3") in steps(run(world(issues=issues)))
+
+
 def test_a_child_of_a_blocked_parent_waits() -> None:
     issues = [
         issue(1, "backlog", children=("DEMO-2",), blocked_by=("DEMO-3",)),
@@ -384,8 +410,10 @@ def test_zombie_of_a_completed_issue_is_merged_killed_and_forgotten() -> None:
                 workspaces=[Workspace("DEMO-2", has_unmerged_change=True)],
                 records=[rec("DEMO-2")])
     assert steps(run(obs)) == [("kill", "DEMO-2"), ("merge", "DEMO-2"), ("forget", "DEMO-2")]
+    # an agent's last edits may not be snapshotted yet: a workspace that looks
+    # empty is still merged (the merge snapshots first) before it is forgotten
     nothing = dataclasses.replace(obs, workspaces=(Workspace("DEMO-2"),))
-    assert steps(run(nothing)) == [("kill", "DEMO-2"), ("forget", "DEMO-2")]
+    assert steps(run(nothing)) == [("kill", "DEMO-2"), ("merge", "DEMO-2"), ("forget", "DEMO-2")]
     red = dataclasses.replace(obs, trunk_red=True)
     assert steps(run(red)) == [("kill", "DEMO-2")]
 
@@ -411,7 +439,7 @@ def test_done_worker_is_killed_then_merged_then_forgotten() -> None:
     gone = dataclasses.replace(obs, workspaces=())
     assert steps(run(gone)) == [("kill", "DEMO-5")]
     clean = dataclasses.replace(obs, windows=(), workspaces=(Workspace("DEMO-5"),))
-    assert steps(run(clean)) == [("forget", "DEMO-5")]
+    assert steps(run(clean)) == [("merge", "DEMO-5"), ("forget", "DEMO-5")]
 
 
 def test_trunk_red_blocks_merges() -> None:

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ralph_dev.config import Limits, ProjectSettings, Timing, TrackerSettings
-from ralph_dev.decide import decide, nudge_message
+from ralph_dev.decide import backoff_seconds, decide, nudge_message
 from ralph_dev.model import (
     IDENTIFIER_RE,
     Complete,
@@ -51,7 +51,7 @@ LABEL_POOL = [
 ]
 STATES = [
     ("Backlog", StateType.BACKLOG),
-    ("Todo", StateType.UNSTARTED),
+    *[("Todo", StateType.UNSTARTED)] * 4,  # the state dispatch is about: drawn more often
     ("In Progress", StateType.STARTED),
     ("In Review", StateType.STARTED),
     ("Done", StateType.COMPLETED),
@@ -68,8 +68,10 @@ mostly_true = st.sampled_from([True, True, True, False])
 
 @st.composite
 def settings_st(draw: st.DrawFn) -> ProjectSettings:
-    roles = draw(st.dictionaries(st.sampled_from([r.value for r in Role]),
-                                 st.integers(min_value=0, max_value=2), max_size=3))
+    roles = draw(st.sampled_from([
+        {}, {"execute": 1}, {"execute": 0, "plan": 1}, {"plan": 1, "review": 1},
+        {"resolve": 0, "execute": 2}, {"execute": 1, "research": 0, "review": 0},
+    ]))
     base = draw(st.sampled_from([10.0, 30.0, 120.0]))
     return ProjectSettings(
         name="demo",
@@ -87,7 +89,7 @@ def settings_st(draw: st.DrawFn) -> ProjectSettings:
     )
 
 
-LABEL_SETS = [frozenset()] * 4 + [frozenset({a}) for a in LABEL_POOL] + [
+LABEL_SETS = [frozenset()] * 12 + [frozenset({a}) for a in LABEL_POOL] + [
     frozenset({a, b}) for a, b in [
         ("user-input-needed", "user-feedback-given"), ("ralph:phase", "model:opus"),
         ("ralph:review", "ralph:research"), ("ralph:plan", "ralph:hold"),
@@ -106,18 +108,18 @@ def _ago(seconds: int | None) -> datetime | None:
 
 @st.composite
 def world_st(draw: st.DrawFn) -> Observed:
-    n = draw(st.integers(min_value=0, max_value=10))
+    n = draw(st.integers(min_value=1, max_value=10))  # the empty world is a table test
     ids = [f"{KEY}-{i}" for i in range(1, n + 1)]
     parents: dict[str, str] = {}
     issues: list[Issue] = []
     for i, ident in enumerate(ids):
         earlier = ids[:i]
         # Blockers and parents point only at earlier issues (a DAG), or at one we cannot see.
-        blocker_sets = [(), (), (f"{KEY}-99",)] + [(e,) for e in earlier[-4:]] + [
+        blocker_sets = [(), (), (), (f"{KEY}-99",)] + [(e,) for e in earlier[-4:]] + [
             (a, b) for a, b in zip(earlier[-3:], earlier[-2:], strict=False) if a != b
         ]
         blockers = draw(st.sampled_from(blocker_sets))
-        parent = draw(st.sampled_from([None, None, *earlier[-3:]]))
+        parent = draw(st.sampled_from([None, None, None, None, *earlier[-3:]]))
         if parent:
             parents[ident] = parent
         name, kind = draw(st.sampled_from(STATES))
@@ -140,7 +142,7 @@ def world_st(draw: st.DrawFn) -> Observed:
                 iss, children=tuple(c for c, p in parents.items() if p == iss.identifier))
             for iss in issues
         ]
-    names = [*ids, *ids, f"{KEY}-99", "controller", "bash", "OTHER-1"]
+    names = [*ids, f"{KEY}-99", "controller", "bash", "OTHER-1"]
     windows = []
     for name in draw(st.lists(st.sampled_from(names), max_size=8)):
         alive, status = draw(st.sampled_from(PANES))
@@ -179,7 +181,8 @@ def world_st(draw: st.DrawFn) -> Observed:
     )
 
 
-now_st = st.integers(min_value=0, max_value=3000).map(lambda s: NOW + timedelta(seconds=s))
+now_st = st.sampled_from([0, 0, 0, 10, 25, 40, 100, 700, 3000]).map(
+    lambda s: NOW + timedelta(seconds=s))
 
 
 # --- the test's own reading of the world (independent of decide's internals) ----------------
@@ -314,6 +317,22 @@ def test_actions_are_explained_and_carry_no_issue_text(
                 assert (rec is not None and rec.done) or (
                     issue is not None and issue.state_type.finished
                 )
+
+
+@given(world_st(), settings_st(), now_st)
+def test_retries_wait_for_backoff_and_stop_at_the_cap(
+    obs: Observed, s: ProjectSettings, now: datetime
+) -> None:
+    plan = decide(obs, s, now)
+    for action in plan.actions:
+        if not isinstance(action, Spawn) or action.attempt == 1:
+            continue
+        rec = obs.records[action.issue]
+        assert action.attempt == rec.attempts + 1
+        assert rec.attempts < s.timing.max_attempts, action
+        if rec.last_failure_at is not None:
+            wait = backoff_seconds(rec.attempts, s)
+            assert (now - rec.last_failure_at).total_seconds() >= wait, action
 
 
 # --- idempotence ---------------------------------------------------------------------
