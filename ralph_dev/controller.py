@@ -57,8 +57,9 @@ log = structlog.get_logger(__name__)
 
 FEEDBACK_MESSAGE = (
     "ralph-dev: a person left feedback on your issue. Run `ralph-dev worker feedback "
-    "$RALPH_DEV_ISSUE` to read it, then carry on with it in mind."
+    "{issue}` to read it, then carry on with it in mind."
 )
+"""Typed into a live worker's pane: fixed text plus the checked identifier, never issue text."""
 
 
 class ControllerLocked(RalphError):
@@ -243,7 +244,7 @@ class Controller:
             case RelayFeedback():
                 for window in self._windows(action.issue, observed, alive=True):
                     await asyncio.to_thread(self.tmux.send_text, window.pane_id,
-                                            FEEDBACK_MESSAGE)
+                                            FEEDBACK_MESSAGE.format(issue=action.issue))
                 await self.tracker.remove_labels(
                     action.issue, [labels.user_feedback_given, labels.user_input_needed]
                 )

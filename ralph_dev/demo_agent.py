@@ -12,6 +12,14 @@ exits 1 without reporting, ``hang`` sleeps silently forever, ``hang-once``
 hangs on attempt 1 only, ``write-hang`` makes its change and then hangs (a worker
 a person overtakes by marking the issue Done), ``block`` reports blocked with a question,
 ``conflict:PATH`` writes the same PATH as other issues (to force a conflict).
+
+Steering behaviours (label steering tests): ``block-once`` asks a person a
+question unless people's feedback already reached it (the feedback block of its
+``--prompt-file``, else ``ralph-dev worker feedback --all``), and then writes
+that feedback into its change, so a test can see the resumed worker read it;
+``await-feedback`` posts a note, then waits (up to 120 s) for a line typed into
+its pane that points to ``ralph-dev worker feedback``, runs that command and
+writes its output into its change.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import select
 import subprocess
 import sys
 import time
@@ -69,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     if what == "block":
         return ralph("worker", "blocked", issue, "--question",
                      "Which database should this use? (scripted question)")
+    if what == "block-once":
+        return block_once(issue, role, workspace, args.prompt_file)
+    if what == "await-feedback":
+        return await_feedback(issue, role, workspace)
 
     seconds = 1.0
     target = Path("changes") / f"{issue}.txt"
@@ -93,6 +107,77 @@ def main(argv: list[str] | None = None) -> int:
                  f"Scripted demo change for {issue}: wrote {target}.")
     print(f"[demo agent] worker done exited {code}", flush=True)
     return code
+
+
+QUESTION = "Which database should this use? (scripted question)"
+
+_FEEDBACK_BLOCK = re.compile(
+    r"^===== BEGIN FEEDBACK DATA (\w+) =====\n(.*?)^===== END FEEDBACK DATA \1 =====",
+    re.DOTALL | re.MULTILINE,
+)
+
+
+def prompt_feedback(prompt_file: str | None) -> str | None:
+    """The people's feedback the launcher put into this worker's prompt, if any."""
+    if not prompt_file:
+        return None
+    try:
+        text = Path(prompt_file).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    found = _FEEDBACK_BLOCK.search(text)
+    return found.group(2).strip() if found else None
+
+
+def ralph_output(*args: str) -> tuple[int, str]:
+    print("$ ralph-dev " + " ".join(args), flush=True)
+    proc = subprocess.run([sys.executable, "-m", "ralph_dev", *args], capture_output=True,
+                          text=True, check=False)
+    return proc.returncode, proc.stdout
+
+
+def finish_with(issue: str, role: str, workspace: Path, text: str) -> int:
+    target = Path("changes") / f"{issue}.txt"
+    path = workspace / target
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{issue}: done by the demo agent (role {role})\n{text}\n")
+    print(f"[demo agent] wrote {target} with the feedback", flush=True)
+    return ralph("worker", "done", issue, "--summary",
+                 f"Scripted demo change for {issue}, written after reading feedback.")
+
+
+def block_once(issue: str, role: str, workspace: Path, prompt_file: str | None) -> int:
+    feedback = prompt_feedback(prompt_file)
+    source = "prompt"
+    if feedback is None:
+        code, out = ralph_output("worker", "feedback", issue, "--all")
+        source = "worker feedback"
+        feedback = out.strip() if code == 0 and "BEGIN COMMENTS" in out else None
+    if feedback is None:
+        return ralph("worker", "blocked", issue, "--question", QUESTION)
+    print(f"[demo agent] feedback found in the {source}", flush=True)
+    return finish_with(issue, role, workspace, f"feedback (from the {source}):\n{feedback}")
+
+
+def await_feedback(issue: str, role: str, workspace: Path, limit: float = 120.0) -> int:
+    ralph("worker", "note", issue, "Scripted note: started, waiting for a person.")
+    print("[demo agent] waiting for feedback…", flush=True)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([sys.stdin], [], [], 1.0)
+        if not ready:
+            continue
+        line = sys.stdin.readline()
+        if not line:
+            break  # stdin closed: no pane to type into
+        if "ralph-dev worker feedback" in line:
+            code, out = ralph_output("worker", "feedback", issue)
+            print(out, flush=True)
+            if code != 0:
+                return code
+            return finish_with(issue, role, workspace, f"relayed feedback:\n{out.strip()}")
+    print("[demo agent] no feedback arrived", flush=True)
+    return 1
 
 
 if __name__ == "__main__":

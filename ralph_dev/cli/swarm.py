@@ -24,6 +24,7 @@ def controller(cli: CliContext, project: str, once: bool) -> None:
 
     from ralph_dev import logs
     from ralph_dev.controller import controller_lock
+    from ralph_dev.webhook import run_controller
     from ralph_dev.wiring import controller_for
 
     settings = cli.project(project)
@@ -31,7 +32,8 @@ def controller(cli: CliContext, project: str, once: bool) -> None:
     structlog.contextvars.bind_contextvars(project=project)
     with controller_lock(settings.paths.controller_lock):
         ctl = controller_for(settings)
-        run(ctl.run(max_ticks=1 if once else None))
+        # with tracker.webhook_port set, a Linear webhook listener wakes the tick early
+        run(run_controller(ctl, settings, max_ticks=1 if once else None))
 
 
 @main.command()

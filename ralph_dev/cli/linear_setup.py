@@ -1,0 +1,51 @@
+"""``ralph-dev init … --tracker linear``: check everything before a config is written.
+
+``init`` writes the project's table only after ``prepare_linear`` returns, so a
+wrong key, an unknown project or a team without the states ralph-dev needs
+leaves the config untouched. Missing steering labels are created (that is the
+one write, and it is idempotent: labels that exist are left alone).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import click
+
+from ralph_dev.tracker.linear import LinearTracker
+
+if TYPE_CHECKING:
+    from ralph_dev.config import ProjectSettings
+
+
+@dataclass(frozen=True)
+class LinearSetup:
+    viewer: str
+    project: str
+    teams: tuple[str, ...]
+    labels_created: tuple[str, ...]
+
+
+async def prepare_linear(settings: ProjectSettings, *, echo: bool = True) -> LinearSetup:
+    """Auth check (viewer), project lookup, per-team states, steering labels."""
+    tracker = LinearTracker.from_settings(settings)
+    try:
+        viewer = await tracker.viewer()
+        project = await tracker.project()
+        tracker.check_states(project)
+        created = await tracker.ensure_labels(settings.labels.steering())
+    finally:
+        await tracker.close()
+    setup = LinearSetup(
+        viewer=viewer["name"],
+        project=project.name,
+        teams=tuple(t.key for t in project.teams),
+        labels_created=tuple(created),
+    )
+    if echo:
+        click.echo(f"Linear: signed in as {setup.viewer}; project {setup.project!r} "
+                   f"(teams {', '.join(setup.teams)})")
+        if created:
+            click.echo(f"Created labels: {', '.join(created)}")
+    return setup

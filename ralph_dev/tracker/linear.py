@@ -1,0 +1,1077 @@
+"""The Linear tracker: the tracker Protocol over Linear's GraphQL API (gql + aiohttp).
+
+This is the only module that talks to Linear. Every document it sends lives in
+``tracker/graphql/*.graphql`` (named operations only) and a test validates each
+one against Linear's published schema, so a typo fails in CI, not at 3 a.m.
+
+Budget: Linear allows about 2,500 requests and 3,000,000 complexity points per
+hour per user. A full sync (every issue of the project, paginated so one query
+stays far under the 10,000-point cap) runs at start and every
+``full_sync_interval``; in between, ``list_issues`` costs ONE request (issues
+updated since the last poll minus an overlap, archived ones included, and new
+comments) merged into an in-memory cache. Relations have no change signal,
+which is why the full sync exists at all.
+
+Failures: rate limiting (HTTP 400 + ``RATELIMITED``), 5xx, timeouts, refused
+connections and garbage answers are ``TrackerUnavailable`` (retryable): the
+client backs off with jitter and refuses calls until the backoff ends, so a
+controller ticking every few seconds does not hammer a struggling API. A
+rejected key is not retryable and names where the key came from, never the
+key itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import difflib
+import functools
+import os
+import random
+import stat
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import structlog
+from gql import Client, GraphQLRequest
+from gql.transport.aiohttp import AIOHTTPTransport
+from gql.transport.exceptions import (
+    TransportError,
+    TransportProtocolError,
+    TransportQueryError,
+    TransportServerError,
+)
+
+from ralph_dev.config import ConfigError, Labels
+from ralph_dev.model import (
+    IDENTIFIER_RE,
+    Comment,
+    Issue,
+    NewIssue,
+    StateType,
+    check_identifier,
+)
+from ralph_dev.tracker.base import (
+    TrackerError,
+    TrackerInputError,
+    TrackerUnavailable,
+    UnknownIssue,
+)
+
+if TYPE_CHECKING:
+    from ralph_dev.config import ProjectSettings, TrackerSettings
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_URL = "https://api.linear.app/graphql"
+URL_ENV = "RALPH_DEV_LINEAR_URL"
+KEY_ENV = "LINEAR_API_KEY"
+GRAPHQL_DIR = Path(__file__).with_name("graphql")
+RALPH_MARKER = "[ralph-dev] "
+"""Prefix of every comment ralph-dev writes: such comments are never human feedback."""
+PAGE_SIZE = 25
+"""Issues per page: ~115 points each (see fragments.graphql), ~2,900 per query."""
+POLL_OVERLAP = timedelta(minutes=2)
+SLOW_DOWN_BELOW = 0.10
+"""Fraction of the hourly allowance left under which requests are spaced out."""
+
+
+# --- errors ----------------------------------------------------------------------------
+
+
+class LinearUnavailable(TrackerUnavailable):
+    """Linear could not be reached, is rate limiting us, or answered garbage."""
+
+
+class LinearAuthError(TrackerInputError):
+    """Linear refused the API key; retrying will not help."""
+
+
+class LinearSetupError(TrackerInputError):
+    """The project, its teams, states or labels are not usable as configured."""
+
+
+class LinearNotFound(TrackerInputError):
+    """Linear says an entity (issue, state, label…) does not exist."""
+
+
+class LinearPartialCreate(TrackerError):
+    """Some issues of a batch were created before a failure (Linear has no transactions)."""
+
+    retryable = False
+
+    def __init__(self, message: str, created: Sequence[str]) -> None:
+        super().__init__(message)
+        self.created = list(created)
+
+
+# --- documents -----------------------------------------------------------------------
+
+
+@functools.cache
+def document(operation: str) -> str:
+    """The text of ``graphql/OPERATION.graphql``, with the shared fragments when used."""
+    text = (GRAPHQL_DIR / f"{operation}.graphql").read_text()
+    if "..." in text:
+        text += "\n" + (GRAPHQL_DIR / "fragments.graphql").read_text()
+    return text
+
+
+def operations() -> list[str]:
+    """Every operation the client may send (one file each)."""
+    return sorted(p.stem for p in GRAPHQL_DIR.glob("*.graphql") if p.stem != "fragments")
+
+
+# --- the API key -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """A Linear API key and where it came from; ``repr`` never shows the key."""
+
+    value: str = field(repr=False)
+    source: str
+
+    def __str__(self) -> str:
+        return f"the Linear API key from {self.source}"
+
+
+def load_api_key(tracker: TrackerSettings, env: Mapping[str, str] | None = None) -> ApiKey:
+    """``LINEAR_API_KEY``, else ``tracker.linear_api_key_file`` (owner-only permissions)."""
+    environ = os.environ if env is None else env
+    value = (environ.get(KEY_ENV) or "").strip()
+    if value:
+        return ApiKey(value, f"the {KEY_ENV} environment variable")
+    path = tracker.linear_api_key_file
+    if path is None:
+        raise ConfigError(
+            f"no Linear API key: set {KEY_ENV}, or tracker.linear_api_key_file = "
+            "'/path/to/key' in the project's config (a file only you can read)"
+        )
+    path = Path(path).expanduser()
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise ConfigError(
+            f"Linear API key file {path}: {exc.strerror}; create it or fix "
+            "tracker.linear_api_key_file"
+        ) from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(
+            f"Linear API key file {path} can be read by other users; run: chmod 600 {path}"
+        )
+    try:
+        value = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read Linear API key file {path}: {exc.strerror}") from exc
+    if not value:
+        raise ConfigError(f"Linear API key file {path} is empty; put the key in it")
+    return ApiKey(value, f"the file {path}")
+
+
+# --- the client ------------------------------------------------------------------------
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _hour(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:00Z")
+
+
+def _header_number(headers: Mapping[str, str] | None, name: str) -> float | None:
+    if not headers:
+        return None
+    raw = headers.get(name)
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        return None
+
+
+class LinearClient:
+    """One GraphQL call per ``execute``: a fresh transport and ``GraphQLRequest`` each
+    time, so nothing is shared between concurrent calls or event loops (a CLI call
+    and the controller's loop both work) and each call reads its own headers."""
+
+    def __init__(
+        self,
+        api_key: ApiKey,
+        url: str = DEFAULT_URL,
+        *,
+        timeout: float = 30.0,
+        clock: Callable[[], datetime] = _utcnow,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+        rng: Callable[[], float] = random.random,
+        backoff_base: float = 2.0,
+        backoff_cap: float = 60.0,
+    ) -> None:
+        self._key = api_key
+        self.url = url
+        self.timeout = timeout
+        self.clock = clock
+        self.sleep = sleep
+        self.rng = rng
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.failures = 0
+        self.backoff_until: datetime | None = None
+        self.backoff_reason = ""
+        self.min_gap = 0.0
+        """Seconds between requests while the allowance is nearly used up."""
+        self.last_request_at: datetime | None = None
+        self.hours: dict[str, dict[str, float]] = {}
+        self.rate: dict[str, float] = {}
+
+    @property
+    def key_source(self) -> str:
+        return self._key.source
+
+    def __repr__(self) -> str:
+        return f"LinearClient({self.url!r}, key from {self._key.source})"
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._key.value, "***") if self._key.value else text
+
+    def usage(self) -> dict[str, Any]:
+        """Requests and complexity per hour, the last rate-limit headers, the backoff."""
+        current = self.hours.get(_hour(self.clock()), {"requests": 0, "complexity": 0})
+        return {
+            "requests_this_hour": int(current["requests"]),
+            "complexity_this_hour": current["complexity"],
+            "by_hour": {h: dict(v) for h, v in sorted(self.hours.items())[-24:]},
+            "rate_limit": dict(self.rate),
+            "slowed_down": self.min_gap > 0,
+            "backoff_until": self.backoff_until.isoformat() if self.backoff_until else None,
+            "consecutive_failures": self.failures,
+        }
+
+    def _record(self, headers: Mapping[str, str] | None) -> None:
+        now = self.clock()
+        bucket = self.hours.setdefault(_hour(now), {"requests": 0, "complexity": 0})
+        bucket["requests"] += 1
+        bucket["complexity"] += _header_number(headers, "X-Complexity") or 0
+        for name, short in (
+            ("X-RateLimit-Requests-Limit", "requests_limit"),
+            ("X-RateLimit-Requests-Remaining", "requests_remaining"),
+            ("X-RateLimit-Requests-Reset", "requests_reset"),
+            ("X-RateLimit-Complexity-Limit", "complexity_limit"),
+            ("X-RateLimit-Complexity-Remaining", "complexity_remaining"),
+            ("X-RateLimit-Complexity-Reset", "complexity_reset"),
+        ):
+            value = _header_number(headers, name)
+            if value is not None:
+                self.rate[short] = value
+        self.min_gap = 0.0
+        for kind in ("requests", "complexity"):
+            limit = self.rate.get(f"{kind}_limit")
+            left = self.rate.get(f"{kind}_remaining")
+            reset = self.rate.get(f"{kind}_reset")
+            if limit and left is not None and left < SLOW_DOWN_BELOW * limit:
+                window = (reset / 1000 - now.timestamp()) if reset else 60.0
+                if kind == "complexity":
+                    left = left / 1000  # roughly: one request costs about 1,000 points
+                gap = min(60.0, max(1.0, window / max(left, 1.0)))
+                self.min_gap = max(self.min_gap, gap)
+        if self.min_gap:
+            log.warning("linear_slow_down", gap_s=round(self.min_gap, 1), **{
+                k: v for k, v in self.rate.items() if k.endswith("remaining")})
+
+    def _fail(self, reason: str, *, at_least: float = 0.0) -> LinearUnavailable:
+        """Start (or extend) the backoff and return the error to raise."""
+        self.failures += 1
+        delay = min(self.backoff_cap, self.backoff_base * 2 ** (self.failures - 1))
+        delay = max(delay * (0.5 + 0.5 * self.rng()), min(at_least, 3600.0))
+        self.backoff_until = self.clock() + timedelta(seconds=delay)
+        self.backoff_reason = reason
+        log.warning("linear_unavailable", reason=reason, retry_in_s=round(delay, 1),
+                    failures=self.failures)
+        return LinearUnavailable(
+            f"Linear is unavailable ({reason}); ralph-dev retries in {delay:.0f} s "
+            "and keeps running workers meanwhile"
+        )
+
+    async def execute(self, operation: str, variables: dict[str, Any] | None = None
+                      ) -> dict[str, Any]:
+        """Run ``operation`` (a file in graphql/) and return its ``data``, or raise typed."""
+        now = self.clock()
+        if self.backoff_until is not None and now < self.backoff_until:
+            wait = (self.backoff_until - now).total_seconds()
+            raise LinearUnavailable(
+                f"Linear is unavailable ({self.backoff_reason}); backing off for another "
+                f"{wait:.0f} s"
+            )
+        if self.min_gap and self.last_request_at is not None:
+            wait = self.min_gap - (now - self.last_request_at).total_seconds()
+            if wait > 0:
+                await self.sleep(wait)
+        request = GraphQLRequest(document(operation), variable_values=variables or {},
+                                 operation_name=operation)
+        transport = AIOHTTPTransport(url=self.url, headers={"Authorization": self._key.value},
+                                     timeout=int(max(1, self.timeout)))
+        client = Client(transport=transport, execute_timeout=self.timeout)
+        self.last_request_at = self.clock()
+        headers: Mapping[str, str] | None = None
+        try:
+            try:
+                async with client as session:
+                    data = await session.execute(request)
+            finally:
+                headers = getattr(transport, "response_headers", None)
+                self._record(headers)
+        except TransportQueryError as exc:
+            raise self._query_error(operation, exc, headers) from None
+        except TransportServerError as exc:
+            code = exc.code or 0
+            if code in (401, 403):
+                raise self._auth_error() from None
+            raise self._fail(f"HTTP {code} from {operation}") from None
+        except TransportProtocolError:
+            raise self._fail(f"a malformed answer to {operation} (not GraphQL JSON)") from None
+        except TimeoutError:
+            raise self._fail(f"{operation} timed out after {self.timeout:g} s") from None
+        except (TransportError, aiohttp.ClientError, OSError) as exc:
+            raise self._fail(
+                f"{type(exc).__name__} on {operation}: {self._scrub(str(exc))[:200]}"
+            ) from None
+        if not isinstance(data, dict):
+            raise self._fail(f"an answer to {operation} without data")
+        self.failures = 0
+        self.backoff_until = None
+        return data
+
+    def _auth_error(self) -> LinearAuthError:
+        log.error("linear_auth_failed", key_source=self._key.source)
+        return LinearAuthError(
+            f"Linear rejected {self._key}: create a personal API key under Linear → "
+            f"Settings → Security & access, and put it in {self._key.source}"
+        )
+
+    def _query_error(self, operation: str, exc: TransportQueryError,
+                     headers: Mapping[str, str] | None) -> TrackerError:
+        errors = exc.errors if isinstance(exc.errors, list) else []
+        codes = []
+        messages = []
+        for err in errors:
+            if isinstance(err, dict):
+                ext = err.get("extensions") if isinstance(err.get("extensions"), dict) else {}
+                codes.append(str(ext.get("code") or ext.get("type") or "").upper())
+                messages.append(self._scrub(str(err.get("message") or ""))[:200])
+        text = "; ".join(m for m in messages if m) or "no message"
+        if "RATELIMITED" in codes:
+            reset = _header_number(headers, "X-RateLimit-Requests-Reset")
+            wait = (reset / 1000 - self.clock().timestamp()) if reset else 0.0
+            return self._fail(f"rate limited on {operation}", at_least=wait)
+        if any("AUTHENTICATION" in c for c in codes) or "not authenticated" in text.lower():
+            return self._auth_error()
+        if any(m.lower().startswith("entity not found") for m in messages):
+            return LinearNotFound(f"Linear: {text} (in {operation})")
+        if any(c in ("INTERNAL_SERVER_ERROR", "INTERNAL ERROR") for c in codes):
+            return self._fail(f"a server error on {operation}: {text}")
+        return TrackerInputError(f"Linear refused {operation}: {text}")
+
+
+# --- parsing ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _parsing(operation: str) -> Iterator[None]:
+    """Turn a missing or mistyped field in Linear's answer into a typed, retryable error."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        log.warning("linear_malformed", operation=operation, problem=repr(exc)[:200])
+        raise LinearUnavailable(
+            f"Linear's answer to {operation} is incomplete or malformed ({type(exc).__name__}: "
+            f"{str(exc)[:120]}); will retry"
+        ) from None
+
+
+def _time(text: str) -> datetime:
+    if not isinstance(text, str):
+        raise TypeError(f"expected a timestamp, got {text!r}")
+    parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+@dataclass
+class _Entry:
+    """One cached issue: the Issue without children, its comments, its label ids."""
+
+    issue: Issue
+    team_id: str
+    project_id: str | None
+    label_ids: dict[str, str]
+    comments: dict[str, Comment] = field(default_factory=dict)
+    gone: bool = False
+
+
+def _comment(node: Mapping[str, Any]) -> tuple[str, Comment]:
+    body = node["body"]
+    if not isinstance(body, str):
+        raise TypeError("comment body is not text")
+    user = node.get("user") or {}
+    bot = node.get("botActor") or {}
+    author = user.get("name") or bot.get("name") or "unknown"
+    return str(node["id"]), Comment(
+        author=str(author), body=body, created_at=_time(node["createdAt"]),
+        by_ralph=body.startswith(RALPH_MARKER),
+    )
+
+
+def _entry(node: Mapping[str, Any]) -> _Entry:
+    state = node["state"]
+    parent = node.get("parent")
+    blockers = tuple(
+        rel["issue"]["identifier"]
+        for rel in node["inverseRelations"]["nodes"]
+        if rel["type"] == "blocks"
+    )
+    labels = {lab["id"]: lab["name"] for lab in node["labels"]["nodes"]}
+    issue = Issue(
+        identifier=str(node["identifier"]),
+        id=str(node["id"]),
+        title=str(node["title"]),
+        description=node.get("description") or "",
+        state_name=str(state["name"]),
+        state_type=StateType(state["type"]),
+        priority=int(node["priority"]),
+        sort_order=float(node["sortOrder"]),
+        labels=frozenset(labels.values()),
+        parent=parent["identifier"] if parent else None,
+        blocked_by=blockers,
+        created_at=_time(node["createdAt"]),
+        updated_at=_time(node["updatedAt"]),
+        team=str(node["team"]["key"]),
+    )
+    entry = _Entry(issue=issue, team_id=str(node["team"]["id"]),
+                   project_id=(node.get("project") or {}).get("id"), label_ids=labels,
+                   gone=bool(node.get("archivedAt") or node.get("trashed")))
+    for cnode in node["comments"]["nodes"]:
+        cid, comment = _comment(cnode)
+        entry.comments[cid] = comment
+    return entry
+
+
+@dataclass(frozen=True)
+class LinearState:
+    id: str
+    name: str
+    type: str
+    position: float
+
+
+@dataclass(frozen=True)
+class LinearTeam:
+    id: str
+    key: str
+    name: str
+    states: tuple[LinearState, ...]
+
+    def state(self, *, name: str | None, type: StateType | None) -> LinearState | None:
+        """By name (case-insensitive), else the first state of ``type`` by position."""
+        if name is not None:
+            for state in self.states:
+                if state.name.casefold() == name.casefold():
+                    return state
+            return None
+        wanted = [s for s in self.states if type is not None and s.type == type.value]
+        return min(wanted, key=lambda s: s.position) if wanted else None
+
+
+@dataclass(frozen=True)
+class LinearProject:
+    id: str
+    name: str
+    slug: str
+    teams: tuple[LinearTeam, ...]
+
+
+@dataclass(frozen=True)
+class LinearLabel:
+    id: str
+    name: str
+    team_id: str | None
+    is_group: bool = False
+
+
+# --- the tracker -----------------------------------------------------------------------
+
+
+class LinearTracker:
+    """The issues of one Linear project, behind ``tracker.base.Tracker``."""
+
+    def __init__(
+        self,
+        client: LinearClient,
+        project: str,
+        *,
+        full_sync_interval: float = 300.0,
+        page_size: int = PAGE_SIZE,
+        labels: Labels | None = None,
+    ) -> None:
+        if not project or not str(project).strip():
+            raise ConfigError("tracker.linear_project is empty: set a project id, slug or name")
+        self.client = client
+        self.project_ref = str(project).strip()
+        self.full_sync_interval = full_sync_interval
+        self.page_size = page_size
+        self.label_settings = labels or Labels()
+        self._project: LinearProject | None = None
+        self._labels: list[LinearLabel] | None = None
+        self._cache: dict[str, _Entry] | None = None
+        self._last_full: datetime | None = None
+        self.full_syncs = 0
+        self.polls = 0
+
+    @classmethod
+    def from_settings(cls, settings: ProjectSettings, **client_args: Any) -> LinearTracker:
+        key = load_api_key(settings.tracker)
+        url = os.environ.get(URL_ENV) or DEFAULT_URL
+        client = LinearClient(key, url, **client_args)
+        return cls(client, settings.tracker.linear_project or "",
+                   full_sync_interval=settings.tracker.full_sync_interval,
+                   labels=settings.labels)
+
+    def __repr__(self) -> str:
+        return f"LinearTracker({self.project_ref!r}, {self.client!r})"
+
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        return self.client.clock
+
+    def usage(self) -> dict[str, Any]:
+        """For ``status``: requests/complexity per hour, rate limit, sync counts."""
+        out = self.client.usage()
+        out.update(full_syncs=self.full_syncs, polls=self.polls,
+                   last_full_sync=self._last_full.isoformat() if self._last_full else None,
+                   cached_issues=len(self._cache or {}))
+        return out
+
+    # --- project, teams, labels ------------------------------------------------------
+
+    async def viewer(self) -> dict[str, str]:
+        """Who the key belongs to (the auth check of ``init``)."""
+        data = await self.client.execute("Viewer")
+        with _parsing("Viewer"):
+            return {"id": str(data["viewer"]["id"]), "name": str(data["viewer"]["name"])}
+
+    async def project(self) -> LinearProject:
+        """The configured project, found by id, slug (or URL slug) or name."""
+        if self._project is not None:
+            return self._project
+        ref = self.project_ref
+        candidates: list[tuple[str, str, str]] = []
+        after: str | None = None
+        while True:
+            data = await self.client.execute("Projects", {"first": 100, "after": after})
+            with _parsing("Projects"):
+                conn = data["projects"]
+                candidates += [(str(n["id"]), str(n["name"]), str(n["slugId"]))
+                               for n in conn["nodes"]]
+                if not conn["pageInfo"]["hasNextPage"]:
+                    break
+                after = conn["pageInfo"]["endCursor"]
+        tail = ref.rsplit("-", 1)[-1]
+        found = [c for c in candidates if ref in (c[0], c[2]) or tail == c[2]]
+        if not found:
+            found = [c for c in candidates if c[1].casefold() == ref.casefold()]
+        if len(found) > 1:
+            listing = ", ".join(f"{n!r} (slug {s})" for _i, n, s in found)
+            raise LinearSetupError(
+                f"Linear project name {ref!r} is ambiguous: {listing}; set "
+                "tracker.linear_project to the slug instead"
+            )
+        if not found:
+            names = [c[1] for c in candidates]
+            close = difflib.get_close_matches(ref, names, n=5, cutoff=0.3)
+            hint = ("closest: " + ", ".join(repr(n) for n in close)) if close else (
+                "projects visible to this key: " + (", ".join(repr(n) for n in names[:10])
+                                                    or "none"))
+            raise LinearSetupError(
+                f"no Linear project matches {ref!r} ({hint}); set tracker.linear_project "
+                "(or --linear-project) to a project id, slug or name"
+            )
+        pid = found[0][0]
+        data = await self.client.execute("ProjectTeams", {"id": pid})
+        with _parsing("ProjectTeams"):
+            node = data["project"]
+            teams = tuple(
+                LinearTeam(
+                    id=str(t["id"]), key=str(t["key"]), name=str(t["name"]),
+                    states=tuple(
+                        LinearState(str(s["id"]), str(s["name"]), str(s["type"]),
+                                    float(s["position"]))
+                        for s in t["states"]["nodes"]
+                    ),
+                )
+                for t in node["teams"]["nodes"]
+            )
+            self._project = LinearProject(str(node["id"]), str(node["name"]),
+                                          found[0][2], teams)
+        log.info("linear_project", project=self._project.name, teams=[t.key for t in teams])
+        return self._project
+
+    def check_states(self, project: LinearProject) -> None:
+        """Every team needs a started and a completed state (ralph-dev moves issues there)."""
+        if not project.teams:
+            raise LinearSetupError(
+                f"Linear project {project.name!r} has no teams; add a team to it in Linear"
+            )
+        for team in project.teams:
+            types = {s.type for s in team.states}
+            missing = [t for t in ("started", "completed") if t not in types]
+            if missing:
+                raise LinearSetupError(
+                    f"Linear team {team.name} ({team.key}) has no workflow state of type "
+                    f"{' or '.join(missing)}; add one in Linear → Settings → Teams → "
+                    f"{team.name} → Workflow"
+                )
+
+    async def labels(self, *, reload: bool = False) -> list[LinearLabel]:
+        if self._labels is not None and not reload:
+            return self._labels
+        out: list[LinearLabel] = []
+        after: str | None = None
+        while True:
+            data = await self.client.execute("Labels", {"first": 250, "after": after})
+            with _parsing("Labels"):
+                conn = data["issueLabels"]
+                out += [
+                    LinearLabel(str(n["id"]), str(n["name"]),
+                                (n.get("team") or {}).get("id"), bool(n["isGroup"]))
+                    for n in conn["nodes"]
+                ]
+                if not conn["pageInfo"]["hasNextPage"]:
+                    break
+                after = conn["pageInfo"]["endCursor"]
+        self._labels = out
+        return out
+
+    def _pick_label(self, labels: Sequence[LinearLabel], name: str,
+                    team_id: str) -> LinearLabel | None:
+        """The team's label called ``name``, else the workspace's; two of either → error."""
+        same = [lab for lab in labels
+                if lab.name.casefold() == name.casefold() and not lab.is_group]
+        for scope, group in (("team", [x for x in same if x.team_id == team_id]),
+                             ("workspace", [x for x in same if x.team_id is None])):
+            if len(group) > 1:
+                raise LinearSetupError(
+                    f"Linear label {name!r} exists {len(group)} times as a {scope} label; "
+                    "rename or merge the duplicates in Linear → Settings → Labels"
+                )
+            if group:
+                return group[0]
+        return None
+
+    async def _label_ids(self, names: Sequence[str], team_id: str) -> list[str]:
+        """Ids for ``names`` on ``team_id``'s issues, creating missing ones as team labels."""
+        ids = []
+        labels = await self.labels()
+        for name in names:
+            if not isinstance(name, str) or not name.strip() or len(name) > 80:
+                raise TrackerInputError(f"label {name!r} is not usable (1-80 characters)")
+            label = self._pick_label(labels, name, team_id)
+            if label is None:
+                labels = await self.labels(reload=True)
+                label = self._pick_label(labels, name, team_id)
+            if label is None:
+                label = await self._create_label(name, team_id)
+            ids.append(label.id)
+        return ids
+
+    async def _create_label(self, name: str, team_id: str | None) -> LinearLabel:
+        data = await self.client.execute(
+            "IssueLabelCreate", {"input": {"name": name, "teamId": team_id}})
+        with _parsing("IssueLabelCreate"):
+            node = data["issueLabelCreate"]["issueLabel"]
+            label = LinearLabel(str(node["id"]), str(node["name"]),
+                                (node.get("team") or {}).get("id"))
+        if self._labels is not None:
+            self._labels.append(label)
+        log.info("linear_label_created", label=name, team_label=team_id is not None)
+        return label
+
+    async def ensure_labels(self, names: Sequence[str]) -> list[str]:
+        """Create the steering labels that are missing (as workspace labels); return those
+        created. A name every team of the project already has counts as present."""
+        project = await self.project()
+        labels = await self.labels(reload=True)
+        created = []
+        for name in names:
+            present = any(lab.team_id is None and lab.name.casefold() == name.casefold()
+                          for lab in labels)
+            if not present and project.teams:
+                present = all(self._pick_label(labels, name, t.id) is not None
+                              for t in project.teams)
+            if not present:
+                await self._create_label(name, None)
+                created.append(name)
+        return created
+
+    # --- reading --------------------------------------------------------------------
+
+    def _issues(self) -> list[Issue]:
+        cache = self._cache or {}
+        children: dict[str, list[str]] = {}
+        for entry in cache.values():
+            if entry.issue.parent:
+                children.setdefault(entry.issue.parent, []).append(entry.issue.identifier)
+        out = []
+        for entry in cache.values():
+            out.append(self._materialize(entry, children))
+        out.sort(key=lambda i: (i.identifier.rsplit("-", 1)[0], int(i.identifier.rsplit("-")[1])))
+        return out
+
+    @staticmethod
+    def _materialize(entry: _Entry, children: Mapping[str, list[str]]) -> Issue:
+        kids = sorted(children.get(entry.issue.identifier, ()),
+                      key=lambda x: int(x.rsplit("-", 1)[1]))
+        comments = tuple(sorted(entry.comments.values(), key=lambda c: c.created_at))
+        return replace(entry.issue, children=tuple(kids), comments=comments)
+
+    def _store(self, entry: _Entry, project_id: str) -> None:
+        """Put a fresh issue into the cache (or drop it: archived, moved, odd identifier)."""
+        assert self._cache is not None
+        old = self._cache.get(entry.issue.id)
+        if old is not None:
+            entry.comments = {**old.comments, **entry.comments}
+        if entry.gone or entry.project_id != project_id:
+            self._cache.pop(entry.issue.id, None)
+            return
+        if not IDENTIFIER_RE.fullmatch(entry.issue.identifier):
+            log.warning("linear_odd_identifier", identifier=entry.issue.identifier[:40])
+            return
+        self._cache[entry.issue.id] = entry
+
+    async def _full_sync(self, project: LinearProject) -> None:
+        started = self.clock()
+        fresh: dict[str, _Entry] = {}
+        after: str | None = None
+        while True:
+            data = await self.client.execute(
+                "ProjectIssues",
+                {"projectId": project.id, "first": self.page_size, "after": after})
+            with _parsing("ProjectIssues"):
+                conn = data["issues"]
+                entries = [_entry(n) for n in conn["nodes"]]
+                more = bool(conn["pageInfo"]["hasNextPage"])
+                after = conn["pageInfo"]["endCursor"]
+            for entry in entries:
+                fresh[entry.issue.id] = entry
+            if not more:
+                break
+        old = self._cache or {}
+        self._cache = {}
+        for entry in fresh.values():
+            if entry.issue.id in old:
+                entry.comments = {**old[entry.issue.id].comments, **entry.comments}
+            self._store(entry, project.id)
+        self._last_full = started
+        self.full_syncs += 1
+        log.info("linear_full_sync", issues=len(self._cache))
+
+    def _since(self) -> datetime:
+        """Poll window start: the newest change seen (Linear's own clock) minus an overlap."""
+        seen = [e.issue.updated_at for e in (self._cache or {}).values() if e.issue.updated_at]
+        seen += [c.created_at for e in (self._cache or {}).values() for c in e.comments.values()]
+        newest = max(seen) if seen else (self._last_full or self.clock())
+        return newest - POLL_OVERLAP
+
+    async def _poll(self, project: LinearProject) -> None:
+        since = self._since().isoformat().replace("+00:00", "Z")
+        issues_after: str | None = None
+        comments_after: str | None = None
+        while True:
+            data = await self.client.execute("ProjectChanges", {
+                "projectId": project.id, "since": since, "first": self.page_size,
+                "issuesAfter": issues_after, "commentsAfter": comments_after})
+            with _parsing("ProjectChanges"):
+                iconn, cconn = data["issues"], data["comments"]
+                entries = [_entry(n) for n in iconn["nodes"]]
+                comments = [((n.get("issue") or {}).get("id"), *_comment(n))
+                            for n in cconn["nodes"]]
+                more_i = bool(iconn["pageInfo"]["hasNextPage"])
+                more_c = bool(cconn["pageInfo"]["hasNextPage"])
+                issues_after = iconn["pageInfo"]["endCursor"] or issues_after
+                comments_after = cconn["pageInfo"]["endCursor"] or comments_after
+            for entry in entries:
+                self._store(entry, project.id)
+            assert self._cache is not None
+            for issue_id, cid, comment in comments:
+                target = self._cache.get(str(issue_id))
+                if target is not None:
+                    target.comments[cid] = comment
+            if not (more_i or more_c):
+                break
+        self.polls += 1
+
+    async def list_issues(self) -> list[Issue]:
+        project = await self.project()
+        now = self.clock()
+        due = (self._last_full is None
+               or (now - self._last_full).total_seconds() >= self.full_sync_interval)
+        if self._cache is None or due:
+            await self._full_sync(project)
+        else:
+            await self._poll(project)
+        return self._issues()
+
+    async def _ensure_cache(self) -> None:
+        if self._cache is None:
+            await self.list_issues()
+
+    def _find(self, identifier: str) -> _Entry | None:
+        for entry in (self._cache or {}).values():
+            if entry.issue.identifier == identifier:
+                return entry
+        return None
+
+    async def refresh(self, identifiers: Sequence[str]) -> list[Issue]:
+        wanted = [check_identifier(i) for i in identifiers]
+        if not wanted:
+            return []
+        project = await self.project()
+        await self._ensure_cache()
+        known = {e.issue.id: e.issue.identifier for i in wanted if (e := self._find(i))}
+        seen: set[str] = set()
+        if known:
+            data = await self.client.execute(
+                "IssuesByIds", {"ids": sorted(known), "first": len(known)})
+            with _parsing("IssuesByIds"):
+                entries = [_entry(n) for n in data["issues"]["nodes"]]
+            for entry in entries:
+                seen.add(entry.issue.id)
+                self._store(entry, project.id)
+            assert self._cache is not None
+            for gone in set(known) - seen:  # deleted in Linear
+                self._cache.pop(gone, None)
+        for identifier in wanted:
+            if identifier in known.values():
+                continue
+            try:
+                data = await self.client.execute("Issue", {"id": identifier})
+            except LinearNotFound:
+                continue
+            with _parsing("Issue"):
+                entry = _entry(data["issue"])
+            self._store(entry, project.id)
+        result = self._issues()
+        by_ident = {i.identifier: i for i in result}
+        return [by_ident[i] for i in dict.fromkeys(wanted) if i in by_ident]
+
+    async def get(self, identifier: str) -> Issue:
+        found = await self.refresh([identifier])
+        if not found:
+            name = self._project.name if self._project else self.project_ref
+            raise UnknownIssue(f"no issue {identifier} in Linear project {name!r}")
+        return found[0]
+
+    # --- writing --------------------------------------------------------------------
+
+    async def _team_of(self, issue: Issue) -> LinearTeam:
+        project = await self.project()
+        entry = self._find(issue.identifier)
+        for team in project.teams:
+            if (entry and team.id == entry.team_id) or team.key == issue.team:
+                return team
+        raise LinearSetupError(
+            f"{issue.identifier} belongs to team {issue.team}, which is not a team of Linear "
+            f"project {project.name!r}; add the team to the project in Linear"
+        )
+
+    async def _update(self, issue: Issue, patch: dict[str, Any]) -> Issue:
+        project = await self.project()
+        try:
+            data = await self.client.execute("IssueUpdate", {"id": issue.id, "input": patch})
+        except LinearNotFound as exc:
+            raise UnknownIssue(f"{issue.identifier}: {exc}") from None
+        with _parsing("IssueUpdate"):
+            entry = _entry(data["issueUpdate"]["issue"])
+        self._store(entry, project.id)
+        return self._materialize(entry, self._children())
+
+    def _children(self) -> dict[str, list[str]]:
+        children: dict[str, list[str]] = {}
+        for entry in (self._cache or {}).values():
+            if entry.issue.parent:
+                children.setdefault(entry.issue.parent, []).append(entry.issue.identifier)
+        return children
+
+    async def set_state(
+        self, identifier: str, *, name: str | None = None, type: StateType | None = None
+    ) -> Issue:
+        if (name is None) == (type is None):
+            raise TrackerInputError("set_state needs exactly one of a state name or type")
+        issue = await self.get(identifier)
+        team = await self._team_of(issue)
+        state = team.state(name=name, type=type)
+        if state is None:
+            have = ", ".join(f"{s.name} ({s.type})" for s in team.states)
+            raise TrackerInputError(
+                f"team {team.key} has no state {name or type!s}; its states: {have}"
+            )
+        if issue.state_name == state.name:
+            return issue
+        log.info("linear_set_state", issue=identifier, state=state.name)
+        return await self._update(issue, {"stateId": state.id})
+
+    async def change_labels(self, identifier: str, *, add: Sequence[str] = (),
+                            remove: Sequence[str] = ()) -> Issue:
+        """Incremental label change (addedLabelIds/removedLabelIds), one request at most."""
+        issue = await self.get(identifier)
+        team = await self._team_of(issue)
+        add_ids = await self._label_ids([x for x in add if x not in issue.labels], team.id)
+        entry = self._find(identifier)
+        on_issue = entry.label_ids if entry else {}
+        gone = {x.casefold() for x in remove}
+        remove_ids = [lid for lid, lname in on_issue.items() if lname.casefold() in gone]
+        if not add_ids and not remove_ids:
+            return issue
+        patch: dict[str, Any] = {}
+        if add_ids:
+            patch["addedLabelIds"] = add_ids
+        if remove_ids:
+            patch["removedLabelIds"] = remove_ids
+        log.info("linear_labels", issue=identifier, added=list(add), removed=list(remove))
+        return await self._update(issue, patch)
+
+    async def add_labels(self, identifier: str, labels: Sequence[str]) -> Issue:
+        return await self.change_labels(identifier, add=labels)
+
+    async def remove_labels(self, identifier: str, labels: Sequence[str]) -> Issue:
+        return await self.change_labels(identifier, remove=labels)
+
+    async def comment(self, identifier: str, body: str, *, by_ralph: bool = True) -> None:
+        check_identifier(identifier)
+        if not isinstance(body, str) or not body.strip():
+            raise TrackerInputError("a comment needs some text")
+        if by_ralph and not body.startswith(RALPH_MARKER):
+            body = RALPH_MARKER + body
+        entry = self._find(identifier)
+        try:
+            data = await self.client.execute("CommentCreate", {
+                "input": {"issueId": entry.issue.id if entry else identifier, "body": body}})
+        except LinearNotFound:
+            raise UnknownIssue(f"no issue {identifier} in Linear") from None
+        with _parsing("CommentCreate"):
+            if not data["commentCreate"]["success"]:
+                raise ValueError("commentCreate did not succeed")
+        log.info("linear_comment", issue=identifier, by_ralph=by_ralph)
+
+    def _check_batch(self, entries: Sequence[NewIssue]) -> dict[str, int]:
+        refs: dict[str, int] = {}
+        for i, entry in enumerate(entries):
+            name = f"entry {i + 1} ({entry.ref or entry.title!r})"
+            if not isinstance(entry.title, str) or not entry.title.strip():
+                raise TrackerInputError(f"{name}: the title is empty")
+            if not isinstance(entry.priority, int) or not 0 <= entry.priority <= 4:
+                raise TrackerInputError(f"{name}: priority {entry.priority!r} is not 0-4")
+            if entry.ref is not None:
+                if entry.ref in refs or IDENTIFIER_RE.fullmatch(entry.ref):
+                    raise TrackerInputError(f"{name}: ref {entry.ref!r} is reused or looks "
+                                            "like an identifier")
+                refs[entry.ref] = i
+        for i, entry in enumerate(entries):
+            for text in [*entry.blocked_by, *([entry.parent] if entry.parent else [])]:
+                if text not in refs:
+                    try:
+                        check_identifier(text)
+                    except ValueError:
+                        raise TrackerInputError(
+                            f"entry {i + 1}: {text!r} is neither an identifier nor a ref "
+                            "of this batch") from None
+        return refs
+
+    async def create_issues(self, new: Sequence[NewIssue]) -> list[str]:
+        """Create in parent-first order, then the "blocks" relations. Linear has no
+        transactions: on failure ``LinearPartialCreate`` lists what was created."""
+        entries = list(new)
+        if not entries:
+            return []
+        refs = self._check_batch(entries)
+        order: list[int] = []
+        placed: set[int] = set()
+        while len(order) < len(entries):
+            progress = False
+            for i, entry in enumerate(entries):
+                parent_ref = refs.get(entry.parent or "")
+                if i not in placed and (parent_ref is None or parent_ref in placed):
+                    order.append(i)
+                    placed.add(i)
+                    progress = True
+            if not progress:
+                raise TrackerInputError("parent refs form a cycle; nothing was created")
+        project = await self.project()
+        await self._ensure_cache()
+        default_team = project.teams[0] if project.teams else None
+        made: dict[int, tuple[str, str, LinearTeam]] = {}  # index → (uuid, identifier, team)
+        done: list[str] = []
+
+        def failed(i: int, exc: Exception) -> LinearPartialCreate:
+            created = ", ".join(done) or "none"
+            return LinearPartialCreate(
+                f"creating entry {i + 1} ({entries[i].title!r}) failed: {exc}; already created "
+                f"in Linear: {created} (fix the problem, then create only the rest)", done)
+
+        for i in order:
+            entry = entries[i]
+            try:
+                team = default_team
+                parent_id = None
+                if entry.parent:
+                    if entry.parent in refs:
+                        parent_id, _ident, team = made[refs[entry.parent]]
+                    else:
+                        parent = await self.get(entry.parent)
+                        parent_id = parent.id
+                        team = await self._team_of(parent)
+                if team is None:
+                    raise LinearSetupError(f"Linear project {project.name!r} has no teams")
+                payload: dict[str, Any] = {
+                    "teamId": team.id, "title": entry.title.strip(),
+                    "description": entry.description, "priority": entry.priority,
+                    "projectId": project.id,
+                }
+                if parent_id:
+                    payload["parentId"] = parent_id
+                if entry.labels:
+                    payload["labelIds"] = await self._label_ids(entry.labels, team.id)
+                if entry.state:
+                    state = team.state(name=entry.state, type=None)
+                    if state is None:
+                        raise TrackerInputError(f"team {team.key} has no state {entry.state!r}")
+                    payload["stateId"] = state.id
+                data = await self.client.execute("IssueCreate", {"input": payload})
+                with _parsing("IssueCreate"):
+                    node = data["issueCreate"]["issue"]
+                    made[i] = (str(node["id"]), str(node["identifier"]), team)
+                done.append(made[i][1])
+            except TrackerError as exc:
+                if not done:
+                    raise
+                raise failed(i, exc) from None
+        for i in order:
+            for blocker in entries[i].blocked_by:
+                try:
+                    if blocker in refs:
+                        blocker_id = made[refs[blocker]][0]
+                    else:
+                        blocker_id = (await self.get(blocker)).id
+                    await self.client.execute("IssueRelationCreate", {"input": {
+                        "issueId": blocker_id, "relatedIssueId": made[i][0], "type": "blocks"}})
+                except TrackerError as exc:
+                    raise failed(i, exc) from None
+        created = [made[i][1] for i in range(len(entries))]
+        log.info("linear_issues_created", count=len(created), first=created[0])
+        return created
+
+    async def close(self) -> None:
+        """Nothing to release: every call opens and closes its own HTTP session."""

@@ -1,0 +1,217 @@
+"""The controller's promises outside the happy path: one per project, a tracker
+outage never touches running workers, failed actions are recorded and
+retried, SIGTERM exits cleanly, a red trunk stops merges."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from swarm_kit import Swarm, run_cli, wait_for
+
+from ralph_dev.config import load_project
+from ralph_dev.controller import Controller, controller_lock
+from ralph_dev.jj import JJ
+from ralph_dev.model import Issue
+from ralph_dev.state import StateStore
+from ralph_dev.tmux import Tmux
+from ralph_dev.tracker import open_tracker
+from ralph_dev.tracker.base import TrackerUnavailable
+
+pytestmark = pytest.mark.slow
+
+
+class FlakyTracker:
+    """The real local tracker, with an outage switch for list_issues."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.down = False
+
+    async def list_issues(self) -> list[Issue]:
+        if self.down:
+            raise TrackerUnavailable("tracker outage (simulated)")
+        return await self.inner.list_issues()
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+@pytest.fixture
+def swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[Swarm]:
+    s = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=2)
+    yield s
+    s.teardown()
+
+
+@pytest.fixture
+def in_process(swarm: Swarm, monkeypatch: pytest.MonkeyPatch):
+    """A controller in this process, on the swarm's real tmux, jj and tracker."""
+    for key, value in swarm.env.items():
+        monkeypatch.setenv(key, value)
+    settings = load_project(swarm.project)
+    tmux = Tmux.from_settings(settings)
+    tmux.ensure_session(swarm.repo, {"PATH": os.environ["PATH"]})
+    tracker = FlakyTracker(open_tracker(settings))
+    ctl = Controller(settings, tracker=tracker, tmux=tmux, jj=JJ.from_settings(settings),
+                     store=StateStore(settings.paths))
+    return ctl, tracker
+
+
+def _tick(ctl: Controller):
+    return asyncio.run(ctl.tick())
+
+
+def test_tracker_outage_skips_dispatch_but_keeps_workers(swarm: Swarm, in_process) -> None:
+    ctl, tracker = in_process
+    swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n[[task]]\ntitle = "C"\n')
+    swarm.script = {"*": "work:30"}
+    swarm.write_script()
+    result = _tick(ctl)
+    assert [a.kind for a in result.plan.actions] == ["spawn", "spawn"]
+    running = wait_for(lambda: len(swarm.worker_windows()) == 2, 20, "two workers")
+    assert running
+    tracker.down = True
+    for _ in range(3):
+        result = _tick(ctl)
+        assert not result.observed.tracker_ok
+        assert all(a.kind not in ("spawn", "kill", "reap", "restart") for a in result.plan.actions)
+    assert sorted(swarm.worker_windows()) == ["DEMO-1", "DEMO-2"]  # untouched
+    assert any(e["event"] == "tracker_unavailable" for e in swarm.events())
+    beat = json.loads((ctl.store.paths.heartbeat_file).read_text())
+    assert beat["tracker_ok"] is False  # the heartbeat still beats, and says so
+    tracker.down = False
+    result = _tick(ctl)
+    assert result.observed.tracker_ok  # recovery on the next tick
+
+
+def test_failed_action_is_recorded_and_retried(swarm: Swarm, in_process) -> None:
+    ctl, _ = in_process
+    swarm.import_plan('[[task]]\ntitle = "A"\n')
+    real_add = ctl.jj.add_workspace
+    calls = {"n": 0}
+
+    def flaky_add(name: str) -> Path:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            from ralph_dev.jj import JJError
+
+            raise JJError("simulated jj failure", command=["jj", "workspace", "add"],
+                          stderr="boom", returncode=1)
+        return real_add(name)
+
+    ctl.jj.add_workspace = flaky_add
+    first = _tick(ctl)
+    assert [a.kind for a, _ in first.failures] == ["spawn"]
+    failed = [e for e in swarm.events() if e["event"] == "action_failed"]
+    assert failed and failed[0]["issue"] == "DEMO-1" and "simulated" in failed[0]["error"]
+    second = _tick(ctl)  # level-triggered: the same spawn is simply proposed again
+    assert [a.kind for a in second.plan.actions] == ["spawn"] and not second.failures
+    assert swarm.worker_windows() == ["DEMO-1"]
+
+
+def test_red_trunk_stops_merges_and_is_raised(tmp_path: Path, jj_bin: str,
+                                              tmux_socket: str) -> None:
+    swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=1,
+                         # green in every worker's workspace, red in the trunk checkout
+                         verify='test "$(basename "$PWD")" != .ralph-trunk')
+    try:
+        config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+        config.write_text(config.read_text() + "\n[projects.demo.merge]\nverify_trunk = true\n")
+        swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
+        swarm.start()
+        red = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo/trunk-red.json"
+        wait_for(red.exists, 120, "trunk to turn red after DEMO-1's merge")
+        assert json.loads(red.read_text())["exit_code"] != 0
+        comments = swarm.issue("DEMO-1")["comments"]
+        assert any("Merges are paused" in c["body"] for c in comments)
+        status = swarm.status()
+        assert status["trunk_red"] is True
+        wait_for(lambda: any(e["event"] == "worker_done" for e in swarm.events()
+                             if e.get("issue") == "DEMO-2"), 120, "DEMO-2 to finish")
+        merges = lambda: [e["issue"] for e in swarm.events() if e["event"] == "merge"]  # noqa: E731
+        assert merges() == ["DEMO-1"]
+        assert "changes/DEMO-2.txt" not in swarm.trunk_files()
+    finally:
+        swarm.teardown()
+
+
+def test_one_controller_per_project(xdg: Path, tmp_path: Path) -> None:
+    lock = tmp_path / "controller.lock"
+    from ralph_dev.controller import ControllerLocked
+
+    with controller_lock(lock), pytest.raises(ControllerLocked, match=f"pid {os.getpid()}"), \
+            controller_lock(lock):
+        pass
+    with controller_lock(lock):  # released on exit
+        pass
+
+
+def test_second_controller_process_exits_with_a_clear_message(swarm: Swarm) -> None:
+    lock = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo/controller.lock"
+    first = subprocess.Popen([sys.executable, "-m", "ralph_dev", "controller", swarm.project],
+                             env=swarm.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        wait_for(lambda: lock.exists() and lock.read_text().strip() == str(first.pid), 20,
+                 "the first controller to hold the lock")
+        second = run_cli("controller", swarm.project, env=swarm.env, check=False)
+        assert second.returncode != 0
+        assert "a controller already runs for this project" in second.stderr
+        assert str(first.pid) in second.stderr
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0  # SIGTERM: finish, then exit 0
+        events = [e["event"] for e in swarm.events()]
+        assert events[-1] == "controller_stopped"
+    finally:
+        if first.poll() is None:
+            first.kill()
+
+
+def test_plan_json_in_a_fresh_sandbox(swarm: Swarm) -> None:
+    swarm.import_plan('[[task]]\nref = "a"\ntitle = "A"\n[[task]]\ntitle = "B"\n'
+                      'blocked_by = ["a"]\n[[task]]\ntitle = "C"\npriority = 1\n')
+    out = json.loads(swarm.cli("plan", swarm.project, "--json").stdout)
+    spawns = [(a["action"], a["issue"], a["role"]) for a in out["actions"]]
+    assert spawns == [("spawn", "DEMO-3", "execute"), ("spawn", "DEMO-1", "execute")]
+    assert all(a["reason"] for a in out["actions"])
+    assert not swarm.worker_windows()  # plan only looks
+    assert [i["state_type"] for i in swarm.issues()] == ["unstarted"] * 3
+
+
+def test_people_commands_status_events_doctor(swarm: Swarm) -> None:
+    swarm.import_plan('[[task]]\ntitle = "A"\n')
+    swarm.start()
+    wait_for(swarm.all_done, 120, "the issue done")
+    status = swarm.status()
+    assert status["daemon"]["running"] and status["controller"]["alive"]
+    assert status["issues"]["done"] == 1 and status["issues"]["total"] == 1
+    assert status["controller"]["heartbeat_age_s"] is not None
+    table = swarm.cli("status", swarm.project).stdout
+    assert "daemon:     running" in table and "done 1" in table
+    events = swarm.cli("events", swarm.project, "--issue", "DEMO-1").stdout
+    assert "spawn" in events and "merge" in events
+    assert swarm.cli("events", swarm.project, "--since", "1h", "--json").stdout.strip()
+    bad = swarm.cli("events", swarm.project, "--since", "yesterday-ish", check=False)
+    assert bad.returncode != 0 and "duration like 30m" in bad.stderr
+    log = swarm.cli("logs", "DEMO-1").stdout
+    assert "[demo agent] DEMO-1" in log and "\x1b" not in log
+    doctor = swarm.cli("doctor", swarm.project, check=False)
+    assert "[OK  ] tmux" in doctor.stdout and "[OK  ] jj" in doctor.stdout
+    assert "[OK  ] tracker demo (local)" in doctor.stdout
+
+
+def test_doctor_names_what_to_fix(swarm: Swarm, tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    swarm.cli("init", "other", "--repo", str(plain))
+    doctor = swarm.cli("doctor", "other", check=False)
+    assert doctor.returncode != 0
+    assert "[FAIL] repo other" in doctor.stdout and "jj git init" in doctor.stdout

@@ -1,0 +1,147 @@
+"""The Linear client's documents and the fake's SDL, held to Linear's real schema.
+
+The real schema (49,840 lines) is parsed once per session. It is not in the
+repository: tests find it through ``RALPH_DEV_LINEAR_SCHEMA`` or beside the
+clone (``../shared/linear/schema.graphql``) and skip, saying so, without it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from graphql import (
+    GraphQLEnumType,
+    GraphQLInputObjectType,
+    GraphQLInterfaceType,
+    GraphQLObjectType,
+    GraphQLSchema,
+    build_schema,
+    parse,
+    validate,
+)
+
+from ralph_dev.tracker import linear
+
+REPO = Path(__file__).resolve().parent.parent
+FAKE_SDL = Path(__file__).with_name("fake_linear.graphql")
+
+
+def real_schema_path() -> Path | None:
+    for candidate in (os.environ.get("RALPH_DEV_LINEAR_SCHEMA"),
+                      str(REPO.parent / "shared/linear/schema.graphql")):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+@pytest.fixture(scope="session")
+def real_schema() -> GraphQLSchema:
+    path = real_schema_path()
+    if path is None:
+        pytest.skip("Linear's schema.graphql not found: set RALPH_DEV_LINEAR_SCHEMA or put "
+                    "shared/linear/schema.graphql beside the clone")
+    return build_schema(path.read_text())
+
+
+@pytest.fixture(scope="session")
+def fake_schema() -> GraphQLSchema:
+    return build_schema(FAKE_SDL.read_text())
+
+
+def test_operations_are_found() -> None:
+    names = linear.operations()
+    for expected in ("Viewer", "Projects", "ProjectIssues", "ProjectChanges", "IssueUpdate",
+                     "CommentCreate", "IssueCreate", "IssueRelationCreate", "IssueLabelCreate"):
+        assert expected in names
+
+
+@pytest.mark.parametrize("operation", linear.operations())
+def test_document_is_one_named_operation_valid_against_real_schema(
+    operation: str, real_schema: GraphQLSchema
+) -> None:
+    doc = parse(linear.document(operation))
+    ops = [d for d in doc.definitions if d.kind == "operation_definition"]
+    assert len(ops) == 1
+    assert ops[0].name is not None and ops[0].name.value == operation
+    errors = validate(real_schema, doc)
+    assert errors == [], [e.message for e in errors]
+
+
+@pytest.mark.parametrize("operation", linear.operations())
+def test_document_is_valid_against_fake_schema(operation: str,
+                                               fake_schema: GraphQLSchema) -> None:
+    """The fake can answer everything the client sends."""
+    errors = validate(fake_schema, parse(linear.document(operation)))
+    assert errors == [], [e.message for e in errors]
+
+
+def test_a_broken_document_is_caught(real_schema: GraphQLSchema) -> None:
+    """The validation above can fail: a misspelt field is reported."""
+    errors = validate(real_schema, parse("query X { viewer { idd } }"))
+    assert errors
+
+
+def subset_problems(fake: GraphQLSchema, real: GraphQLSchema) -> list[str]:
+    problems: list[str] = []
+    for name, ftype in fake.type_map.items():
+        if name.startswith("__"):
+            continue
+        rtype = real.type_map.get(name)
+        if rtype is None:
+            problems.append(f"type {name} is not in the real schema")
+            continue
+        if type(rtype) is not type(ftype):
+            problems.append(f"type {name} is a {type(ftype).__name__} in the fake, "
+                            f"{type(rtype).__name__} in the real schema")
+            continue
+        if isinstance(ftype, GraphQLObjectType | GraphQLInterfaceType):
+            assert isinstance(rtype, GraphQLObjectType | GraphQLInterfaceType)
+            for fname, field in ftype.fields.items():
+                rfield = rtype.fields.get(fname)
+                if rfield is None:
+                    problems.append(f"field {name}.{fname} is not in the real schema")
+                    continue
+                if str(rfield.type) != str(field.type):
+                    problems.append(f"field {name}.{fname}: {field.type} vs real {rfield.type}")
+                for aname, arg in field.args.items():
+                    rarg = rfield.args.get(aname)
+                    if rarg is None or str(rarg.type) != str(arg.type):
+                        problems.append(f"argument {name}.{fname}({aname}) differs or is missing")
+                for aname, rarg in rfield.args.items():
+                    if str(rarg.type).endswith("!") and aname not in field.args:
+                        problems.append(f"required argument {name}.{fname}({aname}) missing")
+        elif isinstance(ftype, GraphQLInputObjectType):
+            assert isinstance(rtype, GraphQLInputObjectType)
+            for fname, field in ftype.fields.items():
+                rfield = rtype.fields.get(fname)
+                if rfield is None or str(rfield.type) != str(field.type):
+                    problems.append(f"input field {name}.{fname} differs or is missing")
+        elif isinstance(ftype, GraphQLEnumType):
+            assert isinstance(rtype, GraphQLEnumType)
+            for value in ftype.values:
+                if value not in rtype.values:
+                    problems.append(f"enum value {name}.{value} is not in the real schema")
+    return problems
+
+
+def test_fake_sdl_is_a_true_subset(fake_schema: GraphQLSchema,
+                                   real_schema: GraphQLSchema) -> None:
+    assert subset_problems(fake_schema, real_schema) == []
+
+
+def test_subset_check_catches_differences(real_schema: GraphQLSchema) -> None:
+    wrong = build_schema(
+        "type Query { viewer: User! issue(id: String!): Issue }\n"
+        "type User { id: ID! nickname: String }\n"
+        "type Issue { id: ID! priority: Int! }\n"
+        "enum IssueRelationType { blocks blocked_by }\n"
+        "type Mutation { x: IssueRelationType }"
+    )
+    problems = subset_problems(wrong, real_schema)
+    text = "\n".join(problems)
+    assert "User.nickname" in text
+    assert "Query.issue" in text  # Issue vs real Issue!
+    assert "Issue.priority" in text  # Int! vs real Float!
+    assert "blocked_by" in text

@@ -1,0 +1,153 @@
+"""Label steering end to end on the local tracker: the real daemon, controller,
+tmux, jj and tracker, with the scripted demo agent as the worker. A "person"
+acts only through ``ralph-dev issue …`` commands, as they would at a terminal.
+
+What must hold: a worker's question holds the issue until a person answers;
+the answer (and only what people wrote, never ralph-dev's own comments)
+reaches the next worker; feedback for a running worker is pointed out in its
+pane; ``agent-input-needed`` and routing labels decide the next worker's role.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from swarm_kit import Swarm, wait_for
+
+pytestmark = pytest.mark.slow
+
+ANSWER = "Use PostgreSQL 16 with the pgvector extension."
+"""A person's answer: distinctive, so finding it in trunk proves the worker read it."""
+
+
+@pytest.fixture
+def swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[Swarm]:
+    s = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=3)
+    # hand the scripted agent its prompt file, as a real agent gets it
+    config = Path(s.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    text = config.read_text()
+    assert "{issue} {role}\"" in text
+    config.write_text(text.replace("{issue} {role}\"",
+                                   "{issue} {role} --prompt-file {prompt_file}\""))
+    yield s
+    s.teardown()
+
+
+def _import(swarm: Swarm, *titles: str) -> list[str]:
+    plan = "".join(f'[[task]]\ntitle = "{title}"\n' for title in titles)
+    return swarm.import_plan(plan)
+
+
+def _events(swarm: Swarm, kind: str, issue: str) -> list[dict]:
+    return [e for e in swarm.events() if e["event"] == kind and e.get("issue") == issue]
+
+
+def _labels(swarm: Swarm, ident: str) -> list[str]:
+    return swarm.issue(ident)["labels"]
+
+
+def _trunk_text(swarm: Swarm, path: str) -> str:
+    """The file as merged into trunk (Done comes first; the merge follows a tick later)."""
+    wait_for(lambda: path in swarm.trunk_files(), 20, f"{path} merged into trunk")
+    return swarm.jj_out("file", "show", "-r", "main", path)
+
+
+def _log(swarm: Swarm, ident: str) -> str:
+    path = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev" / swarm.project / "logs" / f"{ident}.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _tick(swarm: Swarm) -> int:
+    path = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev" / swarm.project / "heartbeat.json"
+    try:
+        return int(json.loads(path.read_text()).get("tick", 0))
+    except (OSError, ValueError):
+        return 0
+
+
+def _wait_held(swarm: Swarm, ident: str) -> None:
+    wait_for(lambda: "user-input-needed" in _labels(swarm, ident), 40,
+             f"{ident} to ask its question (user-input-needed)")
+
+
+def test_question_answered_by_a_person_resumes_with_the_feedback(swarm: Swarm) -> None:
+    (ident,) = _import(swarm, "Pick a database")
+    swarm.script = {"*": "block-once"}
+    swarm.write_script()
+    swarm.start()
+    _wait_held(swarm, ident)
+    asked = swarm.issue(ident)
+    assert any(c["by_ralph"] and "Which database" in c["body"] for c in asked["comments"])
+
+    # held: while nobody answers, no second worker starts (a respawn after the
+    # 0.5 s backoff would show within these ticks)
+    held_at = _tick(swarm)
+    wait_for(lambda: _tick(swarm) >= held_at + 6, 20, "six more controller ticks")
+    assert len(_events(swarm, "spawn", ident)) == 1
+    assert asked["state_type"] != "completed"
+
+    swarm.cli("issue", "comment", ident, ANSWER)
+    swarm.cli("issue", "label", ident, "+user-feedback-given")
+    wait_for(swarm.all_done, 40, f"{ident} Done after the answer")
+
+    change = _trunk_text(swarm, f"changes/{ident}.txt")
+    assert ANSWER in change
+    assert "from the prompt" in change  # the resumed worker had it in its context
+    assert "Which database" not in change  # ralph-dev's own question is not feedback
+    labels = _labels(swarm, ident)
+    assert "user-input-needed" not in labels and "user-feedback-given" not in labels
+    assert len(_events(swarm, "resume", ident)) == 1
+    assert len(_events(swarm, "spawn", ident)) == 2
+    assert not _events(swarm, "hold", ident)  # answered, never capped
+
+
+def test_feedback_for_a_live_worker_is_pointed_out_in_its_pane(swarm: Swarm) -> None:
+    (ident,) = _import(swarm, "Tune the cache")
+    swarm.script = {"*": "await-feedback"}
+    swarm.write_script()
+    swarm.start()
+    wait_for(lambda: "waiting for feedback" in _log(swarm, ident), 40,
+             f"{ident}'s worker to wait for feedback")
+    assert "agent-feedback-given" in _labels(swarm, ident)  # its note, by ralph-dev
+
+    swarm.cli("issue", "comment", ident, ANSWER)
+    swarm.cli("issue", "label", ident, "+user-feedback-given")
+    wait_for(swarm.all_done, 40, f"{ident} Done after the relayed feedback")
+
+    log = _log(swarm, ident)
+    # the literal message typed into the pane (the agent's own command echo differs)
+    assert f"a person left feedback on your issue. Run `ralph-dev worker feedback {ident}`" \
+        in log
+    assert "user-feedback-given" not in _labels(swarm, ident)
+    assert len(_events(swarm, "relayfeedback", ident)) == 1
+    assert len(_events(swarm, "spawn", ident)) == 1  # the same worker carried on
+    change = _trunk_text(swarm, f"changes/{ident}.txt")
+    assert ANSWER in change
+    assert "Scripted note" not in change  # ralph-dev's own note is not feedback
+
+
+def test_routing_labels_choose_the_role_of_the_next_worker(swarm: Swarm) -> None:
+    research, review, plain, steered = _import(swarm, "Compare queue libraries",
+                                               "Look over the API", "Write the parser",
+                                               "Choose a format")
+    swarm.cli("issue", "label", research, "+agent-input-needed")
+    swarm.cli("issue", "label", review, "+ralph:review")
+    swarm.script = {"*": "work:0.3", steered: "block-once"}
+    swarm.write_script()
+    swarm.start()
+    _wait_held(swarm, steered)
+    # a person answers and routes the next worker to research
+    swarm.cli("issue", "comment", steered, ANSWER)
+    swarm.cli("issue", "label", steered, "+ralph:research", "+user-feedback-given")
+    wait_for(swarm.all_done, 40, "every issue Done")
+
+    def roles(ident: str) -> list[str]:
+        return [e.get("role") for e in _events(swarm, "spawn", ident)]
+
+    assert roles(research) == ["research"]
+    assert roles(review) == ["review"]
+    assert roles(plain) == ["execute"]
+    assert roles(steered) == ["execute", "research"]
