@@ -158,6 +158,9 @@ class AgentSettings:
     iteration_cap: int = 25
     """Stop-hook continuations before an agent may stop without reporting."""
     extra_args: tuple[str, ...] = ()
+    supervisor: bool = False
+    """When controller restarts do not help (a crash loop), run the supervisor once
+    (``claude -p`` with the ralph-dev-supervisor skill and a status snapshot)."""
     home: Literal["user", "isolated"] = "user"
     """HOME of ``claude`` workers: ``user`` keeps the person's own HOME (their login
     and settings); ``isolated`` uses a private, pre-seeded one under the data dir
@@ -221,6 +224,10 @@ class Labels:
 @dataclass(frozen=True)
 class MergeSettings:
     mode: Literal["local", "pr"] = "local"
+    """``local`` merges into trunk here; ``pr`` pushes the worker's bookmark to
+    ``remote`` and opens a pull request with ``gh`` instead."""
+    remote: str = "origin"
+    gh_bin: str = "gh"
     verify_trunk: bool = False
     """Run the verify command on trunk after each merge; red trunk stops merges."""
 

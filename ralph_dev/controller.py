@@ -18,6 +18,7 @@ import dataclasses
 import fcntl
 import os
 import signal
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -233,8 +234,9 @@ class Controller:
             case Merge():
                 await self._merge(action, issue)
             case Forget():
-                await asyncio.to_thread(self.jj.forget, action.issue,
-                                        keep_bookmark=action.keep_bookmark)
+                # in PR mode the change lives on under its pushed bookmark, not in trunk
+                keep = action.keep_bookmark or self.settings.merge.mode == "pr"
+                await asyncio.to_thread(self.jj.forget, action.issue, keep_bookmark=keep)
                 self.store.delete_record(action.issue)
             case Hold():
                 await self.tracker.add_labels(action.issue, [labels.user_input_needed])
@@ -298,7 +300,11 @@ class Controller:
                      attempt=action.attempt, feedback=feedback)
 
     async def _merge(self, action: Merge, issue: Issue | None) -> None:
-        result = await asyncio.to_thread(self.jj.merge, action.issue)
+        if self.settings.merge.mode == "pr":
+            result = await asyncio.to_thread(self.jj.publish, action.issue,
+                                             self.settings.merge.remote)
+        else:
+            result = await asyncio.to_thread(self.jj.merge, action.issue)
         if result.conflicted:
             from ralph_dev.model import Role
 
@@ -316,8 +322,43 @@ class Controller:
             log.info("nothing_to_merge", issue=action.issue, detail=result.detail)
             return
         self.store.update_record(action.issue, merged=True)
+        if self.settings.merge.mode == "pr":
+            await self._open_pull_request(action.issue, issue)
+            return
         if self.settings.merge.verify_trunk and self.settings.verify_command:
             await self._verify_trunk(action.issue)
+
+    async def _open_pull_request(self, name: str, issue: Issue | None) -> None:
+        """``gh pr create`` for the pushed bookmark; the URL goes on the issue.
+
+        Title and body are argv elements (never a shell line); the body is the
+        worker's own summary, which ralph-dev recorded.
+        """
+        from ralph_dev.jj import JJ
+
+        record = self.store.load_record(name)
+        title = f"{name}: {issue.title if issue else name}"
+        body = (record.summary if record and record.summary else "") + \
+            f"\n\nOpened by ralph-dev for {name}."
+        argv = [self.settings.merge.gh_bin, "pr", "create", "--head", JJ.bookmark(name),
+                "--base", self.settings.trunk, "--title", title[:250], "--body", body]
+        proc = await asyncio.to_thread(
+            subprocess.run, argv, cwd=self.settings.repo, capture_output=True, text=True,
+            stdin=subprocess.DEVNULL, timeout=120, check=False,
+        )
+        if proc.returncode != 0 and "already exists" in proc.stderr:
+            # a retried tick: the pull request from the first try is still there
+            self.store.append_event("pull_request", issue=name, url=proc.stderr.strip()[-300:])
+            return
+        if proc.returncode != 0:
+            raise PullRequestFailed(
+                f"{name}: `gh pr create` failed (exit {proc.returncode}): "
+                f"{proc.stderr.strip()[-500:]}; is gh installed and authenticated (gh auth status)?"
+            )
+        url = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+        self.store.append_event("pull_request", issue=name, url=url)
+        with contextlib.suppress(TrackerError):
+            await self.tracker.comment(name, f"ralph-dev: opened a pull request for {name}: {url}")
 
     async def _verify_trunk(self, issue: str) -> None:
         from ralph_dev.verify import run_verify
@@ -376,6 +417,10 @@ class Controller:
 
 
 class MergeConflict(RalphError):
+    retryable = True
+
+
+class PullRequestFailed(RalphError):
     retryable = True
 
 

@@ -224,10 +224,30 @@ class Daemon:
                         window_s=self.settings.timing.crash_loop_window,
                     )
                     log.error("controller_crash_loop", reason=why)
+                    if self.settings.agent.supervisor:
+                        await self.spawn_supervisor(why)
                 return
             await asyncio.to_thread(self.start_controller, why)
         except Exception:
             log.exception("health_check_failed")
+
+    async def spawn_supervisor(self, why: str) -> None:
+        """Hand an unhealthy swarm to the supervisor agent, once per crash loop."""
+        from ralph_dev.agents import build_supervisor_launch
+        from ralph_dev.status import render, snapshot
+
+        text = render(await snapshot(self.settings, events=30))
+        launch = build_supervisor_launch(self.settings, text, reason=why)
+        log_path = self.store.paths.logs_dir / "supervisor.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as out:
+            proc = subprocess.Popen(
+                launch.argv, cwd=launch.cwd, env={**os.environ, **launch.env},
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.store.append_event("supervisor_started", reason=why, pid=proc.pid,
+                                log=str(log_path))
 
     async def run(self) -> None:
         from apscheduler.schedulers.asyncio import AsyncIOScheduler

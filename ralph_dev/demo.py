@@ -176,7 +176,8 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
         ok = _watch(env, timeout, echo)
         _cli(env, "stop", PROJECT, "--workers", check=False)
         echo("\nTrunk (main) now holds:")
-        echo(subprocess.run([jj_bin, "--no-pager", "log", "-r", "::main ~ root()", "--no-graph", "-T",
+        echo(subprocess.run([jj_bin, "--no-pager", "log", "-r", "::main ~ root()",
+                             "--no-graph", "-T",
                              'commit_id.short() ++ "  " ++ description.first_line() ++ "\\n"'],
                             cwd=repo, env=env, capture_output=True, text=True).stdout)
         echo(_cli(env, "status", PROJECT, check=False).stdout)

@@ -620,19 +620,19 @@ class JJ:
         self._snapshot(path)
         return self._count(path, f"({self._trunk}..@) ~ empty()") == 0
 
-    def merge(self, name: str) -> MergeResult:
-        """Rebase the workspace's change(s) onto trunk and move trunk forward to them.
+    def _rebased_head(self, name: str, path: Path, verb: str) -> MergeResult | str:
+        """Rebase the workspace's work onto trunk; its single head, or why not.
 
         Everything that rewrites commits runs inside the workspace, so its
-        working copy follows and no other workspace goes stale. On conflict
-        trunk is not moved and the workspace keeps the conflicted change.
+        working copy follows and no other workspace goes stale. A conflict
+        leaves the conflicted change in the workspace and trunk untouched.
         """
-        path = self._require(name)
-        self._refuse_if_unrecorded(name, self._snapshot(path), "merge")
+        self._refuse_if_unrecorded(name, self._snapshot(path), verb)
         work = self._trunk + "..@"
         if self._count(path, f"({work}) ~ empty()") == 0:
             return MergeResult(
-                merged=False, detail=f"nothing to merge: {name} has no changes outside {self.trunk}"
+                merged=False,
+                detail=f"nothing to {verb}: {name} has no changes outside {self.trunk}",
             )
         if self._count(path, f"conflicts() & ({work})") == 0:
             self.run("rebase", "-b", "@", "-o", self._trunk, cwd=path).check()
@@ -650,25 +650,49 @@ class JJ:
         heads = self._work_heads(path)
         if len(heads) != 1:
             raise JJError(
-                f"cannot merge workspace {name}: it has {len(heads)} separate lines of work "
+                f"cannot {verb} workspace {name}: it has {len(heads)} separate lines of work "
                 f"({', '.join(h[:12] for h in heads)}); join them into one change in "
                 f"{path} (e.g. `jj new {' '.join(h[:12] for h in heads)}`) and try again"
             )
-        head = heads[0]
-        # trunk gets no nameless commits (they cannot be pushed): name them after the workspace
+        # no nameless commits leave the workspace (they cannot be pushed): name them
         nameless = f'({work}) & description(exact:"") ~ empty()'
         if self._count(path, nameless):
             self.run("describe", "-r", nameless, "-m", name, cwd=path).check()
-            head = self._work_heads(path)[0]
+        head = self._work_heads(path)[0]
         if self._count(path, f"@ & {head}"):
-            # @ is about to become trunk's head: give the workspace a fresh change
-            # first, so later edits there (a hook's snapshot) never rewrite trunk.
+            # @ is about to be published: give the workspace a fresh change first,
+            # so later edits there (a hook's snapshot) never rewrite it.
             self.run("new", "-r", "@", cwd=path).check()
+        return head
+
+    def merge(self, name: str) -> MergeResult:
+        """Rebase the workspace's change(s) onto trunk and move trunk forward to them."""
+        path = self._require(name)
+        head = self._rebased_head(name, path, "merge")
+        if isinstance(head, MergeResult):
+            return head
         self.run("bookmark", "set", self.trunk, "-r", head, cwd=path).check()
         self.run("bookmark", "delete", self.bookmark(name), cwd=path)
         log.info("jj_merged", workspace=name, commit=head[:12], trunk=self.trunk)
         return MergeResult(
             merged=True, commit=head, detail=f"{name} merged into {self.trunk} at {head[:12]}"
+        )
+
+    def publish(self, name: str, remote: str = "origin") -> MergeResult:
+        """PR mode: rebase the work onto trunk, point ``ralph/NAME`` at it and push it.
+
+        Trunk does not move; the pushed bookmark is what the pull request merges.
+        """
+        path = self._require(name)
+        head = self._rebased_head(name, path, "publish")
+        if isinstance(head, MergeResult):
+            return head
+        bookmark = self.bookmark(name)
+        self.run("bookmark", "set", "--allow-backwards", bookmark, "-r", head, cwd=path).check()
+        self.run("git", "push", "--remote", remote, "--bookmark", bookmark, cwd=path).check()
+        log.info("jj_published", workspace=name, commit=head[:12], remote=remote)
+        return MergeResult(
+            merged=True, commit=head, detail=f"{name} pushed as {bookmark} to {remote}"
         )
 
     def forget(self, name: str, *, keep_bookmark: bool = False) -> None:

@@ -22,6 +22,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import math
 import os
 import time
 from collections import OrderedDict
@@ -88,9 +89,10 @@ def _timestamp_ms(payload: Mapping[str, Any], header: str | None) -> float | Non
     if isinstance(value, bool):
         return None
     try:
-        return float(value)
-    except (TypeError, ValueError):
+        stamp = float(value)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return stamp if math.isfinite(stamp) else None
 
 
 class Deliveries:
@@ -163,14 +165,18 @@ class WebhookListener:
         skew = abs(self.clock() - stamp / 1000.0)
         if skew > self.max_skew:
             return Verdict(401, f"timestamp {skew:.0f}s away from now (limit {self.max_skew:g}s)")
-        delivery = headers.get("Linear-Delivery", "").strip()[:200] or hashlib.sha256(
-            body).hexdigest()
-        if delivery in self.deliveries:
+        # The delivery header is not signed: the body's hash is remembered too, so
+        # a captured delivery replayed under a new id is still a duplicate.
+        delivery = "id:" + headers.get("Linear-Delivery", "").strip()[:200]
+        digest = "body:" + hashlib.sha256(body).hexdigest()
+        if delivery in self.deliveries or digest in self.deliveries:
             return Verdict(200, "duplicate delivery")
-        self.deliveries.add(delivery)
+        if delivery != "id:":
+            self.deliveries.add(delivery)
+        self.deliveries.add(digest)
         kind = payload.get("type")
         shown = kind[:40] if isinstance(kind, str) else None
-        if kind not in WAKE_TYPES:
+        if shown is None or kind not in WAKE_TYPES:
             return Verdict(200, "event type not acted on", kind=shown)
         return Verdict(200, "accepted", woke=True, kind=shown)
 

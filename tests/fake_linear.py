@@ -502,7 +502,7 @@ class FakeLinear:
             return web.json_response(
                 {"errors": [{"message": "Rate limit exceeded",
                              "extensions": {"code": "RATELIMITED"}}]}, status=400,
-                headers={"X-RateLimit-Requests-Remaining": "0"})
+                headers={"X-RateLimit-Requests-Remaining": "0", **self.rate_headers})
         if fault in ("500", "502", "503"):
             return web.Response(status=int(fault), text="upstream trouble")
         if fault == "slow":
@@ -567,3 +567,40 @@ class FakeLinear:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# -- helpers for the tests that drive LinearTracker against the fake ---------------------
+
+
+class Clock:
+    """An injectable wall clock: tests move time instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@dataclass
+class World:
+    """A running fake with team ENG and project "Alpha", plus a simulated clock."""
+
+    fake: FakeLinear
+    team: str
+    project: str
+    clock: Clock
+    sleeps: list[float]
+
+    def tracker(self, project: str = "Alpha", **kwargs: Any) -> Any:
+        from ralph_dev.tracker.linear import ApiKey, LinearClient, LinearTracker
+
+        async def sleep(seconds: float) -> None:
+            self.sleeps.append(seconds)
+
+        client = LinearClient(ApiKey(self.fake.api_key, "the test"), self.fake.url,
+                              timeout=2.0, clock=self.clock, sleep=sleep, rng=lambda: 0.5)
+        return LinearTracker(client, project, **kwargs)

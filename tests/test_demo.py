@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,6 @@ def test_demo_runs_to_completion_and_leaves_nothing_running(
     alive = subprocess.run(["tmux", "-L", socket, "list-sessions"], capture_output=True)
     assert alive.returncode != 0  # its tmux server is gone
     where = re.search(r"everything lives in (\S+)", out).group(1)
-    assert not os.path.exists(where)  # throwaway files removed (no --keep)
+    assert not Path(where).exists()  # throwaway files removed (no --keep)
     # it never touched the person's own ralph-dev instance
     assert not (xdg / "config" / "ralph-dev").exists()

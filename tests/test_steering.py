@@ -151,3 +151,120 @@ def test_routing_labels_choose_the_role_of_the_next_worker(swarm: Swarm) -> None
     assert roles(review) == ["review"]
     assert roles(plain) == ["execute"]
     assert roles(steered) == ["execute", "research"]
+
+
+# --- the same steering over Linear (the fake), driven by signed webhooks ----------------
+
+
+class WebhookSender:
+    """Plays Linear's webhook delivery: every change in the fake is POSTed, signed,
+    to the controller's listener (from a thread, so the fake's loop never waits)."""
+
+    def __init__(self, swarm: Swarm, secret: str) -> None:
+        self.swarm = swarm
+        self.secret = secret
+        self.statuses: list[int] = []
+        self._count = 0
+
+    def port(self) -> int | None:
+        found = [e for e in self.swarm.events() if e["event"] == "webhook_listening"]
+        return int(found[-1]["port"]) if found else None
+
+    def __call__(self, event_type: str, action: str, data: dict) -> None:
+        import threading
+
+        threading.Thread(target=self.send, args=(event_type, action, data), daemon=True).start()
+
+    def send(self, event_type: str, action: str, data: dict) -> None:
+        import urllib.error
+        import urllib.request
+
+        from ralph_dev.webhook import PATH, signature
+
+        port = self.port()
+        if port is None:
+            return  # no controller yet: polling catches up, as with real Linear
+        self._count += 1
+        body = json.dumps({"action": action, "type": event_type, "data": data,
+                           "webhookTimestamp": int(time.time() * 1000)}, default=str).encode()
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}{PATH}", data=body, method="POST",
+            headers={"Linear-Signature": signature(self.secret, body),
+                     "Linear-Delivery": f"delivery-{self._count}-{time.monotonic_ns()}",
+                     "Linear-Event": event_type, "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - loopback http
+                self.statuses.append(resp.status)
+        except urllib.error.HTTPError as exc:
+            self.statuses.append(exc.code)
+        except OSError:
+            self.statuses.append(0)
+
+
+@pytest.fixture
+def linear_swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[tuple]:
+    from fake_linear import FakeLinear
+
+    from ralph_dev.config import Labels
+    from ralph_dev.webhook import SECRET_ENV
+
+    fake = FakeLinear().start()
+    team = fake.add_team("DEMO")
+    project = fake.add_project("Alpha", [team])
+    for name in Labels().steering():
+        fake.add_label(name, team)
+    # polling every 30 s: finishing much sooner shows the webhooks drove the ticks
+    s = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=2,
+                     timing={"poll_interval": 30, "heartbeat_stale": 300})
+    key_file = tmp_path / "linear.key"
+    key_file.write_text(fake.api_key + "\n")
+    key_file.chmod(0o600)
+    config = Path(s.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    text = config.read_text()
+    assert '[projects.demo.tracker]\nkey = "DEMO"\n' in text
+    config.write_text(text.replace(
+        '[projects.demo.tracker]\nkey = "DEMO"\n',
+        '[projects.demo.tracker]\nkey = "DEMO"\nkind = "linear"\nlinear_project = "Alpha"\n'
+        f'linear_api_key_file = "{key_file}"\nwebhook_port = 0\n').replace(
+        "{issue} {role}\"", "{issue} {role} --prompt-file {prompt_file}\""))
+    secret = "whsec-steering-" + tmp_path.name
+    s.env.update({"RALPH_DEV_LINEAR_URL": fake.url, SECRET_ENV: secret})
+    sender = WebhookSender(s, secret)
+    fake.on_change(sender)
+    try:
+        yield s, fake, team, project, sender
+    finally:
+        s.teardown()
+        fake.stop()
+
+
+def test_question_answered_in_linear_resumes_with_the_feedback(linear_swarm: tuple) -> None:
+    swarm, fake, team, project, sender = linear_swarm
+    ident = fake.add_issue(team, "Pick a database", project_id=project)
+    swarm.script = {"*": "block-once"}
+    swarm.write_script()
+    swarm.start()
+    wait_for(lambda: "user-input-needed" in fake.issue_labels(ident), 40,
+             f"{ident} to ask its question in Linear")
+    asked = fake.comments_on(ident)
+    assert any(body.startswith("[ralph-dev]") and "Which database" in body for body in asked)
+
+    # a person answers in Linear's UI; Linear sends the webhooks
+    answered = time.monotonic()
+    fake.add_comment(ident, ANSWER, touch_issue=True)
+    sender("Comment", "create", {"issueId": ident})
+    with fake._lock:
+        issue = fake._issue(ident)
+        issue["label_ids"].append(fake._label_named("user-feedback-given", team))
+        issue["updatedAt"] = fake.now()
+    sender("Issue", "update", {"id": issue["id"]})
+
+    wait_for(lambda: fake.state_of(ident) == "Done", 25, f"{ident} Done in Linear")
+    assert time.monotonic() - answered < 25  # well inside one 30 s poll interval
+    change = _trunk_text(swarm, f"changes/{ident}.txt")
+    assert ANSWER in change and "from the prompt" in change
+    assert "Which database" not in change  # ralph-dev's own question is not feedback
+    assert not {"user-input-needed", "user-feedback-given"} & fake.issue_labels(ident)
+    assert len(_events(swarm, "resume", ident)) == 1
+    assert len(_events(swarm, "spawn", ident)) == 2
+    assert sender.statuses and set(sender.statuses) == {200}

@@ -128,6 +128,24 @@ async def test_duplicate_delivery_is_acknowledged_and_ignored(hook: Harness) -> 
     assert hook.listener.woken == 1
 
 
+async def test_replay_under_a_new_delivery_id_is_a_duplicate(hook: Harness) -> None:
+    body = payload()
+    assert await hook.post(body, headers(body, "d-orig")) == 200
+    assert await hook.post(body, headers(body, "d-forged-new-id")) == 200
+    assert await hook.post(body, headers(body, "")) == 200
+    assert hook.listener.woken == 1
+
+
+async def test_odd_payload_values_are_rejected_or_ignored(hook: Harness) -> None:
+    for i, stamp in enumerate(("NaN", "Infinity", True, "soon", None)):
+        raw = {"type": "Issue", "webhookTimestamp": stamp, "n": i}
+        body = json.dumps(raw).encode()
+        assert await hook.post(body, headers(body, f"d-odd-{i}")) == 400, stamp
+    body = payload(type=["Issue"])  # an unhashable type: answered, no tick, no crash
+    assert await hook.post(body, headers(body, "d-list")) == 200
+    assert hook.listener.woken == 0
+
+
 async def test_non_json_body_is_rejected(hook: Harness) -> None:
     for i, body in enumerate((b"not json{", b"[1, 2]", b"\xff\xfe")):
         assert await hook.post(body, headers(body, f"d-bad-{i}")) == 400
@@ -160,7 +178,7 @@ async def test_secret_never_reaches_the_logs(hook: Harness) -> None:
 async def test_a_burst_of_deliveries_coalesces_into_few_ticks() -> None:
     listener = WebhookListener(SECRET, asyncio.Event(), clock=lambda: NOW, min_interval=0.3)
     for i in range(20):
-        body = payload()
+        body = payload(n=i)
         assert listener.judge(body, headers(body, f"burst-{i}")).woke
         listener.poke()
     assert listener.woken == 1  # the first wakes at once, the rest wait for one more

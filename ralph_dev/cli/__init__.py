@@ -185,15 +185,8 @@ def init(
 
 
 def _register() -> None:
-    """Attach the command groups that live in their own modules."""
-    import importlib
-
-    for module in ("issue", "swarm", "status", "service", "worker", "hook"):
-        try:
-            importlib.import_module(f"ralph_dev.cli.{module}")
-        except ModuleNotFoundError as exc:  # a part not built yet must not break the rest
-            if exc.name != f"ralph_dev.cli.{module}":
-                raise
+    """Attach the commands that live in their own modules (imported for their effect)."""
+    from ralph_dev.cli import hook, issue, service, status, swarm, worker  # noqa: F401
 
 
 _register()

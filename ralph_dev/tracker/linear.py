@@ -61,6 +61,7 @@ from ralph_dev.tracker.base import (
     TrackerUnavailable,
     UnknownIssue,
 )
+from ralph_dev.tracker.local import find_cycle, format_cycle
 
 if TYPE_CHECKING:
     from ralph_dev.config import ProjectSettings, TrackerSettings
@@ -76,6 +77,8 @@ RALPH_MARKER = "[ralph-dev] "
 PAGE_SIZE = 25
 """Issues per page: ~115 points each (see fragments.graphql), ~2,900 per query."""
 POLL_OVERLAP = timedelta(minutes=2)
+KEEP_COMMENTS = 50
+"""Newest comments kept per cached issue (feedback relay reads only the newest)."""
 SLOW_DOWN_BELOW = 0.10
 """Fraction of the hourly allowance left under which requests are spaced out."""
 
@@ -335,6 +338,8 @@ class LinearClient:
             raise self._fail(f"HTTP {code} from {operation}") from None
         except TransportProtocolError:
             raise self._fail(f"a malformed answer to {operation} (not GraphQL JSON)") from None
+        except AssertionError:  # gql asserts on `{"data": null}` without errors
+            raise self._fail(f"an answer to {operation} with neither data nor errors") from None
         except TimeoutError:
             raise self._fail(f"{operation} timed out after {self.timeout:g} s") from None
         except (TransportError, aiohttp.ClientError, OSError) as exc:
@@ -411,6 +416,13 @@ class _Entry:
     label_ids: dict[str, str]
     comments: dict[str, Comment] = field(default_factory=dict)
     gone: bool = False
+
+    def add_comments(self, more: Mapping[str, Comment]) -> None:
+        merged = {**self.comments, **more}
+        if len(merged) > KEEP_COMMENTS:
+            newest = sorted(merged.items(), key=lambda kv: kv[1].created_at)[-KEEP_COMMENTS:]
+            merged = dict(newest)
+        self.comments = merged
 
 
 def _comment(node: Mapping[str, Any]) -> tuple[str, Comment]:
@@ -742,7 +754,8 @@ class LinearTracker:
         assert self._cache is not None
         old = self._cache.get(entry.issue.id)
         if old is not None:
-            entry.comments = {**old.comments, **entry.comments}
+            fresh, entry.comments = entry.comments, dict(old.comments)
+            entry.add_comments(fresh)
         if entry.gone or entry.project_id != project_id:
             self._cache.pop(entry.issue.id, None)
             return
@@ -772,7 +785,8 @@ class LinearTracker:
         self._cache = {}
         for entry in fresh.values():
             if entry.issue.id in old:
-                entry.comments = {**old[entry.issue.id].comments, **entry.comments}
+                fresh_comments, entry.comments = entry.comments, dict(old[entry.issue.id].comments)
+                entry.add_comments(fresh_comments)
             self._store(entry, project.id)
         self._last_full = started
         self.full_syncs += 1
@@ -808,7 +822,7 @@ class LinearTracker:
             for issue_id, cid, comment in comments:
                 target = self._cache.get(str(issue_id))
                 if target is not None:
-                    target.comments[cid] = comment
+                    target.add_comments({cid: comment})
             if not (more_i or more_c):
                 break
         self.polls += 1
@@ -949,7 +963,10 @@ class LinearTracker:
     async def remove_labels(self, identifier: str, labels: Sequence[str]) -> Issue:
         return await self.change_labels(identifier, remove=labels)
 
-    async def comment(self, identifier: str, body: str, *, by_ralph: bool = True) -> None:
+    async def comment(self, identifier: str, body: str, *, by_ralph: bool = True,
+                      author: str | None = None) -> None:
+        """``author`` is accepted for the CLI's sake and ignored: Linear signs every comment
+        with the key's user. ralph-dev's own comments carry ``RALPH_MARKER`` instead."""
         check_identifier(identifier)
         if not isinstance(body, str) or not body.strip():
             raise TrackerInputError("a comment needs some text")
@@ -965,6 +982,27 @@ class LinearTracker:
             if not data["commentCreate"]["success"]:
                 raise ValueError("commentCreate did not succeed")
         log.info("linear_comment", issue=identifier, by_ralph=by_ralph)
+
+    async def add_blocker(self, identifier: str, blocker: str) -> Issue:
+        """Record that ``blocker`` blocks ``identifier``; refuses a cycle, naming it."""
+        issue = await self.get(identifier)
+        other = await self.get(blocker)
+        if blocker in issue.blocked_by:
+            return issue
+        edges: dict[str, set[str]] = {}
+        for entry in (self._cache or {}).values():
+            edges[entry.issue.identifier] = set(entry.issue.blocked_by)
+        edges.setdefault(identifier, set()).add(blocker)
+        cycle = find_cycle(edges)
+        if cycle:
+            raise TrackerInputError(
+                f"{identifier} cannot be blocked by {blocker}: that makes a blocker cycle "
+                f"{format_cycle(cycle)} (each is blocked by the next)"
+            )
+        await self.client.execute("IssueRelationCreate", {"input": {
+            "issueId": other.id, "relatedIssueId": issue.id, "type": "blocks"}})
+        log.info("linear_blocker", issue=identifier, blocker=blocker)
+        return await self.get(identifier)
 
     def _check_batch(self, entries: Sequence[NewIssue]) -> dict[str, int]:
         refs: dict[str, int] = {}

@@ -1,0 +1,254 @@
+"""LinearTracker through the real gql client against the in-process fake Linear."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fake_linear import Clock, FakeLinear, World
+
+from ralph_dev.model import NewIssue, StateType
+from ralph_dev.tracker.base import TrackerInputError, UnknownIssue
+from ralph_dev.tracker.linear import (
+    RALPH_MARKER,
+    LinearPartialCreate,
+    LinearSetupError,
+)
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    with FakeLinear() as fake:
+        team = fake.add_team("ENG", "Engineering")
+        project = fake.add_project("Alpha", [team], slug="a1b2c3d4e5f6")
+        fake.add_project("Beta", [team])
+        yield World(fake, team, project, Clock(), [])
+
+
+def seed(w: World, count: int = 2) -> list[str]:
+    return [w.fake.add_issue(w.team, f"issue {i}", project_id=w.project) for i in range(count)]
+
+
+async def test_list_issues_carries_state_team_labels_parent_children_blockers_comments(
+    world: World,
+) -> None:
+    fake = world.fake
+    a = fake.add_issue(world.team, "parent", project_id=world.project, priority=2)
+    b = fake.add_issue(world.team, "child", project_id=world.project, parent=a,
+                       labels=["ralph:plan"], state="In Progress", description="body")
+    c = fake.add_issue(world.team, "blocker", project_id=world.project)
+    fake.add_issue(world.team, "elsewhere", project_id=None)
+    fake.add_blocker(c, b)
+    fake.add_comment(b, "first")
+    fake.add_comment(b, RALPH_MARKER + "mine")
+    issues = {i.identifier: i for i in await world.tracker().list_issues()}
+    assert set(issues) == {a, b, c}
+    child = issues[b]
+    assert child.state_name == "In Progress" and child.state_type is StateType.STARTED
+    assert child.team == "ENG" and child.parent == a and child.labels == {"ralph:plan"}
+    assert child.blocked_by == (c,) and child.description == "body"
+    assert [x.body for x in child.comments] == ["first", RALPH_MARKER + "mine"]
+    assert [x.by_ralph for x in child.comments] == [False, True]
+    assert child.comments[0].author == "Pat Person"
+    assert issues[a].children == (b,) and issues[a].priority == 2
+    assert len(child.id) == 36  # Linear's UUID, the identifier is TEAM-N
+
+
+@pytest.mark.parametrize("ref", ["Alpha", "alpha", "a1b2c3d4e5f6", "alpha-a1b2c3d4e5f6"])
+async def test_project_found_by_name_slug_or_url_slug(world: World, ref: str) -> None:
+    project = await world.tracker(ref).project()
+    assert project.id == world.project and [t.key for t in project.teams] == ["ENG"]
+
+
+async def test_project_found_by_id(world: World) -> None:
+    assert (await world.tracker(world.project).project()).name == "Alpha"
+
+
+async def test_unknown_project_lists_closest_matches(world: World) -> None:
+    with pytest.raises(LinearSetupError) as err:
+        await world.tracker("Alpah").project()
+    assert "'Alpha'" in str(err.value) and "linear_project" in str(err.value)
+
+
+async def test_pagination_across_pages(world: World) -> None:
+    made = seed(world, 7)
+    tracker = world.tracker(page_size=3)
+    issues = await tracker.list_issues()
+    assert sorted(i.identifier for i in issues) == sorted(made)
+    assert world.fake.operations().count("ProjectIssues") == 3
+
+
+async def test_steady_state_costs_at_most_two_requests_per_call(world: World) -> None:
+    made = seed(world, 5)
+    tracker = world.tracker(full_sync_interval=300)
+    await tracker.list_issues()
+    for n in range(6):
+        before = len(world.fake.requests)
+        world.fake.update_issue(made[n % 5], title=f"renamed {n}")
+        world.fake.add_comment(made[0], f"comment {n}")
+        await tracker.list_issues()
+        assert len(world.fake.requests) - before <= 2
+        world.clock.advance(10)
+    ops = world.fake.operations()
+    assert ops.count("ProjectIssues") == 1 and ops.count("ProjectChanges") == 6
+
+
+async def test_incremental_poll_picks_up_change_new_comment_and_archive(world: World) -> None:
+    a, b, c = seed(world, 3)
+    tracker = world.tracker()
+    await tracker.list_issues()
+    world.fake.update_issue(a, state="Done")
+    world.fake.add_comment(b, "please also fix the docs")  # does not touch b's updatedAt
+    world.fake.update_issue(c, archivedAt=world.fake.now())
+    world.clock.advance(10)
+    issues = {i.identifier: i for i in await tracker.list_issues()}
+    assert world.fake.operations()[-1] == "ProjectChanges"
+    assert issues[a].state_type is StateType.COMPLETED
+    assert [x.body for x in issues[b].comments] == ["please also fix the docs"]
+    assert c not in issues
+    # the overlap re-reads recent changes: nothing is duplicated
+    world.clock.advance(10)
+    again = {i.identifier: i for i in await tracker.list_issues()}
+    assert len(again[b].comments) == 1
+
+
+async def test_full_sync_again_after_the_interval(world: World) -> None:
+    seed(world, 2)
+    tracker = world.tracker(full_sync_interval=300)
+    await tracker.list_issues()
+    world.fake.add_blocker(*seed(world, 2))  # relations have no change signal
+    world.clock.advance(301)
+    issues = await tracker.list_issues()
+    assert world.fake.operations().count("ProjectIssues") == 2
+    assert any(i.blocked_by for i in issues)
+    assert tracker.usage()["full_syncs"] == 2
+
+
+async def test_refresh_and_get(world: World) -> None:
+    a, b = seed(world, 2)
+    tracker = world.tracker()
+    await tracker.list_issues()
+    world.fake.update_issue(a, title="fresh")
+    other = world.fake.add_issue(world.team, "not in the project", project_id=None)
+    got = await tracker.refresh([a, "ENG-99", other, b])
+    assert [i.identifier for i in got] == [a, b]
+    assert got[0].title == "fresh"
+    assert (await tracker.get(b)).identifier == b
+    with pytest.raises(UnknownIssue):
+        await tracker.get("ENG-99")
+    with pytest.raises(ValueError):
+        await tracker.get("../etc")
+
+
+async def test_set_state_by_type_picks_first_by_position_and_by_name(world: World) -> None:
+    (a,) = seed(world, 1)
+    tracker = world.tracker()
+    issue = await tracker.set_state(a, type=StateType.STARTED)
+    assert issue.state_name == "In Progress" and world.fake.state_of(a) == "In Progress"
+    issue = await tracker.set_state(a, name="in review")
+    assert world.fake.state_of(a) == "In Review" and issue.state_type is StateType.STARTED
+    before = len(world.fake.requests)
+    await tracker.set_state(a, name="In Review")  # already there: no write
+    assert "IssueUpdate" not in world.fake.operations()[before:]
+    with pytest.raises(TrackerInputError, match="no state"):
+        await tracker.set_state(a, name="Shipped")
+
+
+async def test_labels_are_changed_incrementally(world: World) -> None:
+    a = world.fake.add_issue(world.team, "x", project_id=world.project, labels=["keep"])
+    tracker = world.tracker()
+    issue = await tracker.add_labels(a, ["user-input-needed"])
+    assert issue.labels == {"keep", "user-input-needed"}
+    issue = await tracker.remove_labels(a, ["user-input-needed", "never-there"])
+    assert issue.labels == {"keep"} == world.fake.issue_labels(a)
+    for body in (r["variables"] for r in world.fake.requests
+                 if r["operationName"] == "IssueUpdate"):
+        assert "labelIds" not in body["input"]  # never replaces the whole set
+
+
+async def test_label_in_team_and_workspace_prefers_the_team(world: World) -> None:
+    (a,) = seed(world, 1)
+    world.fake.add_label("bug", None)
+    team_label = world.fake.add_label("bug", world.team)
+    await world.tracker().add_labels(a, ["bug"])
+    assert world.fake._issue(a)["label_ids"] == [team_label]
+
+
+async def test_label_twice_in_one_team_is_a_clear_error(world: World) -> None:
+    (a,) = seed(world, 1)
+    world.fake.add_label("bug", world.team)
+    world.fake.add_label("bug", world.team)
+    with pytest.raises(LinearSetupError, match="'bug' exists 2 times"):
+        await world.tracker().add_labels(a, ["bug"])
+
+
+async def test_comments_by_ralph_are_marked_and_never_human_feedback(world: World) -> None:
+    (a,) = seed(world, 1)
+    tracker = world.tracker()
+    await tracker.list_issues()
+    await tracker.comment(a, "worker started")
+    await tracker.comment(a, RALPH_MARKER + "already marked")
+    await tracker.comment(a, "a person typed this", by_ralph=False)
+    assert world.fake.comments_on(a) == [RALPH_MARKER + "worker started",
+                                         RALPH_MARKER + "already marked",
+                                         "a person typed this"]
+    world.clock.advance(10)
+    issue = {i.identifier: i for i in await tracker.list_issues()}[a]
+    assert [c.by_ralph for c in issue.comments] == [True, True, False]
+    with pytest.raises(UnknownIssue):
+        await tracker.comment("ENG-404", "hello")
+
+
+async def test_create_issues_with_parent_and_blockers(world: World) -> None:
+    (existing,) = seed(world, 1)
+    tracker = world.tracker()
+    made = await tracker.create_issues([
+        NewIssue("child b", ref="b", parent="phase", blocked_by=("a", existing)),
+        NewIssue("phase", ref="phase", labels=("ralph:phase",)),
+        NewIssue("child a", ref="a", parent="phase", priority=1),
+    ])
+    assert len(made) == 3
+    world.clock.advance(10)
+    issues = {i.identifier: i for i in await tracker.list_issues()}
+    b, phase, a = (issues[x] for x in made)
+    assert b.parent == phase.identifier and a.parent == phase.identifier
+    assert set(b.blocked_by) == {a.identifier, existing}
+    assert phase.labels == {"ralph:phase"} and set(phase.children) == {a.identifier,
+                                                                       b.identifier}
+    assert a.priority == 1
+
+
+async def test_create_issues_reports_what_was_created_on_failure(world: World) -> None:
+    tracker = world.tracker()
+    with pytest.raises(LinearPartialCreate) as err:
+        await tracker.create_issues([NewIssue("fine"), NewIssue("orphan", parent="ENG-77")])
+    assert err.value.created == ["ENG-1"] and "ENG-1" in str(err.value)
+    assert not err.value.retryable
+    with pytest.raises(TrackerInputError):  # checked before anything is created
+        await tracker.create_issues([NewIssue("x", blocked_by=("no such ref",))])
+    assert len(world.fake.issues) == 1
+
+
+async def test_add_blocker_refuses_a_cycle(world: World) -> None:
+    a, b, c = seed(world, 3)
+    tracker = world.tracker()
+    await tracker.list_issues()
+    assert (await tracker.add_blocker(b, a)).blocked_by == (a,)
+    assert (await tracker.add_blocker(c, b)).blocked_by == (b,)
+    before = len(world.fake.relations)
+    await tracker.add_blocker(c, b)  # already so: nothing new
+    with pytest.raises(TrackerInputError, match="cycle"):
+        await tracker.add_blocker(a, c)
+    assert len(world.fake.relations) == before == 2
+
+
+async def test_only_the_newest_comments_are_kept_in_memory(world: World) -> None:
+    (a,) = seed(world, 1)
+    tracker = world.tracker()
+    await tracker.list_issues()
+    for n in range(60):
+        world.fake.add_comment(a, f"note {n}")
+    world.clock.advance(10)
+    issue = (await tracker.list_issues())[0]
+    assert len(issue.comments) == 50
+    assert issue.comments[-1].body == "note 59" and issue.comments[0].body == "note 10"
