@@ -7,7 +7,7 @@ Three promises shape everything here:
 
 * **Issue text never reaches a shell.** The prompt (title, description,
   feedback: text written by anyone) goes only into a 0600 file. The window's
-  command is always ``python -m ralph_dev.agents exec SPEC``: a tiny wrapper
+  command is always ``python -m ralph_dev.launcher SPEC``: a tiny wrapper
   that reads the launch spec (0600 JSON next to the prompt) and ``execve``s the
   agent. For ``claude`` it appends the prompt file's text as ONE argv element
   after ``--``, so no shell ever parses it. The ``command`` runner's template is
@@ -494,7 +494,7 @@ class Launch:
     cwd: Path
     prompt_file: Path | None
     spec_file: Path | None = None
-    """The ``claude`` runner's launch spec, read by ``python -m ralph_dev.agents exec``."""
+    """The ``claude`` runner's launch spec, read by ``python -m ralph_dev.launcher``."""
 
 
 def _trust_roots(settings: ProjectSettings, workspace: Path) -> list[Path]:
@@ -598,7 +598,7 @@ def _launch_via_spec(argv: Sequence[str], env: dict[str, str], cwd: Path, prompt
 def launch_via_spec(argv: Sequence[str], env: Mapping[str, str], cwd: Path, spec_file: Path,
                     *, prompt_file: Path | None = None, prompt_arg: bool = False,
                     **about: Any) -> Launch:
-    """Start ``argv`` in a pane through ``python -m ralph_dev.agents exec SPEC``.
+    """Start ``argv`` in a pane through ``python -m ralph_dev.launcher SPEC``.
 
     tmux replaces a new pane's PATH with the PATH of the tmux client that created
     it (spawn.c), whatever ``-e PATH=…`` says, so the wrapper sets the environment
@@ -623,7 +623,7 @@ def launch_via_spec(argv: Sequence[str], env: Mapping[str, str], cwd: Path, spec
         spec["secrets_file"] = str(secrets_file)
     atomic_write_text(spec_file, json.dumps(spec, indent=2) + "\n", mode=0o600)
     return Launch(
-        argv=[sys.executable, "-m", "ralph_dev.agents", "exec", str(spec_file)],
+        argv=[sys.executable, "-m", "ralph_dev.launcher", str(spec_file)],
         env=public,
         cwd=cwd,
         prompt_file=prompt_file,
@@ -754,68 +754,3 @@ def build_supervisor_launch(
 
 
 # --- the exec wrapper (runs inside the worker's pane) ------------------------------------
-
-
-def _take_secrets(path: str | None) -> dict[str, str]:
-    """Read the launch's secrets and delete the file: they now live only in the process."""
-    if not path:
-        return {}
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}  # a respawn of the same pane: the secrets were taken already
-    finally:
-        with contextlib.suppress(OSError):
-            Path(path).unlink()
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
-
-def exec_spec(spec_file: Path, environ: Mapping[str, str] | None = None) -> int:
-    """Replace this process with the agent: argv from the spec, prompt from its file.
-
-    Returns (only on failure, having said why on stderr) the exit code for the pane.
-    """
-    try:
-        spec = json.loads(Path(spec_file).read_text(encoding="utf-8"))
-        argv = [str(a) for a in spec["argv"]]
-        prompt = Path(spec["prompt_file"]).read_text(encoding="utf-8") \
-            if spec.get("prompt_file") else ""
-        cwd = spec.get("cwd")
-        secrets = _take_secrets(spec.get("secrets_file"))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"ralph-dev: cannot start the agent: launch spec {spec_file} unusable ({exc})",
-              file=sys.stderr)
-        return 2
-    env = dict(os.environ if environ is None else environ)
-    for name in spec.get("unset", ()):
-        env.pop(str(name), None)
-    for name, value in {**(spec.get("env") or {}), **secrets}.items():
-        env[str(name)] = str(value)
-    if cwd:
-        try:
-            os.chdir(cwd)
-        except OSError as exc:
-            print(f"ralph-dev: cannot enter the workspace {cwd}: {exc.strerror}", file=sys.stderr)
-            return 2
-    if spec.get("prompt_arg"):
-        argv = [*argv, prompt.replace("\x00", "")]
-    print(f"ralph-dev: starting {Path(argv[0]).name} for {spec.get('issue') or 'the project'} "
-          f"({spec.get('role')}, attempt {spec.get('attempt')})", file=sys.stderr, flush=True)
-    try:
-        os.execvpe(argv[0], argv, env)  # noqa: S606 - an argv list, no shell
-    except OSError as exc:
-        print(f"ralph-dev: cannot run {argv[0]}: {exc.strerror}", file=sys.stderr)
-        return 127
-    return 0  # pragma: no cover - execvpe does not return
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2 or args[0] != "exec":
-        print("usage: python -m ralph_dev.agents exec LAUNCH_SPEC.json", file=sys.stderr)
-        return 2
-    return exec_spec(Path(args[1]))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

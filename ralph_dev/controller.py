@@ -89,6 +89,13 @@ class TickResult:
     observed: Observed
     failures: list[tuple[Action, str]] = field(default_factory=list)
 
+    @property
+    def unblocked_work(self) -> bool:
+        """A merge, forget or completion succeeded: dependents may be ready right now."""
+        failed = {id(a) for a, _ in self.failures}
+        return any(isinstance(a, Merge | Forget | Complete) and id(a) not in failed
+                   for a in self.plan.actions)
+
 
 def output_marks(windows: Sequence[Window], store: StateStore) -> tuple[Window, ...]:
     """Fill each worker window's output fingerprint from its pipe-pane log.
@@ -178,6 +185,9 @@ class Controller:
                     break
                 if action.issue in failed_issues:
                     continue  # the rest of this issue's chain waits for a later tick
+                if isinstance(action, Merge) and self.trunk_red():
+                    failed_issues.add(action.issue)  # a merge earlier this tick turned trunk red
+                    continue
                 try:
                     await self.act(action, by_id.get(action.issue), observed)
                 except (RalphError, OSError) as exc:
@@ -207,6 +217,7 @@ class Controller:
             issues=len(observed.issues),
             actions=len(plan.actions),
             tracker_ok=observed.tracker_ok,
+            tracker_usage=self.tracker.usage() if hasattr(self.tracker, "usage") else None,
         )
 
     # -- act ----------------------------------------------------------------
@@ -393,6 +404,9 @@ class Controller:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._request_stop, wake)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            # `ralph-dev worker done/blocked` pokes the controller: tick now, not at the poll
+            loop.add_signal_handler(signal.SIGUSR1, wake.set)
         self.store.append_event("controller_started", pid=os.getpid())
         try:
             while not self.stopping:
@@ -460,6 +474,23 @@ def controller_lock(path: Path):
         with contextlib.suppress(OSError):
             fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+
+
+def poke_controller(store: StateStore) -> None:
+    """Ask the running controller (pid from its heartbeat) to tick now; best effort."""
+    beat = store.read_heartbeat()
+    pid = beat.get("pid") if beat else None
+    if not isinstance(pid, int) or pid <= 1:
+        return
+    # SIGUSR1 ends a process that does not handle it: make sure the pid (from a file
+    # that may be stale) is still a ralph-dev controller before sending it.
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return
+    if b"ralph_dev" in cmdline and b"controller" in cmdline:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGUSR1)
 
 
 def human_feedback(issue: Issue) -> str | None:

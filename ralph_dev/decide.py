@@ -414,8 +414,9 @@ class _Decider:
         self.actions.extend(actions)
 
     def take_merge_slot(self) -> bool:
-        """One merge per plan: the next tick, after the executor verified trunk, takes the next."""
-        if self.merged:
+        """Merges run one at a time, in identifier order. With ``verify_trunk`` only one
+        goes per plan: the next tick, after trunk was verified, takes the next."""
+        if self.merged and self.settings.merge.verify_trunk:
             return False
         self.merged = True
         return True
@@ -503,7 +504,7 @@ class _Decider:
         if has_window:
             self.emit(Kill(ident, f"{why}: closing its window"))
         if not self.take_merge_slot():
-            return  # one merge per plan; this one goes next tick
+            return  # trunk is verified after each merge: this one goes next tick
         change = "its change" if ws.has_unmerged_change else "whatever it holds"
         self.emit(Merge(ident, f"{why}: merging {change} into trunk"))
         self.emit(Forget(ident, f"{why}: forgetting its workspace (after the merge)"))

@@ -67,6 +67,7 @@ async def snapshot(settings: ProjectSettings, *, events: int = 10) -> dict[str, 
 
     counts: dict[str, int] = {}
     tracker_error = None
+    usage = beat.get("tracker_usage") if beat else None  # the controller's own requests
     tracker = open_tracker(settings)
     try:
         issues = await tracker.list_issues()
@@ -90,6 +91,7 @@ async def snapshot(settings: ProjectSettings, *, events: int = 10) -> dict[str, 
         "workers": workers,
         "issues": counts,
         "tracker_error": tracker_error,
+        "tracker_usage": usage,
         "trunk_red": settings.paths.state_dir.joinpath("trunk-red.json").exists(),
         "events": recent,
     }
@@ -114,6 +116,10 @@ def render(snap: dict[str, Any]) -> str:
         lines.append("  TRUNK IS RED: merges are paused until verify passes on trunk")
     if snap["tracker_error"]:
         lines.append(f"  tracker:    ERROR {snap['tracker_error']}")
+    usage = snap.get("tracker_usage") or {}
+    if usage:
+        lines.append(f"  tracker:    {usage.get('requests_this_hour', '?')} requests and "
+                     f"{usage.get('complexity_this_hour', '?')} complexity points this hour")
     order = ("ready", "blocked", "held", "in_progress", "done", "total")
     counts = snap["issues"]
     lines.append("  issues:     " + ", ".join(f"{k.replace('_', ' ')} {counts.get(k, 0)}"

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from ralph_dev.config import ProjectSettings, check_project_name
+from ralph_dev.controller import poke_controller
 from ralph_dev.errors import RalphError
 from ralph_dev.model import Comment, Issue, NewIssue, Role, StateType, check_identifier
 from ralph_dev.state import StateStore, utcnow
@@ -382,6 +383,7 @@ async def done(
         verify_exit=verify.exit_code if verify else None,
         verify_seconds=verify.duration_s if verify else None,
     )
+    poke_controller(w.store)  # merge it now rather than at the next poll
     log.info("done", issue=issue_id, state=issue.state_name)
     return DoneResult(issue_id, issue.state_name if (name or type_) else None, verify,
                       commented=commented)
@@ -402,6 +404,7 @@ async def blocked(w: Worker, question: str) -> bool:
         await w.tracker.add_labels(issue_id, [label])
     w.store.update_record(issue_id, role=w.role, blocked=True)
     w.store.append_event("worker_blocked", issue=issue_id, role=w.role, repeated=not fresh)
+    poke_controller(w.store)
     return fresh
 
 

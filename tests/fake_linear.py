@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import itertools
 import json
 import threading
 import uuid
@@ -89,7 +88,8 @@ class Faults:
     """What the next requests should suffer. Each list is a queue consumed per request."""
 
     queue: list[str] = field(default_factory=list)
-    """Entries: "ratelimited", "500", "503", "slow", "malformed", "partial", "nodata"."""
+    """Entries: "ratelimited", "500", "502", "503", "internal" (500 + GraphQL error),
+    "badinput", "slow", "malformed", "partial", "nodata"."""
     always: str | None = None
     """A fault applied to every request until cleared (an outage)."""
     slow_seconds: float = 3.0
@@ -116,8 +116,9 @@ class FakeLinear:
         """Extra response headers, e.g. X-RateLimit-Requests-Remaining."""
         self.requests: list[dict[str, Any]] = []
         """Every request body (operationName, variables) in order."""
-        self._ticks = itertools.count(1)
-        self._base = datetime.now(UTC)
+        self._last_stamp = datetime.now(UTC)
+        self._base = self._last_stamp
+        """Earliest time the fake stamps (kept for tests that move it forward)."""
         self._callbacks: list[ChangeCallback] = []
         self._lock = threading.RLock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -129,10 +130,14 @@ class FakeLinear:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/graphql"
 
-    # -- time: strictly increasing so updatedAt ordering is deterministic ------------
+    # -- time: real time, but strictly increasing so updatedAt ordering is deterministic --
 
     def now(self) -> datetime:
-        return self._base + timedelta(milliseconds=next(self._ticks))
+        with self._lock:
+            stamp = max(datetime.now(UTC), self._base,
+                        self._last_stamp + timedelta(milliseconds=1))
+            self._last_stamp = stamp
+            return stamp
 
     # -- hooks -------------------------------------------------------------------------
 
@@ -503,6 +508,15 @@ class FakeLinear:
                 {"errors": [{"message": "Rate limit exceeded",
                              "extensions": {"code": "RATELIMITED"}}]}, status=400,
                 headers={"X-RateLimit-Requests-Remaining": "0", **self.rate_headers})
+        if fault == "internal":  # a 500 with a GraphQL error body
+            return web.json_response(
+                {"errors": [{"message": "Internal server error",
+                             "extensions": {"code": "INTERNAL_SERVER_ERROR"}}]}, status=500)
+        if fault == "badinput":
+            return web.json_response(
+                {"errors": [{"message": "Argument Validation Error",
+                             "extensions": {"code": "INVALID_INPUT"}}], "data": None},
+                status=400)
         if fault in ("500", "502", "503"):
             return web.Response(status=int(fault), text="upstream trouble")
         if fault == "slow":

@@ -451,16 +451,29 @@ def test_trunk_red_blocks_merges() -> None:
     assert run(finished).actions == ()
 
 
-def test_one_merge_per_plan_in_identifier_order() -> None:
+def test_merges_go_in_identifier_order() -> None:
     done = [10, 9, 12]
     obs = world(issues=[issue(n, "done") for n in done],
                 workspaces=[Workspace(f"DEMO-{n}", has_unmerged_change=True) for n in done],
                 records=[rec(f"DEMO-{n}", done=True) for n in done])
-    plan = run(obs)
-    assert steps(plan) == [("merge", "DEMO-9"), ("forget", "DEMO-9")]
+    assert steps(run(obs)) == [
+        ("merge", "DEMO-9"), ("forget", "DEMO-9"), ("merge", "DEMO-10"), ("forget", "DEMO-10"),
+        ("merge", "DEMO-12"), ("forget", "DEMO-12"),
+    ]
+
+
+def test_one_merge_per_plan_when_trunk_is_verified_after_each() -> None:
+    from ralph_dev.config import MergeSettings
+
+    done = [10, 9, 12]
+    obs = world(issues=[issue(n, "done") for n in done],
+                workspaces=[Workspace(f"DEMO-{n}", has_unmerged_change=True) for n in done],
+                records=[rec(f"DEMO-{n}", done=True) for n in done])
+    verified = settings(merge=MergeSettings(verify_trunk=True))
+    assert steps(run(obs, verified)) == [("merge", "DEMO-9"), ("forget", "DEMO-9")]
     # Windows of the waiting ones close now; their merges come on later ticks.
     with_windows = dataclasses.replace(obs, windows=tuple(win(f"DEMO-{n}") for n in done))
-    assert steps(run(with_windows)) == [
+    assert steps(run(with_windows, verified)) == [
         ("kill", "DEMO-9"), ("merge", "DEMO-9"), ("forget", "DEMO-9"),
         ("kill", "DEMO-10"), ("kill", "DEMO-12"),
     ]

@@ -16,7 +16,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ralph_dev.config import Limits, ProjectSettings, Timing, TrackerSettings
+from ralph_dev.config import Limits, MergeSettings, ProjectSettings, Timing, TrackerSettings
 from ralph_dev.decide import backoff_seconds, decide, nudge_message
 from ralph_dev.model import (
     IDENTIFIER_RE,
@@ -86,6 +86,7 @@ def settings_st(draw: st.DrawFn) -> ProjectSettings:
             max_attempts=draw(st.integers(min_value=1, max_value=3)),
             poll_interval=10.0,
         ),
+        merge=MergeSettings(verify_trunk=draw(st.booleans())),
     )
 
 
@@ -267,11 +268,18 @@ def test_never_over_a_limit(obs: Observed, s: ProjectSettings, now: datetime) ->
             assert count <= s.role_limit(role), (role, count)
 
 
+def _number(identifier: str) -> tuple[str, int]:
+    key, n = identifier.rsplit("-", 1)
+    return key, int(n)
+
+
 @given(world_st(), settings_st(), now_st)
 def test_never_lose_work(obs: Observed, s: ProjectSettings, now: datetime) -> None:
     plan = decide(obs, s, now)
     merges = [a for a in plan.actions if isinstance(a, Merge)]
-    assert len(merges) <= 1
+    if s.merge.verify_trunk:
+        assert len(merges) <= 1  # trunk is verified between merges
+    assert [m.issue for m in merges] == sorted({m.issue for m in merges}, key=_number)
     spaces = {w.name: w for w in obs.workspaces}
     if obs.trunk_red:
         assert merges == []

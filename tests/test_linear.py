@@ -100,9 +100,11 @@ async def test_incremental_poll_picks_up_change_new_comment_and_archive(world: W
     world.fake.update_issue(a, state="Done")
     world.fake.add_comment(b, "please also fix the docs")  # does not touch b's updatedAt
     world.fake.update_issue(c, archivedAt=world.fake.now())
+    d = world.fake.add_issue(world.team, "filed by a person", project_id=world.project)
     world.clock.advance(10)
     issues = {i.identifier: i for i in await tracker.list_issues()}
     assert world.fake.operations()[-1] == "ProjectChanges"
+    assert issues[d].title == "filed by a person"
     assert issues[a].state_type is StateType.COMPLETED
     assert [x.body for x in issues[b].comments] == ["please also fix the docs"]
     assert c not in issues
@@ -252,3 +254,26 @@ async def test_only_the_newest_comments_are_kept_in_memory(world: World) -> None
     issue = (await tracker.list_issues())[0]
     assert len(issue.comments) == 50
     assert issue.comments[-1].body == "note 59" and issue.comments[0].body == "note 10"
+
+
+async def test_refresh_of_many_issues_is_paged(world: World) -> None:
+    made = seed(world, 5)
+    tracker = world.tracker(page_size=2)
+    await tracker.list_issues()
+    before = len(world.fake.requests)
+    got = await tracker.refresh(made)
+    assert [i.identifier for i in got] == made
+    assert world.fake.operations()[before:] == ["IssuesByIds"] * 3
+
+
+async def test_fake_stamps_real_time_strictly_increasing(world: World) -> None:
+    """``worker feedback`` compares comment times with a worker's (real) start time."""
+    from datetime import UTC, datetime
+
+    (a,) = seed(world, 1)
+    started = datetime.now(UTC).replace(microsecond=0)
+    world.fake.add_comment(a, "one")
+    world.fake.add_comment(a, "two")
+    comments = (await world.tracker().get(a)).comments
+    assert [c.body for c in comments] == ["one", "two"]
+    assert started <= comments[0].created_at < comments[1].created_at

@@ -124,7 +124,7 @@ async def test_usage_counts_requests_and_complexity_per_hour(world: World) -> No
     assert len(tracker.usage()["by_hour"]) == 1
 
 
-@pytest.mark.parametrize("fault", ["malformed", "partial", "nodata", "500"])
+@pytest.mark.parametrize("fault", ["malformed", "partial", "nodata", "500", "internal"])
 async def test_garbage_answers_are_typed_retryable_errors(world: World, fault: str) -> None:
     tracker = world.tracker()
     await tracker.list_issues()
@@ -269,3 +269,39 @@ def test_init_with_linear_writes_config(linear_env: World, xdg: Path) -> None:
     assert 'linear_project = "alpha"' in text and SECRET not in text
     assert os.environ[KEY_ENV] == SECRET
 
+
+
+async def test_refused_connection_is_retryable(world: World) -> None:
+    world.fake.stop()  # nothing listens on its port any more
+    tracker = world.tracker()
+    with pytest.raises(LinearUnavailable) as err:
+        await tracker.list_issues()
+    assert err.value.retryable and "Projects" in str(err.value)
+
+
+def test_open_tracker_builds_a_linear_tracker(
+    xdg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ralph_dev.tracker import open_tracker
+
+    settings = linear_settings(xdg)
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    with pytest.raises(ConfigError, match=KEY_ENV):
+        open_tracker(settings)
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    monkeypatch.setenv(URL_ENV, "http://127.0.0.1:9/graphql")
+    tracker = open_tracker(settings)
+    assert isinstance(tracker, LinearTracker)
+    assert tracker.client.url == "http://127.0.0.1:9/graphql"
+    assert tracker.full_sync_interval == settings.tracker.full_sync_interval
+
+
+async def test_refused_input_is_not_retryable(world: World) -> None:
+    tracker = world.tracker()
+    await tracker.list_issues()
+    world.fake.faults.queue = ["badinput"]
+    with pytest.raises(TrackerError) as err:
+        await tracker.comment("ENG-1", "hello")
+    assert not isinstance(err.value, TrackerUnavailable) and not err.value.retryable
+    assert "Argument Validation Error" in str(err.value)
+    assert tracker.client.backoff_until is None

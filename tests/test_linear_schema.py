@@ -145,3 +145,58 @@ def test_subset_check_catches_differences(real_schema: GraphQLSchema) -> None:
     assert "Query.issue" in text  # Issue vs real Issue!
     assert "Issue.priority" in text  # Int! vs real Float!
     assert "blocked_by" in text
+
+
+def complexity(schema: GraphQLSchema, operation: str, variables: dict[str, int]) -> float:
+    """Linear's documented cost model: 1 per object, 0.1 per scalar field, a connection
+    multiplies its nodes by ``first`` (default 50), ``pageInfo`` counted once."""
+    from graphql import get_named_type, is_leaf_type, parse
+
+    doc = parse(linear.document(operation))
+    fragments = {d.name.value: d for d in doc.definitions
+                 if d.kind == "fragment_definition"}
+    (op,) = [d for d in doc.definitions if d.kind == "operation_definition"]
+    root = schema.mutation_type if op.operation.value == "mutation" else schema.query_type
+
+    def first_of(field_node) -> int:  # type: ignore[no-untyped-def]
+        for arg in field_node.arguments:
+            if arg.name.value == "first":
+                if arg.value.kind == "variable":
+                    return variables[arg.value.name.value]
+                return int(arg.value.value)
+        return 50
+
+    def cost(selection_set, parent) -> float:  # type: ignore[no-untyped-def]
+        total = 0.0
+        for sel in selection_set.selections:
+            if sel.kind == "fragment_spread":
+                frag = fragments[sel.name.value]
+                total += cost(frag.selection_set, parent)
+                continue
+            field = parent.fields[sel.name.value]
+            named = get_named_type(field.type)
+            if is_leaf_type(named):
+                total += 0.1
+                continue
+            inner = cost(sel.selection_set, named)
+            if "first" in field.args:
+                paged = [s for s in sel.selection_set.selections
+                         if getattr(s, "name", None) and s.name.value == "pageInfo"]
+                info = sum(cost(p.selection_set, schema.type_map["PageInfo"]) + 1
+                           for p in paged)
+                total += 1 + (inner - info) * first_of(sel) + info
+            else:
+                total += 1 + inner
+        return total
+
+    return cost(op.selection_set, root)
+
+
+def test_every_query_stays_under_the_complexity_cap(fake_schema: GraphQLSchema) -> None:
+    firsts = {"Projects": linear.PROJECTS_PAGE, "Labels": linear.LABELS_PAGE}
+    costs = {op: complexity(fake_schema, op, {"first": firsts.get(op, linear.PAGE_SIZE)})
+             for op in linear.operations()}
+    assert max(costs.values()) < 10_000, costs
+    assert costs["ProjectIssues"] > 25 * 50, "the estimate counts nested connections"
+    # The issues page size could not be much larger: it is the budget's bottleneck.
+    assert complexity(fake_schema, "ProjectIssues", {"first": 100}) > 10_000

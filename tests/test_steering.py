@@ -11,8 +11,10 @@ pane; ``agent-input-needed`` and routing labels decide the next worker's role.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from swarm_kit import Swarm, wait_for
@@ -251,16 +253,14 @@ def test_question_answered_in_linear_resumes_with_the_feedback(linear_swarm: tup
 
     # a person answers in Linear's UI; Linear sends the webhooks
     answered = time.monotonic()
+    _now_in_fake(fake)
     fake.add_comment(ident, ANSWER, touch_issue=True)
     sender("Comment", "create", {"issueId": ident})
-    with fake._lock:
-        issue = fake._issue(ident)
-        issue["label_ids"].append(fake._label_named("user-feedback-given", team))
-        issue["updatedAt"] = fake.now()
-    sender("Issue", "update", {"id": issue["id"]})
+    sender("Issue", "update", {"id": _person_labels(fake, team, ident, "user-feedback-given")})
 
-    wait_for(lambda: fake.state_of(ident) == "Done", 25, f"{ident} Done in Linear")
-    assert time.monotonic() - answered < 25  # well inside one 30 s poll interval
+    wait_for(lambda: fake.state_of(ident) == "Done", 15, f"{ident} Done in Linear")
+    # a few seconds (about 3 here), where polling alone would wait up to 30 s per step
+    assert time.monotonic() - answered < 15
     change = _trunk_text(swarm, f"changes/{ident}.txt")
     assert ANSWER in change and "from the prompt" in change
     assert "Which database" not in change  # ralph-dev's own question is not feedback
@@ -268,3 +268,48 @@ def test_question_answered_in_linear_resumes_with_the_feedback(linear_swarm: tup
     assert len(_events(swarm, "resume", ident)) == 1
     assert len(_events(swarm, "spawn", ident)) == 2
     assert sender.statuses and set(sender.statuses) == {200}
+
+
+def _now_in_fake(fake: Any) -> None:
+    """The fake's clock counts milliseconds from its start; a person acts at wall-clock now
+    (Linear stamps comments with real time, which ``worker feedback`` compares with the
+    worker's start)."""
+    from datetime import UTC, datetime
+
+    with fake._lock:
+        fake._base = max(fake._base, datetime.now(UTC))
+
+
+def _person_labels(fake: Any, team: str, ident: str, *names: str) -> str:
+    """A person adds labels in Linear's UI (no API call of ours); returns the issue id."""
+    with fake._lock:
+        issue = fake._issue(ident)
+        for name in names:
+            issue["label_ids"].append(fake._label_named(name, team))
+        issue["updatedAt"] = fake.now()
+        return issue["id"]
+
+
+def test_feedback_in_linear_reaches_the_live_worker(linear_swarm: tuple) -> None:
+    swarm, fake, team, project, sender = linear_swarm
+    ident = fake.add_issue(team, "Tune the cache", project_id=project)
+    swarm.script = {"*": "await-feedback"}
+    swarm.write_script()
+    swarm.start()
+    wait_for(lambda: "waiting for feedback" in _log(swarm, ident), 40,
+             f"{ident}'s worker to wait for feedback")
+    assert "agent-feedback-given" in fake.issue_labels(ident)  # its note
+
+    answered = time.monotonic()
+    _now_in_fake(fake)
+    fake.add_comment(ident, ANSWER, touch_issue=True)
+    sender("Comment", "create", {"issueId": ident})
+    sender("Issue", "update", {"id": _person_labels(fake, team, ident, "user-feedback-given")})
+    wait_for(lambda: fake.state_of(ident) == "Done", 15, f"{ident} Done in Linear")
+    assert time.monotonic() - answered < 15  # webhooks, not the 30 s poll
+
+    assert f"Run `ralph-dev worker feedback {ident}`" in _log(swarm, ident)
+    assert "user-feedback-given" not in fake.issue_labels(ident)
+    assert len(_events(swarm, "spawn", ident)) == 1
+    change = _trunk_text(swarm, f"changes/{ident}.txt")
+    assert ANSWER in change and "Scripted note" not in change

@@ -76,6 +76,8 @@ RALPH_MARKER = "[ralph-dev] "
 """Prefix of every comment ralph-dev writes: such comments are never human feedback."""
 PAGE_SIZE = 25
 """Issues per page: ~115 points each (see fragments.graphql), ~2,900 per query."""
+PROJECTS_PAGE = 100
+LABELS_PAGE = 250
 POLL_OVERLAP = timedelta(minutes=2)
 KEEP_COMMENTS = 50
 """Newest comments kept per cached issue (feedback relay reads only the newest)."""
@@ -290,7 +292,7 @@ class LinearClient:
     def _fail(self, reason: str, *, at_least: float = 0.0) -> LinearUnavailable:
         """Start (or extend) the backoff and return the error to raise."""
         self.failures += 1
-        delay = min(self.backoff_cap, self.backoff_base * 2 ** (self.failures - 1))
+        delay = min(self.backoff_cap, self.backoff_base * 2 ** min(self.failures - 1, 30))
         delay = max(delay * (0.5 + 0.5 * self.rng()), min(at_least, 3600.0))
         self.backoff_until = self.clock() + timedelta(seconds=delay)
         self.backoff_reason = reason
@@ -378,9 +380,11 @@ class LinearClient:
             return self._auth_error()
         if any(m.lower().startswith("entity not found") for m in messages):
             return LinearNotFound(f"Linear: {text} (in {operation})")
-        if any(c in ("INTERNAL_SERVER_ERROR", "INTERNAL ERROR") for c in codes):
-            return self._fail(f"a server error on {operation}: {text}")
-        return TrackerInputError(f"Linear refused {operation}: {text}")
+        if any(("INPUT" in c or "VALIDATION" in c or "FORBIDDEN" in c) for c in codes):
+            return TrackerInputError(f"Linear refused {operation}: {text}")
+        # Anything else (INTERNAL_SERVER_ERROR, an unknown code, a 5xx with a JSON body)
+        # may pass: retry rather than give up on it.
+        return self._fail(f"an error on {operation}: {text}")
 
 
 # --- parsing ---------------------------------------------------------------------------
@@ -583,7 +587,8 @@ class LinearTracker:
         candidates: list[tuple[str, str, str]] = []
         after: str | None = None
         while True:
-            data = await self.client.execute("Projects", {"first": 100, "after": after})
+            data = await self.client.execute("Projects", {"first": PROJECTS_PAGE,
+                                                          "after": after})
             with _parsing("Projects"):
                 conn = data["projects"]
                 candidates += [(str(n["id"]), str(n["name"]), str(n["slugId"]))
@@ -653,7 +658,7 @@ class LinearTracker:
         out: list[LinearLabel] = []
         after: str | None = None
         while True:
-            data = await self.client.execute("Labels", {"first": 250, "after": after})
+            data = await self.client.execute("Labels", {"first": LABELS_PAGE, "after": after})
             with _parsing("Labels"):
                 conn = data["issueLabels"]
                 out += [
@@ -856,11 +861,14 @@ class LinearTracker:
         await self._ensure_cache()
         known = {e.issue.id: e.issue.identifier for i in wanted if (e := self._find(i))}
         seen: set[str] = set()
-        if known:
-            data = await self.client.execute(
-                "IssuesByIds", {"ids": sorted(known), "first": len(known)})
+        ids = sorted(known)
+        entries: list[_Entry] = []
+        for start in range(0, len(ids), self.page_size):  # a page per query: complexity cap
+            chunk = ids[start:start + self.page_size]
+            data = await self.client.execute("IssuesByIds", {"ids": chunk, "first": len(chunk)})
             with _parsing("IssuesByIds"):
-                entries = [_entry(n) for n in data["issues"]["nodes"]]
+                entries += [_entry(n) for n in data["issues"]["nodes"]]
+        if known:
             for entry in entries:
                 seen.add(entry.issue.id)
                 self._store(entry, project.id)
