@@ -45,6 +45,25 @@ def critical_path(deps: dict[str, list[str]]) -> int:
     return max(depth.values())
 
 
+def ideal_makespan(deps: dict[str, list[str]], duration: float, workers: int) -> float:
+    """ralph-dev's dispatch order (creation order here: equal priorities) with zero
+    overhead: what this DAG allows before any tick, spawn or merge cost."""
+    finish: dict[str, float] = {}
+    running: list[tuple[float, str]] = []
+    now = 0.0
+    pending = list(deps)
+    while pending or running:
+        ready = [r for r in pending if all(b in finish and finish[b] <= now for b in deps[r])]
+        while ready and len(running) < workers:
+            ref = ready.pop(0)
+            pending.remove(ref)
+            running.append((now + duration, ref))
+        running.sort()
+        now, ref = running.pop(0)
+        finish[ref] = now
+    return max(finish.values())
+
+
 def peak_rss_mb(pid: int | None) -> float | None:
     if not pid:
         return None
@@ -95,6 +114,22 @@ def main() -> None:
     print(f"issues {args.issues}, duration {args.duration}s, workers {args.workers}, "
           f"tick {args.tick}s, critical path {critical_path(deps)} tasks")
     print(f"makespan {makespan:.1f}s  lower bound {bound:.1f}s  ratio {makespan / bound:.3f}")
+    ideal = ideal_makespan(deps, args.duration, args.workers)
+    print(f"same dispatch order with zero overhead: {ideal:.1f}s (ratio {ideal / bound:.3f}); "
+          f"ralph-dev's own overhead: {makespan / ideal:.3f}x")
+    done = {e["issue"]: datetime.fromisoformat(e["time"]) for e in events
+            if e["event"] == "worker_done"}
+    spawned = {e["issue"]: datetime.fromisoformat(e["time"]) for e in events
+               if e["event"] == "spawn"}
+    merged = {e["issue"]: datetime.fromisoformat(e["time"]) for e in events
+              if e["event"] == "merge"}
+    work = [(done[i] - spawned[i]).total_seconds() for i in done if i in spawned]
+    wait = [(merged[i] - done[i]).total_seconds() for i in merged if i in done]
+    if work and wait:
+        busy = sum(work) / (makespan * args.workers)
+        print(f"per task: spawn→done {sum(work) / len(work):.2f}s (agent works "
+              f"{args.duration}s), done→merged {sum(wait) / len(wait):.2f}s; "
+              f"workers busy {busy:.0%} of the makespan")
     print(f"peak RSS: daemon {daemon_rss or float('nan'):.1f} MB, controller "
           f"{controller_rss or float('nan'):.1f} MB, together "
           f"{(daemon_rss or 0) + (controller_rss or 0):.1f} MB")

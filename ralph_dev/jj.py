@@ -389,6 +389,10 @@ class JJ:
         starts on top of that work instead of trunk.
         """
         path = self.workspace_path(name)
+        if not path.exists():
+            created = self._add_new_workspace(name, path)
+            if created is not None:
+                return created
         listed = self._listed()
         if name in listed:
             if Path(os.path.realpath(listed[name])) != path:
@@ -411,19 +415,35 @@ class JJ:
                 f"{path} exists and is not a jj workspace of {self.repo}: move it away "
                 "(it may hold someone's work) and try again"
             )
+        created = self._add_new_workspace(name, path)
+        if created is None:
+            raise JJError(f"jj already has a workspace named {name!r}: run `jj workspace "
+                          f"forget {name}` in {self.repo} if it is no longer used")
+        return created
+
+    def _add_new_workspace(self, name: str, path: Path) -> Path | None:
+        """``jj workspace add`` from trunk (or a kept ``ralph/NAME``) and bookmark it.
+
+        The common case of every spawn, so it costs three jj calls. Returns None
+        when jj already knows a workspace of that name (the caller sorts it out).
+        """
         path.parent.mkdir(parents=True, exist_ok=True)
+        bookmark = self.bookmark(name)
         base = self._trunk
-        kept = f"present({_q(self.bookmark(name))}) ~ ::{self._trunk}"
+        kept = f"present({_q(bookmark)}) ~ ::{self._trunk}"
         if self._count(None, kept):
-            base = _q(self.bookmark(name))
+            base = _q(bookmark)
             log.info("jj_workspace_resumes_kept_change", workspace=name, bookmark=base)
         add = ("workspace", "add", "--name", name, "-r", base, str(path))
         result = self.run(*add, cwd=self.repo)
         if not result.ok and "already registered worktree" in result.stderr:
             self._prune_git_worktrees()
             result = self.run(*add, cwd=self.repo)
+        if not result.ok and "already exists" in result.stderr:
+            return None
         result.check()
-        self._ensure_bookmark(name)
+        if base != _q(bookmark):  # a kept bookmark already points at the work
+            self._read("bookmark", "set", "--allow-backwards", bookmark, "-r", f"{_q(name)}@")
         log.info("jj_workspace_added", workspace=name, path=str(path))
         return path
 
