@@ -260,6 +260,11 @@ _PASS_EXACT = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
                "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME",
                "TMPDIR", "CLAUDE_CONFIG_DIR")
 _PASS_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_")
+# Worker commands talk to the tracker too (`worker done` on Linear): its key goes
+# along, as a secret (through the launcher's 0600 file, never the tmux command line).
+_PASS_TRACKER = ("LINEAR_API_KEY",)
+# What a worker never needs: the controller's webhook secret.
+_NEVER_PASS = ("RALPH_DEV_LINEAR_WEBHOOK_SECRET",)
 # Set by a Claude Code session for its own children (seen in a hook's
 # environment). A person who runs `ralph-dev start` from inside Claude Code
 # starts the tmux server with them, and every worker's claude would then
@@ -352,7 +357,9 @@ def agent_env(
     environ = os.environ if environ is None else environ
     env: dict[str, str] = {}
     for name, value in environ.items():
-        if (name in _PASS_EXACT or name.startswith(_PASS_PREFIXES)) and name not in _WORKER_VARS:
+        if name in _WORKER_VARS or name in _NEVER_PASS:
+            continue
+        if name in _PASS_EXACT or name in _PASS_TRACKER or name.startswith(_PASS_PREFIXES):
             env[name] = value
     if settings.agent.home == "isolated":
         env.pop("CLAUDE_CONFIG_DIR", None)

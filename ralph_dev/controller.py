@@ -31,7 +31,7 @@ from ralph_dev.config import ProjectSettings
 from ralph_dev.decide import decide
 from ralph_dev.errors import RalphError
 from ralph_dev.model import (
-    CONTROLLER_WINDOW,
+    IDENTIFIER_RE,
     Action,
     Complete,
     Forget,
@@ -209,8 +209,7 @@ class Controller:
             structlog.contextvars.unbind_contextvars("tick")
 
     def write_heartbeat(self, observed: Observed, plan: Plan) -> None:
-        key = self.settings.key + "-"
-        live = [w for w in observed.windows if w.alive and w.name.startswith(key)]
+        live = [w for w in worker_windows(observed.windows) if w.alive]
         self.store.write_heartbeat(
             tick=self.tick_number,
             workers=len(live),
@@ -261,7 +260,16 @@ class Controller:
                 await self.tracker.remove_labels(
                     action.issue, [labels.user_feedback_given, labels.user_input_needed]
                 )
-                self.store.update_record(action.issue, blocked=False)
+                held = issue is not None and labels.user_input_needed.casefold() in {
+                    name.casefold() for name in issue.labels}
+                if held:
+                    # a person answered a hold: like Resume, the attempt count starts over,
+                    # or a worker that asked on its last attempt and then died would be
+                    # held again with the answer ignored
+                    self.store.update_record(action.issue, blocked=False, attempts=0,
+                                             last_failure_at=None, nudged_at=None)
+                else:
+                    self.store.update_record(action.issue, blocked=False)
             case Resume():
                 await self.tracker.remove_labels(
                     action.issue, [labels.user_feedback_given, labels.user_input_needed]
@@ -510,6 +518,9 @@ def heartbeat_age(store: StateStore, now: datetime | None = None) -> timedelta |
     return (now or utcnow()) - beat["time"]
 
 
-def worker_windows(settings: ProjectSettings, windows: Sequence[Window]) -> list[Window]:
-    key = settings.key + "-"
-    return [w for w in windows if w.name.startswith(key) and w.name != CONTROLLER_WINDOW]
+def worker_windows(windows: Sequence[Window]) -> list[Window]:
+    """Windows of the project's session named by an issue identifier: its workers.
+
+    By shape, not by ``settings.key``: Linear identifiers carry their team's key.
+    """
+    return [w for w in windows if IDENTIFIER_RE.fullmatch(w.name)]

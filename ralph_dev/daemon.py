@@ -69,13 +69,18 @@ def ralph_command(*args: str) -> list[str]:
 
 
 def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie (exited, not yet reaped by tmux) has ended."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True  # no /proc: trust kill(0)
+    return "\nState:\tZ" not in status
 
 
 @contextlib.contextmanager

@@ -17,6 +17,9 @@ Steering behaviours (label steering tests): ``block-once`` asks a person a
 question unless people's feedback already reached it (the feedback block of its
 ``--prompt-file``, else ``ralph-dev worker feedback --all``), and then writes
 that feedback into its change, so a test can see the resumed worker read it;
+``block-hang`` asks and then stays idle in its pane; ``block-linger:N`` asks
+and exits only N seconds later (an answer may arrive meanwhile), and once its
+prompt holds feedback behaves like ``block-once``;
 ``await-feedback`` posts a note, then waits (up to 120 s) for a line typed into
 its pane that points to ``ralph-dev worker feedback``, runs that command and
 writes its output into its change.
@@ -79,6 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     if what == "block":
         return ralph("worker", "blocked", issue, "--question",
                      "Which database should this use? (scripted question)")
+    if what == "block-hang":  # asks, then stays in its pane (as an idle agent session would)
+        ralph("worker", "blocked", issue, "--question", QUESTION)
+        print("[demo agent] asked; now idle in the pane", flush=True)
+        while True:
+            time.sleep(3600)
+    if what.startswith("block-linger:"):  # asks, then takes N seconds to exit
+        if prompt_feedback(args.prompt_file) is None:
+            ralph("worker", "blocked", issue, "--question", QUESTION)
+            time.sleep(float(what.split(":", 1)[1] or 1))
+            return 0
+        what = "block-once"
     if what == "block-once":
         return block_once(issue, role, workspace, args.prompt_file)
     if what == "await-feedback":

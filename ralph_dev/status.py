@@ -37,7 +37,7 @@ async def snapshot(settings: ProjectSettings, *, events: int = 10) -> dict[str, 
     records = store.load_records()
 
     workers = []
-    for window in worker_windows(settings, windows):
+    for window in worker_windows(windows):
         record = records.get(window.name)
         log_path = store.log_path(window.name)
         try:

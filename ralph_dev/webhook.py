@@ -249,6 +249,7 @@ class WebhookListener:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+            log.info("webhook_stopped", port=self.port)
 
 
 def _sockets(site: Any) -> list[Any]:

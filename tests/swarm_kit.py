@@ -237,6 +237,34 @@ class Swarm:
         self.tmux("kill-server")
 
 
+def attach_fake_linear(swarm: Swarm, root: Path, *, project: str = "Alpha",
+                       webhook_port: int | None = None) -> tuple[Any, str, str]:
+    """Point the swarm's project at a fresh fake Linear (team DEMO, project ``project``,
+    the steering labels); returns (fake, team id, project id). The caller stops it."""
+    from fake_linear import FakeLinear
+
+    from ralph_dev.config import Labels
+
+    fake = FakeLinear().start()
+    team = fake.add_team("DEMO")
+    project_id = fake.add_project(project, [team])
+    for name in Labels().steering():
+        fake.add_label(name, team)
+    key_file = root / "linear.key"
+    key_file.write_text(fake.api_key + "\n")
+    key_file.chmod(0o600)
+    config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    text = config.read_text()
+    table = f'[projects.{swarm.project}.tracker]\nkey = "DEMO"\n'
+    assert table in text
+    extra = f"webhook_port = {webhook_port}\n" if webhook_port is not None else ""
+    config.write_text(text.replace(
+        table, table + f'kind = "linear"\nlinear_project = "{project}"\n'
+        f'linear_api_key_file = "{key_file}"\n' + extra))
+    swarm.env["RALPH_DEV_LINEAR_URL"] = fake.url
+    return fake, team, project_id
+
+
 def event_times(events: list[dict[str, Any]], kind: str) -> dict[str, datetime]:
     """First time each issue got an event of this kind."""
     out: dict[str, datetime] = {}

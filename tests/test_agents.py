@@ -199,6 +199,8 @@ def test_exec_wrapper_reports_a_missing_spec(tmp_path: Path) -> None:
 
 def test_worker_environment(xdg: Path, recorder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("LINEAR_API_KEY", "lin_api_test_0000")  # worker done talks to Linear
+    monkeypatch.setenv("RALPH_DEV_LINEAR_WEBHOOK_SECRET", "whsec-controller-only")
     monkeypatch.setenv("RALPH_DEV_LOG_LEVEL", "INFO")
     monkeypatch.setenv("UNRELATED_SECRET", "nope")
     settings = make_settings(xdg, claude_bin=str(recorder))
@@ -222,7 +224,9 @@ def test_worker_environment(xdg: Path, recorder: Path, monkeypatch: pytest.Monke
     # never as `tmux -e` (visible in ps), argv, the spec or the prompt
     assert "ANTHROPIC_API_KEY" not in env
     secrets_file = launch.spec_file.with_suffix(".secrets.json")
-    assert json.loads(secrets_file.read_text()) == {"ANTHROPIC_API_KEY": FAKE_KEY}
+    assert json.loads(secrets_file.read_text()) == {"ANTHROPIC_API_KEY": FAKE_KEY,
+                                                    "LINEAR_API_KEY": "lin_api_test_0000"}
+    assert "whsec-controller-only" not in json.dumps(env) + secrets_file.read_text()
     assert secrets_file.stat().st_mode & 0o777 == 0o600
     assert "UNRELATED_SECRET" not in env
     for flag in ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_TELEMETRY",

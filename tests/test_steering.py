@@ -1,6 +1,8 @@
-"""Label steering end to end on the local tracker: the real daemon, controller,
-tmux, jj and tracker, with the scripted demo agent as the worker. A "person"
-acts only through ``ralph-dev issue …`` commands, as they would at a terminal.
+"""Label steering end to end: the real daemon, controller, tmux, jj and tracker,
+with the scripted demo agent as the worker. On the local tracker a "person" acts
+only through ``ralph-dev issue …`` commands, as they would at a terminal; on
+Linear (the fake Linear server) a person edits the issue directly and Linear's
+signed webhooks wake the controller (its polling is set far too slow to matter).
 
 What must hold: a worker's question holds the issue until a person answers;
 the answer (and only what people wrote, never ralph-dev's own comments)
@@ -11,13 +13,15 @@ pane; ``agent-input-needed`` and routing labels decide the next worker's role.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from swarm_kit import Swarm, wait_for
+from swarm_kit import Swarm, attach_fake_linear, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -25,15 +29,19 @@ ANSWER = "Use PostgreSQL 16 with the pgvector extension."
 """A person's answer: distinctive, so finding it in trunk proves the worker read it."""
 
 
-@pytest.fixture
-def swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[Swarm]:
-    s = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=3)
-    # hand the scripted agent its prompt file, as a real agent gets it
+def _pass_prompt_file(s: Swarm) -> None:
+    """Hand the scripted agent its prompt file, as a real agent gets it."""
     config = Path(s.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
     text = config.read_text()
     assert "{issue} {role}\"" in text
     config.write_text(text.replace("{issue} {role}\"",
                                    "{issue} {role} --prompt-file {prompt_file}\""))
+
+
+@pytest.fixture
+def swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[Swarm]:
+    s = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=3)
+    _pass_prompt_file(s)
     yield s
     s.teardown()
 
@@ -73,6 +81,22 @@ def _tick(swarm: Swarm) -> int:
 def _wait_held(swarm: Swarm, ident: str) -> None:
     wait_for(lambda: "user-input-needed" in _labels(swarm, ident), 40,
              f"{ident} to ask its question (user-input-needed)")
+    _wait_worker_exited(swarm, ident)
+
+
+def _panes(swarm: Swarm, ident: str) -> list[tuple[bool, int]]:
+    """(dead?, pid) of each pane of the issue's window(s)."""
+    out = swarm.tmux("list-panes", "-a", "-F", "#{window_name} #{pane_dead} #{pane_pid}").stdout
+    return [(dead == "1", int(pid)) for name, dead, pid in
+            (line.split() for line in out.splitlines() if len(line.split()) == 3)
+            if name == ident]
+
+
+def _wait_worker_exited(swarm: Swarm, ident: str) -> None:
+    """A scripted worker exits after asking; people answer later than that (an answer
+    that arrives while the asking worker is still exiting has a test of its own)."""
+    wait_for(lambda: all(dead for dead, _pid in _panes(swarm, ident)), 20,
+             f"{ident}'s asking worker to exit")
 
 
 def test_question_answered_by_a_person_resumes_with_the_feedback(swarm: Swarm) -> None:
@@ -129,6 +153,62 @@ def test_feedback_for_a_live_worker_is_pointed_out_in_its_pane(swarm: Swarm) -> 
     change = _trunk_text(swarm, f"changes/{ident}.txt")
     assert ANSWER in change
     assert "Scripted note" not in change  # ralph-dev's own note is not feedback
+
+
+def test_an_answer_to_a_waiting_worker_lifts_the_attempt_cap(
+        tmp_path: Path, jj_bin: str, tmux_socket: str) -> None:
+    """The worker asked on its last attempt and stays in its pane: the answer is relayed
+    there; if that worker then dies, a new one starts (with the answer in its prompt)
+    instead of the issue being held again with the answer ignored."""
+    swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=2,
+                         timing={"max_attempts": 1})
+    _pass_prompt_file(swarm)
+    try:
+        (ident,) = _import(swarm, "Pick a database")
+        swarm.script = {"*": "block-hang"}
+        swarm.write_script()
+        swarm.start()
+        wait_for(lambda: "user-input-needed" in _labels(swarm, ident)
+                 and "now idle in the pane" in _log(swarm, ident), 40,
+                 f"{ident}'s worker to ask and wait")
+        swarm.script = {"*": "block-once"}  # whoever works on it next reads the answer
+        swarm.write_script()
+
+        swarm.cli("issue", "comment", ident, ANSWER)
+        swarm.cli("issue", "label", ident, "+user-feedback-given")
+        wait_for(lambda: _events(swarm, "relayfeedback", ident), 20, "the relay")
+        wait_for(lambda: f"Run `ralph-dev worker feedback {ident}`" in _log(swarm, ident), 10,
+                 "the message in the waiting worker's pane")
+        (pane,) = _panes(swarm, ident)
+        os.kill(pane[1], signal.SIGKILL)  # the waiting worker dies after all
+
+        wait_for(swarm.all_done, 40, f"{ident} Done by a new worker")
+        assert not _events(swarm, "hold", ident)
+        assert [e.get("attempt") for e in _events(swarm, "spawn", ident)] == [1, 1]
+        change = _trunk_text(swarm, f"changes/{ident}.txt")
+        assert ANSWER in change and "Which database" not in change
+    finally:
+        swarm.teardown()
+
+
+def test_an_answer_while_the_asking_worker_exits_is_not_lost(swarm: Swarm) -> None:
+    (ident,) = _import(swarm, "Pick a database")
+    swarm.script = {"*": "block-linger:4"}
+    swarm.write_script()
+    swarm.start()
+    wait_for(lambda: "user-input-needed" in _labels(swarm, ident), 40,
+             f"{ident} to ask its question")
+    assert any(not dead for dead, _pid in _panes(swarm, ident))  # still exiting
+    swarm.cli("issue", "comment", ident, ANSWER)
+    swarm.cli("issue", "label", ident, "+user-feedback-given")
+    wait_for(swarm.all_done, 40, f"{ident} Done after the answer")
+    change = _trunk_text(swarm, f"changes/{ident}.txt")
+    assert ANSWER in change and "from the prompt" in change
+    assert "Which database" not in change
+    assert not _events(swarm, "hold", ident)
+    assert len(_events(swarm, "spawn", ident)) == 2
+    # the answer was first relayed to the exiting worker; the next one got it in its prompt
+    assert len(_events(swarm, "relayfeedback", ident)) == 1
 
 
 def test_routing_labels_choose_the_role_of_the_next_worker(swarm: Swarm) -> None:
@@ -205,32 +285,15 @@ class WebhookSender:
 
 @pytest.fixture
 def linear_swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[tuple]:
-    from fake_linear import FakeLinear
-
-    from ralph_dev.config import Labels
     from ralph_dev.webhook import SECRET_ENV
 
-    fake = FakeLinear().start()
-    team = fake.add_team("DEMO")
-    project = fake.add_project("Alpha", [team])
-    for name in Labels().steering():
-        fake.add_label(name, team)
     # polling every 30 s: finishing much sooner shows the webhooks drove the ticks
     s = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=2,
                      timing={"poll_interval": 30, "heartbeat_stale": 300})
-    key_file = tmp_path / "linear.key"
-    key_file.write_text(fake.api_key + "\n")
-    key_file.chmod(0o600)
-    config = Path(s.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
-    text = config.read_text()
-    assert '[projects.demo.tracker]\nkey = "DEMO"\n' in text
-    config.write_text(text.replace(
-        '[projects.demo.tracker]\nkey = "DEMO"\n',
-        '[projects.demo.tracker]\nkey = "DEMO"\nkind = "linear"\nlinear_project = "Alpha"\n'
-        f'linear_api_key_file = "{key_file}"\nwebhook_port = 0\n').replace(
-        "{issue} {role}\"", "{issue} {role} --prompt-file {prompt_file}\""))
+    fake, team, project = attach_fake_linear(s, tmp_path, webhook_port=0)
+    _pass_prompt_file(s)
     secret = "whsec-steering-" + tmp_path.name
-    s.env.update({"RALPH_DEV_LINEAR_URL": fake.url, SECRET_ENV: secret})
+    s.env[SECRET_ENV] = secret
     sender = WebhookSender(s, secret)
     fake.on_change(sender)
     try:
@@ -248,15 +311,15 @@ def test_question_answered_in_linear_resumes_with_the_feedback(linear_swarm: tup
     swarm.start()
     wait_for(lambda: "user-input-needed" in fake.issue_labels(ident), 40,
              f"{ident} to ask its question in Linear")
+    _wait_worker_exited(swarm, ident)
     asked = fake.comments_on(ident)
     assert any(body.startswith("[ralph-dev]") and "Which database" in body for body in asked)
 
     # a person answers in Linear's UI; Linear sends the webhooks
     answered = time.monotonic()
-    _now_in_fake(fake)
     fake.add_comment(ident, ANSWER, touch_issue=True)
     sender("Comment", "create", {"issueId": ident})
-    sender("Issue", "update", {"id": _person_labels(fake, team, ident, "user-feedback-given")})
+    sender("Issue", "update", {"id": _person_labels(fake, ident, "user-feedback-given")})
 
     wait_for(lambda: fake.state_of(ident) == "Done", 15, f"{ident} Done in Linear")
     # a few seconds (about 3 here), where polling alone would wait up to 30 s per step
@@ -270,24 +333,13 @@ def test_question_answered_in_linear_resumes_with_the_feedback(linear_swarm: tup
     assert sender.statuses and set(sender.statuses) == {200}
 
 
-def _now_in_fake(fake: Any) -> None:
-    """The fake's clock counts milliseconds from its start; a person acts at wall-clock now
-    (Linear stamps comments with real time, which ``worker feedback`` compares with the
-    worker's start)."""
-    from datetime import UTC, datetime
-
-    with fake._lock:
-        fake._base = max(fake._base, datetime.now(UTC))
-
-
-def _person_labels(fake: Any, team: str, ident: str, *names: str) -> str:
+def _person_labels(fake: Any, ident: str, *names: str) -> str:
     """A person adds labels in Linear's UI (no API call of ours); returns the issue id."""
-    with fake._lock:
-        issue = fake._issue(ident)
-        for name in names:
-            issue["label_ids"].append(fake._label_named(name, team))
-        issue["updatedAt"] = fake.now()
-        return issue["id"]
+    issue = next(i for i in fake.issues.values() if i["identifier"] == ident)
+    ids = [next(lab["id"] for lab in fake.labels.values() if lab["name"] == name)
+           for name in names]
+    fake.update_issue(ident, label_ids=[*issue["label_ids"], *ids])
+    return issue["id"]
 
 
 def test_feedback_in_linear_reaches_the_live_worker(linear_swarm: tuple) -> None:
@@ -301,10 +353,9 @@ def test_feedback_in_linear_reaches_the_live_worker(linear_swarm: tuple) -> None
     assert "agent-feedback-given" in fake.issue_labels(ident)  # its note
 
     answered = time.monotonic()
-    _now_in_fake(fake)
     fake.add_comment(ident, ANSWER, touch_issue=True)
     sender("Comment", "create", {"issueId": ident})
-    sender("Issue", "update", {"id": _person_labels(fake, team, ident, "user-feedback-given")})
+    sender("Issue", "update", {"id": _person_labels(fake, ident, "user-feedback-given")})
     wait_for(lambda: fake.state_of(ident) == "Done", 15, f"{ident} Done in Linear")
     assert time.monotonic() - answered < 15  # webhooks, not the 30 s poll
 

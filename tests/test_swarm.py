@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from swarm_kit import Swarm, event_times, max_concurrency, wait_for
+from swarm_kit import Swarm, attach_fake_linear, event_times, max_concurrency, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +19,23 @@ def swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[Swarm]:
     s.teardown()
 
 
-def test_twelve_issue_dag_runs_to_completion(swarm: Swarm) -> None:
+@pytest.fixture(params=["local", "linear"])
+def any_tracker_swarm(request: pytest.FixtureRequest, swarm: Swarm,
+                      tmp_path: Path) -> Iterator[Swarm]:
+    """The same swarm on the embedded tracker and on (fake) Linear over GraphQL."""
+    if request.param == "local":
+        yield swarm
+        return
+    fake, _, _ = attach_fake_linear(swarm, tmp_path)
+    try:
+        yield swarm
+    finally:
+        swarm.stop()
+        fake.stop()
+
+
+def test_twelve_issue_dag_runs_to_completion(any_tracker_swarm: Swarm) -> None:
+    swarm = any_tracker_swarm
     identifiers = swarm.import_plan()
     assert len(identifiers) == 12
     issues = {i["identifier"]: i for i in swarm.issues()}

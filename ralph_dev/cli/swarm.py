@@ -81,7 +81,7 @@ def stop(cli: CliContext, project: str, workers: bool) -> None:
     if workers:
         jj = jj_for(settings)
         store = StateStore(settings.paths)
-        for window in worker_windows(settings, tmux.list_windows()):
+        for window in worker_windows(tmux.list_windows()):
             try:
                 jj.snapshot(window.name)
             except RalphError as exc:
