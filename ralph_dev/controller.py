@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import fcntl
 import os
 import signal
 import subprocess
@@ -56,6 +55,9 @@ from ralph_dev.tracker.base import Tracker, TrackerError
 
 log = structlog.get_logger(__name__)
 
+QUICK_TICKS = 5
+"""Ticks taken at once, without waiting for the poll, after actions that unblock more."""
+
 FEEDBACK_MESSAGE = (
     "ralph-dev: a person left feedback on your issue. Run `ralph-dev worker feedback "
     "{issue}` to read it, then carry on with it in mind."
@@ -91,9 +93,11 @@ class TickResult:
 
     @property
     def unblocked_work(self) -> bool:
-        """A merge, forget or completion succeeded: dependents may be ready right now."""
+        """An action succeeded that may let another one go right away (a merge frees
+        dependents, a reaped or killed window or a lifted hold frees a respawn)."""
         failed = {id(a) for a, _ in self.failures}
-        return any(isinstance(a, Merge | Forget | Complete) and id(a) not in failed
+        follow_ups = Merge | Forget | Complete | Reap | Kill | Resume | Hold
+        return any(isinstance(a, follow_ups) and id(a) not in failed
                    for a in self.plan.actions)
 
 
@@ -457,31 +461,14 @@ def _action_details(action: Action) -> dict[str, Any]:
     return details
 
 
-@contextlib.contextmanager
-def controller_lock(path: Path):
-    """An OS lock (flock) so only one controller runs per project."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = path.open("a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
-        raise ControllerLocked(
-            f"a controller already runs for this project (pid {holder}, lock {path}); "
-            "stop it first with `ralph-dev stop`"
-        ) from None
-    try:
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
+def controller_lock(path: Path) -> contextlib.AbstractContextManager[None]:
+    """An OS lock so only one controller runs per project."""
+    from ralph_dev.fsutil import pid_lock
+
+    return pid_lock(path, lambda holder: ControllerLocked(
+        f"a controller already runs for this project (pid {holder}, lock {path}); "
+        "stop it first with `ralph-dev stop`"
+    ))
 
 
 def poke_controller(store: StateStore) -> None:

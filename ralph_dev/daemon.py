@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import structlog
 
 from ralph_dev.config import ProjectSettings, config_file
 from ralph_dev.errors import RalphError
-from ralph_dev.fsutil import atomic_write_text
+from ralph_dev.fsutil import atomic_write_text, pid_lock
 from ralph_dev.model import CONTROLLER_WINDOW, Window
 from ralph_dev.state import StateStore, from_iso, utcnow
 
@@ -83,32 +82,12 @@ def pid_alive(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
-@contextlib.contextmanager
-def daemon_lock(path: Path) -> Iterator[None]:
+def daemon_lock(path: Path) -> contextlib.AbstractContextManager[None]:
     """Held for the daemon's whole life; a second ``start`` names the holder's pid."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = path.open("a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        pid = read_daemon_pid(path)
-        raise DaemonRunning(
-            f"ralph-dev is already running for this project (daemon pid {pid}); "
-            "see `ralph-dev status`, or stop it with `ralph-dev stop`"
-        ) from None
-    try:
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            handle.seek(0)
-            handle.truncate()
-            fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
+    return pid_lock(path, lambda holder: DaemonRunning(
+        f"ralph-dev is already running for this project (daemon pid {holder}); "
+        "see `ralph-dev status`, or stop it with `ralph-dev stop`"
+    ))
 
 
 def read_daemon_pid(path: Path) -> int | None:

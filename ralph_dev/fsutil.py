@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -23,3 +25,34 @@ def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
         with contextlib.suppress(FileNotFoundError):
             Path(tmp).unlink()
         raise
+
+
+@contextlib.contextmanager
+def pid_lock(path: Path, refuse: Callable[[str], Exception]) -> Iterator[None]:
+    """Hold an OS lock (flock) on ``path`` with our pid in it, for as long as we run.
+
+    The kernel drops the lock when the process dies, even by ``kill -9``, so a
+    stale file never blocks a restart. When another process holds it,
+    ``refuse(holder_pid)`` is raised. The pid is cleared on a clean exit.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise refuse(holder) from None
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()

@@ -14,7 +14,6 @@ The server runs on its own event loop in a daemon thread so synchronous tests
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import re
@@ -25,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ralph_dev.loopback import LoopbackServer
 from ralph_dev.model import check_identifier
 
 # --- what a brain answers with ----------------------------------------------------
@@ -269,26 +269,19 @@ def sse_events(message: Mapping[str, Any]) -> list[bytes]:
     return out
 
 
-class FakeAnthropic:
+class FakeAnthropic(LoopbackServer):
     """``with FakeAnthropic(brain) as api: … api.url …`` — a loopback Messages API."""
 
+    name = "fake-anthropic"
+
     def __init__(self, brain: Brain, *, host: str = "127.0.0.1") -> None:
+        super().__init__(host)
         self.brain = brain
-        self.host = host
-        self.port = 0
         self.requests: list[Recorded] = []
         self.errors: list[str] = []
         self.answers: list[list[Block]] = []
         """What the brain answered, one list per ``POST /v1/messages``, in order."""
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     # -- recorded traffic ----------------------------------------------------------
 
@@ -364,50 +357,10 @@ class FakeAnthropic:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def _app(self) -> web.Application:
+    def make_app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_route("*", "/{tail:.*}", self._anything)
         return app
 
-    def _serve(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
-
-        async def start() -> None:
-            self._runner = web.AppRunner(self._app(), access_log=None)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, self.host, 0)
-            await site.start()
-            server = site._server
-            assert server is not None
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-        loop.run_until_complete(start())
-        self._ready.set()
-        loop.run_forever()
-        assert self._runner is not None
-        loop.run_until_complete(self._runner.cleanup())
-        loop.close()
-
-    def start(self) -> FakeAnthropic:
-        self._thread = threading.Thread(target=self._serve, name="fake-anthropic", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("fake Anthropic API did not start within 10 s")
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-        self._loop = None
-        self._thread = None
-
-    def __enter__(self) -> FakeAnthropic:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

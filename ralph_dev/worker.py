@@ -389,21 +389,28 @@ async def done(
                       commented=commented)
 
 
-async def blocked(w: Worker, question: str) -> bool:
-    """Ask a person; returns False when this exact question was already asked."""
-    if not question.strip():
-        raise WorkerError("--question is empty: ask the person exactly what you need decided")
+async def _comment_once_and_label(w: Worker, mark: str, text: str, label: str) -> bool:
+    """Comment ``text`` under ``mark`` unless this exact comment is already there (a
+    retried command), and make sure ``label`` is on; True when the comment is new."""
     issue_id = w.issue
-    label = w.settings.labels.user_input_needed
-    body = f"{BLOCKED_MARK.format(issue=issue_id)}\n\n{clean_text(question).strip()}\n"
+    body = f"{mark.format(issue=issue_id)}\n\n{clean_text(text).strip()}\n"
     issue = await w.tracker.get(issue_id)
     fresh = not _same_comment(issue, body, w._record_since())
     if fresh:
         await w.tracker.comment(issue_id, body, by_ralph=True)
     if label not in issue.labels:
         await w.tracker.add_labels(issue_id, [label])
-    w.store.update_record(issue_id, role=w.role, blocked=True)
-    w.store.append_event("worker_blocked", issue=issue_id, role=w.role, repeated=not fresh)
+    return fresh
+
+
+async def blocked(w: Worker, question: str) -> bool:
+    """Ask a person; returns False when this exact question was already asked."""
+    if not question.strip():
+        raise WorkerError("--question is empty: ask the person exactly what you need decided")
+    fresh = await _comment_once_and_label(w, BLOCKED_MARK, question,
+                                          w.settings.labels.user_input_needed)
+    w.store.update_record(w.issue, role=w.role, blocked=True)
+    w.store.append_event("worker_blocked", issue=w.issue, role=w.role, repeated=not fresh)
     poke_controller(w.store)
     return fresh
 
@@ -412,15 +419,9 @@ async def note(w: Worker, text: str) -> bool:
     """A non-blocking update; returns False when this exact note was already posted."""
     if not text.strip():
         raise WorkerError("the note is empty: write what a person should know")
+    fresh = await _comment_once_and_label(w, NOTE_MARK, text,
+                                          w.settings.labels.agent_feedback_given)
     issue_id = w.issue
-    label = w.settings.labels.agent_feedback_given
-    body = f"{NOTE_MARK.format(issue=issue_id)}\n\n{clean_text(text).strip()}\n"
-    issue = await w.tracker.get(issue_id)
-    fresh = not _same_comment(issue, body, w._record_since())
-    if fresh:
-        await w.tracker.comment(issue_id, body, by_ralph=True)
-    if label not in issue.labels:
-        await w.tracker.add_labels(issue_id, [label])
     w.store.append_event("worker_note", issue=issue_id, role=w.role, repeated=not fresh)
     return fresh
 

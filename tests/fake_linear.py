@@ -25,6 +25,8 @@ from typing import Any
 from aiohttp import web
 from graphql import GraphQLError, build_schema, graphql
 
+from ralph_dev.loopback import LoopbackServer
+
 SDL_PATH = Path(__file__).with_name("fake_linear.graphql")
 
 DEFAULT_STATES: tuple[tuple[str, str], ...] = (
@@ -95,13 +97,14 @@ class Faults:
     slow_seconds: float = 3.0
 
 
-class FakeLinear:
+class FakeLinear(LoopbackServer):
     """``with FakeLinear() as fake: … fake.url …``."""
 
+    name = "fake-linear"
+
     def __init__(self, api_key: str = "lin_api_fake_0123456789", *, host: str = "127.0.0.1"):
+        super().__init__(host)
         self.api_key = api_key
-        self.host = host
-        self.port = 0
         self.schema = build_schema(SDL_PATH.read_text())
         self.viewer = {"id": str(uuid.uuid4()), "name": "Ralph Tester"}
         self.teams: dict[str, dict[str, Any]] = {}
@@ -121,10 +124,6 @@ class FakeLinear:
         """Earliest time the fake stamps (kept for tests that move it forward)."""
         self._callbacks: list[ChangeCallback] = []
         self._lock = threading.RLock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
 
     @property
     def url(self) -> str:
@@ -539,48 +538,10 @@ class FakeLinear:
         headers.update(self.rate_headers)
         return web.json_response(payload, headers=headers)
 
-    def _serve(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
-
-        async def start() -> None:
-            app = web.Application()
-            app.router.add_post("/graphql", self._handle)
-            self._runner = web.AppRunner(app, access_log=None)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, self.host, 0)
-            await site.start()
-            server = site._server
-            assert server is not None
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-        loop.run_until_complete(start())
-        self._ready.set()
-        loop.run_forever()
-        assert self._runner is not None
-        loop.run_until_complete(self._runner.cleanup())
-        loop.close()
-
-    def start(self) -> FakeLinear:
-        self._thread = threading.Thread(target=self._serve, name="fake-linear", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("fake Linear did not start within 10 s")
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-        self._loop = None
-        self._thread = None
-
-    def __enter__(self) -> FakeLinear:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def make_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/graphql", self._handle)
+        return app
 
 
 # -- helpers for the tests that drive LinearTracker against the fake ---------------------

@@ -305,14 +305,14 @@ def test_controller_process_ticks_on_a_signed_webhook(controller_proc: dict[str,
     forged = payload(at=now)
     assert post(forged, headers(forged, "e2e-0", secret="wrong")) == 401
     log_file = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo/logs/controller.jsonl"
-    retry_until(lambda: "webhook_rejected" in log_file.read_text(), 10, 0.1,
+    retry_until(lambda: "webhook_rejected" in log_file.read_text(), 30, 0.1,
                 "the controller to log the rejected delivery")
     # neither the forged delivery nor the poll (every 60 s) ticked again
     assert _heartbeat_tick(swarm) == 1
 
     body = payload(at=now)
     assert post(body, headers(body, "e2e-1")) == 200
-    retry_until(lambda: _heartbeat_tick(swarm) >= 2, 10, 0.1, "a tick woken by the webhook")
+    retry_until(lambda: _heartbeat_tick(swarm) >= 2, 30, 0.1, "a tick woken by the webhook")
     assert proc.poll() is None
     logged = log_file.read_text()
     assert '"webhook"' in logged and SECRET not in logged
