@@ -25,10 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def setup_env(root: Path) -> None:
-    for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_STATE_HOME", "state"),
-                     ("XDG_DATA_HOME", "data")):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-        os.environ[var] = str(root / sub)
+    """This process becomes a private ralph-dev instance under ``root``."""
+    from ralph_dev.config import sandbox_env
+
+    os.environ.update(sandbox_env(root, os.environ))
 
 
 def make_repo(repo: Path, jj_bin: str) -> None:

@@ -20,7 +20,7 @@ Three promises shape everything here:
   non-secret variables again (PATH with ``ralph-dev`` and jj's git first) and
   drops the variables that make claude believe it is nested in another
   Claude Code session. Secrets (``ANTHROPIC_API_KEY``) travel only in the
-  pane's environment, never in argv, files or logs.
+  pane's environment, never in argv or logs, and on disk only in a 0600 file the launcher deletes.
 * **No keypress, ever.** Claude Code's first-run and trust screens would wait
   for a person. ralph-dev marks the workspace root trusted in the agent's
   ``.claude.json`` (a trusted parent covers every workspace under it, checked
@@ -55,6 +55,7 @@ from typing import Any
 import structlog
 
 from ralph_dev.config import ConfigError, ProjectSettings, data_home
+from ralph_dev.envutil import SECRET_ENV, public_env
 from ralph_dev.errors import RalphError
 from ralph_dev.fsutil import atomic_write_text
 from ralph_dev.model import Issue, Role, check_identifier
@@ -274,12 +275,6 @@ NESTED_CLAUDE_VARS = (
     "CLAUDE_CODE_SESSION_ID", "CLAUDE_ENV_FILE", "CLAUDE_PROJECT_DIR", "CLAUDE_PLUGIN_ROOT",
     "CLAUDE_PLUGIN_DATA", "AI_AGENT",
 )
-SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|AUTH", re.IGNORECASE)
-
-
-def public_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables that may appear on a command line (``tmux -e``): no secrets."""
-    return {k: v for k, v in env.items() if not SECRET_ENV.search(k)}
 
 
 def redacted(env: Mapping[str, str]) -> dict[str, str]:

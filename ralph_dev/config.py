@@ -63,6 +63,18 @@ def config_file() -> Path:
     return Path(override) if override else config_home() / "config.toml"
 
 
+def sandbox_env(root: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with every XDG dir inside ``root`` and no ralph-dev/tmux settings
+    inherited: a whole private ralph-dev instance (the demo, tests, benchmarks)."""
+    env = {k: v for k, v in environ.items()
+           if not k.startswith(("RALPH_DEV_", "XDG_", "TMUX"))}
+    for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_STATE_HOME", "state"),
+                     ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache")):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+        env[var] = str(root / sub)
+    return env
+
+
 def check_project_name(name: str) -> str:
     if not isinstance(name, str) or not PROJECT_NAME_RE.fullmatch(name):
         raise ConfigError(
@@ -105,6 +117,11 @@ class ProjectPaths:
     @property
     def heartbeat_file(self) -> Path:
         return self.state_dir / "heartbeat.json"
+
+    @property
+    def trunk_red_file(self) -> Path:
+        """Present while trunk's verify fails: merges wait until it passes again."""
+        return self.state_dir / "trunk-red.json"
 
     @property
     def controller_lock(self) -> Path:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
 import signal
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,6 +30,7 @@ import structlog
 from ralph_dev.config import ProjectSettings
 from ralph_dev.decide import decide
 from ralph_dev.errors import RalphError
+from ralph_dev.fsutil import atomic_write_text
 from ralph_dev.model import (
     IDENTIFIER_RE,
     Action,
@@ -170,7 +172,30 @@ class Controller:
         )
 
     def trunk_red(self) -> bool:
-        return self.store.paths.state_dir.joinpath("trunk-red.json").exists()
+        return self.store.paths.trunk_red_file.exists()
+
+    async def recheck_red_trunk(self) -> None:
+        """While trunk is red, verify it again once it has moved (a person pushed a
+        fix); green again → merges resume. Costs one jj call per tick while red."""
+        marker = self.store.paths.trunk_red_file
+        if not marker.exists() or not self.settings.verify_command:
+            return
+        commit_of = getattr(self.jj, "trunk_commit", None)
+        if commit_of is None:
+            return
+        try:
+            red_at = json.loads(marker.read_text()).get("commit")
+        except (OSError, ValueError, AttributeError):
+            red_at = None
+        now_at = await asyncio.to_thread(commit_of)
+        if red_at is not None and now_at == red_at:
+            return
+        outcome = await self._run_trunk_verify()
+        if outcome is None or not outcome.ok:
+            self._mark_red(outcome, now_at)
+            return
+        marker.unlink(missing_ok=True)
+        self.store.append_event("trunk_green", commit=now_at)
 
     # -- tick ---------------------------------------------------------------
 
@@ -178,6 +203,10 @@ class Controller:
         self.tick_number += 1
         structlog.contextvars.bind_contextvars(tick=self.tick_number)
         try:
+            try:
+                await self.recheck_red_trunk()
+            except (RalphError, OSError) as exc:
+                self.store.append_event("trunk_recheck_failed", error=str(exc))
             observed = await self.observe()
             now = self.clock()
             plan = decide(observed, self.settings, now)
@@ -193,10 +222,15 @@ class Controller:
                     failed_issues.add(action.issue)  # a merge earlier this tick turned trunk red
                     continue
                 try:
+                    self.write_heartbeat(observed, plan, acting=action.kind)
                     await self.act(action, by_id.get(action.issue), observed)
                 except (RalphError, OSError) as exc:
                     failed_issues.add(action.issue)
                     result.failures.append((action, str(exc)))
+                    if isinstance(action, Spawn | Restart):
+                        # a half-made spawn counts as a failed attempt: back off before the next
+                        self.store.update_record(action.issue, last_failure_at=self.clock(),
+                                                 last_failure=str(exc)[:500])
                     log.warning("action_failed", action=action.kind, issue=action.issue,
                                 error=str(exc))
                     self.store.append_event(
@@ -212,7 +246,8 @@ class Controller:
         finally:
             structlog.contextvars.unbind_contextvars("tick")
 
-    def write_heartbeat(self, observed: Observed, plan: Plan) -> None:
+    def write_heartbeat(self, observed: Observed, plan: Plan, *,
+                        acting: str | None = None) -> None:
         live = [w for w in worker_windows(observed.windows) if w.alive]
         self.store.write_heartbeat(
             tick=self.tick_number,
@@ -221,6 +256,7 @@ class Controller:
             actions=len(plan.actions),
             tracker_ok=observed.tracker_ok,
             tracker_usage=self.tracker.usage() if hasattr(self.tracker, "usage") else None,
+            acting=acting,
         )
 
     # -- act ----------------------------------------------------------------
@@ -303,14 +339,18 @@ class Controller:
         if issue.state_type in (StateType.UNSTARTED, StateType.BACKLOG, StateType.TRIAGE):
             await self.tracker.set_state(action.issue, type=StateType.STARTED)
         launch = self._launch(issue, action, workspace, feedback)
-        await asyncio.to_thread(
-            self.tmux.open_window,
-            action.issue,
-            cwd=launch.cwd,
-            command=launch.argv,
-            environment=launch.env,
-            log_file=self.store.log_path(action.issue),
-        )
+        try:
+            await asyncio.to_thread(
+                self.tmux.open_window,
+                action.issue,
+                cwd=launch.cwd,
+                command=launch.argv,
+                environment=launch.env,
+                log_file=self.store.log_path(action.issue),
+            )
+        except BaseException:
+            discard_secrets(launch)  # the launcher that would have deleted them never ran
+            raise
         log.info("spawned", issue=action.issue, role=record.role.value, attempt=record.attempts)
 
     def _launch(self, issue: Issue, action: Spawn | Restart, workspace: Path,
@@ -365,10 +405,13 @@ class Controller:
             f"\n\nOpened by ralph-dev for {name}."
         argv = [self.settings.merge.gh_bin, "pr", "create", "--head", JJ.bookmark(name),
                 "--base", self.settings.trunk, "--title", title[:250], "--body", body]
-        proc = await asyncio.to_thread(
-            subprocess.run, argv, cwd=self.settings.repo, capture_output=True, text=True,
-            stdin=subprocess.DEVNULL, timeout=120, check=False,
-        )
+        try:
+            proc = await asyncio.to_thread(
+                subprocess.run, argv, cwd=self.settings.repo, capture_output=True, text=True,
+                stdin=subprocess.DEVNULL, timeout=120, check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise PullRequestFailed(f"{name}: `gh pr create` did not answer in 120 s") from exc
         if proc.returncode != 0 and "already exists" in proc.stderr:
             # a retried tick: the pull request from the first try is still there
             self.store.append_event("pull_request", issue=name, url=proc.stderr.strip()[-300:])
@@ -383,27 +426,42 @@ class Controller:
         with contextlib.suppress(TrackerError):
             await self.tracker.comment(name, f"ralph-dev: opened a pull request for {name}: {url}")
 
-    async def _verify_trunk(self, issue: str) -> None:
+    async def _run_trunk_verify(self) -> Any:
+        """The verify command on trunk's files, beating while it runs (it may take
+        longer than the daemon's heartbeat patience)."""
         from ralph_dev.verify import run_verify
 
-        verify_in = getattr(self.jj, "trunk_checkout", None)
-        if verify_in is None:
-            return
-        cwd = await asyncio.to_thread(verify_in)
-        outcome = await asyncio.to_thread(run_verify, self.settings.verify_command, cwd)
-        if outcome.ok:
-            return
-        marker = self.store.paths.state_dir / "trunk-red.json"
-        from ralph_dev.fsutil import atomic_write_text
+        checkout = getattr(self.jj, "trunk_checkout", None)
+        if checkout is None or not self.settings.verify_command:
+            return None
+        cwd = await asyncio.to_thread(checkout)
+        work = asyncio.ensure_future(
+            asyncio.to_thread(run_verify, self.settings.verify_command, cwd))
+        while not work.done():
+            self.store.write_heartbeat(tick=self.tick_number, acting="verify_trunk")
+            await asyncio.wait([work], timeout=30)
+        return work.result()
 
-        atomic_write_text(marker, outcome.to_json())
+    def _mark_red(self, outcome: Any, commit: str | None) -> None:
+        data = json.loads(outcome.to_json()) if outcome is not None else {}
+        atomic_write_text(self.store.paths.trunk_red_file,
+                          json.dumps({**data, "commit": commit}) + "\n")
+
+    async def _verify_trunk(self, issue: str) -> None:
+        outcome = await self._run_trunk_verify()
+        if outcome is None or outcome.ok:
+            return
+        commit_of = getattr(self.jj, "trunk_commit", None)
+        commit = await asyncio.to_thread(commit_of) if commit_of else None
+        self._mark_red(outcome, commit)
         self.store.append_event("trunk_red", issue=issue, exit_code=outcome.exit_code)
         with contextlib.suppress(TrackerError):
             await self.tracker.comment(
                 issue,
                 f"ralph-dev: after merging {issue}, `{outcome.command}` failed on "
                 f"{self.settings.trunk} (exit {outcome.exit_code}). Merges are paused until "
-                f"trunk is green.\n\n{outcome.output_tail}",
+                f"trunk is green: fix {self.settings.trunk} and ralph-dev verifies it again "
+                f"as soon as it moves.\n\n{outcome.output_tail}",
             )
 
     # -- loop ---------------------------------------------------------------
@@ -420,15 +478,21 @@ class Controller:
             # `ralph-dev worker done/blocked` pokes the controller: tick now, not at the poll
             loop.add_signal_handler(signal.SIGUSR1, wake.set)
         self.store.append_event("controller_started", pid=os.getpid())
+        quick = 0  # ticks in a row taken at once; bounded so nothing can spin
         try:
             while not self.stopping:
+                again = False
                 try:
-                    await self.tick()
-                except Exception as exc:
+                    again = (await self.tick()).unblocked_work and quick < QUICK_TICKS
+                except Exception as exc:  # the loop must outlive any bad tick
                     log.exception("tick_failed")
                     self.store.append_event("tick_failed", error=repr(exc))
                 if max_ticks is not None and self.tick_number >= max_ticks:
                     break
+                if again:
+                    quick += 1
+                    continue
+                quick = 0
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), self.settings.timing.poll_interval)
                 wake.clear()
@@ -471,6 +535,13 @@ def controller_lock(path: Path) -> contextlib.AbstractContextManager[None]:
     ))
 
 
+def discard_secrets(launch: Any) -> None:
+    """Delete a launch's secrets file when its window never started."""
+    spec = getattr(launch, "spec_file", None)
+    if spec is not None:
+        Path(spec).with_suffix(".secrets.json").unlink(missing_ok=True)
+
+
 def poke_controller(store: StateStore) -> None:
     """Ask the running controller (pid from its heartbeat) to tick now; best effort."""
     beat = store.read_heartbeat()
@@ -496,13 +567,6 @@ def human_feedback(issue: Issue) -> str | None:
             break
         newest.append(f"{comment.author} ({comment.created_at:%Y-%m-%d %H:%M}): {comment.body}")
     return "\n\n".join(reversed(newest)) or None
-
-
-def heartbeat_age(store: StateStore, now: datetime | None = None) -> timedelta | None:
-    beat = store.read_heartbeat()
-    if beat is None:
-        return None
-    return (now or utcnow()) - beat["time"]
 
 
 def worker_windows(windows: Sequence[Window]) -> list[Window]:

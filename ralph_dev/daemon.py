@@ -24,6 +24,7 @@ from pathlib import Path
 import structlog
 
 from ralph_dev.config import ProjectSettings, config_file
+from ralph_dev.controller import discard_secrets
 from ralph_dev.errors import RalphError
 from ralph_dev.fsutil import atomic_write_text, pid_lock
 from ralph_dev.model import CONTROLLER_WINDOW, Window
@@ -39,10 +40,6 @@ PASS_THROUGH_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "CLAUDE_", "LINEAR_", "JJ_"
 
 
 class DaemonRunning(RalphError):
-    pass
-
-
-class DaemonNotRunning(RalphError):
     pass
 
 
@@ -119,6 +116,7 @@ class Daemon:
         self.stop_event = asyncio.Event()
         self.started_controller_at: datetime | None = None
         self._backoff_announced = False
+        self._supervisor: subprocess.Popen[bytes] | None = None
 
     # -- controller window --------------------------------------------------
 
@@ -126,8 +124,7 @@ class Daemon:
         return [w for w in self.tmux.list_windows() if w.name == CONTROLLER_WINDOW]
 
     def start_controller(self, reason: str) -> None:
-        for window in self.controller_windows():
-            self.tmux.kill_window(window.window_id)
+        stop_controller_window(self.tmux)  # SIGTERM first: let it finish its action
         from ralph_dev.agents import launch_via_spec
 
         launch = launch_via_spec(
@@ -136,13 +133,17 @@ class Daemon:
             self.settings.repo,
             self.store.paths.state_dir / "controller.launch.json",
         )
-        self.tmux.open_window(
-            CONTROLLER_WINDOW,
-            cwd=launch.cwd,
-            command=launch.argv,
-            environment=launch.env,
-            log_file=self.store.paths.logs_dir / "controller.log",
-        )
+        try:
+            self.tmux.open_window(
+                CONTROLLER_WINDOW,
+                cwd=launch.cwd,
+                command=launch.argv,
+                environment=launch.env,
+                log_file=self.store.paths.logs_dir / "controller.log",
+            )
+        except BaseException:
+            discard_secrets(launch)
+            raise
         self.started_controller_at = utcnow()
         self._record_restart()
         self.store.append_event("controller_start", reason=reason)
@@ -194,6 +195,8 @@ class Daemon:
     # -- health loop --------------------------------------------------------
 
     async def health_check(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.poll()  # reap a finished supervisor (no zombie)
         try:
             healthy, why = await asyncio.to_thread(self.controller_health)
             if healthy:
@@ -220,12 +223,14 @@ class Daemon:
         from ralph_dev.agents import build_supervisor_launch
         from ralph_dev.status import render, snapshot
 
+        if self._supervisor is not None and self._supervisor.poll() is None:
+            return  # one supervisor at a time
         text = render(await snapshot(self.settings, events=30))
         launch = build_supervisor_launch(self.settings, text, reason=why)
         log_path = self.store.paths.logs_dir / "supervisor.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as out:
-            proc = subprocess.Popen(
+            self._supervisor = proc = subprocess.Popen(
                 launch.argv, cwd=launch.cwd, env={**os.environ, **launch.env},
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -252,6 +257,7 @@ class Daemon:
                 if not healthy or not any(w.alive for w in self.controller_windows()):
                     await asyncio.to_thread(self.start_controller, f"daemon start: {why}")
                 else:
+                    self.started_controller_at = utcnow()  # its heartbeat is watched from now
                     self.store.append_event("controller_adopted", reason=why)
                 scheduler.add_job(
                     self.health_check, "interval",

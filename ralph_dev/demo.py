@@ -118,6 +118,7 @@ def scripted_model() -> Iterator[dict[str, str]]:
 
 def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
              echo: Callable[[str], None] = print, workers: int = 3) -> int:
+    from ralph_dev.config import sandbox_env
     from ralph_dev.jj import find_jj
 
     jj_bin = find_jj()
@@ -129,10 +130,7 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
         echo("--claude was asked for, but no claude CLI was found (scripts/setup.sh installs it).")
         return 1
     root = Path(tempfile.mkdtemp(prefix="ralph-dev-demo-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RALPH_DEV_", "XDG_", "TMUX"))}
-    for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_STATE_HOME", "state"),
-                     ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache")):
-        env[var] = str(root / sub)
+    env = sandbox_env(root, os.environ)
     socket = f"ralph-demo-{os.getpid()}"
     env["RALPH_DEV_TMUX_SOCKET"] = socket
     env["RALPH_DEV_JJ"] = jj_bin

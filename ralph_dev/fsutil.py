@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -37,13 +38,19 @@ def pid_lock(path: Path, refuse: Callable[[str], Exception]) -> Iterator[None]:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = path.open("a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
-        raise refuse(holder) from None
+    # a probe (``status``, ``start`` waiting for the daemon) holds the lock for a
+    # moment: only a holder that keeps it for a whole second is another instance
+    for attempt in range(21):
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if attempt == 20:
+                handle.seek(0)
+                holder = handle.read().strip() or "unknown"
+                handle.close()
+                raise refuse(holder) from None
+            time.sleep(0.05)
     try:
         handle.seek(0)
         handle.truncate()

@@ -762,6 +762,10 @@ class JJ:
 
     # -- trunk --
 
+    def trunk_commit(self) -> str:
+        """The commit trunk points at (read without touching any working copy)."""
+        return self._read("log", "--no-graph", "-r", self._trunk, "-T", "commit_id").stdout.strip()
+
     def trunk_checkout(self) -> Path:
         """A directory holding trunk's current files (for the verify command).
 

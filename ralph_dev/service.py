@@ -58,6 +58,25 @@ def _systemctl(*args: str) -> None:
         )
 
 
+def stop_unit_if_active(project: str) -> bool:
+    """``systemctl --user stop`` the project's unit when it runs; False when there is
+    no systemd user manager or the unit is not active."""
+    import shutil
+
+    if shutil.which("systemctl") is None:
+        return False
+    unit = f"ralph-dev@{project}.service"
+    try:
+        active = subprocess.run(["systemctl", "--user", "is-active", "--quiet", unit],
+                                capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    if active.returncode != 0:
+        return False
+    _systemctl("stop", unit)
+    return True
+
+
 def install(project: str, *, enable: bool = True) -> Path:
     path = unit_dir() / UNIT_NAME
     atomic_write_text(path, render_unit())

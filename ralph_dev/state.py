@@ -10,6 +10,7 @@ interleave within a line.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -116,10 +117,18 @@ class StateStore:
         atomic_write_text(self.record_path(record.issue), text + "\n")
 
     def update_record(self, issue: str, **changes: Any) -> WorkerRecord:
-        """Load (or start) a record, apply ``changes`` and save it."""
-        current = self.load_record(issue) or WorkerRecord(issue=issue)
-        updated = dataclasses.replace(current, **changes)
-        self.save_record(updated)
+        """Load (or start) a record, apply ``changes`` and save it.
+
+        Under a per-record lock: the controller, hooks and worker commands update
+        the same record from different processes, and none may drop another's field.
+        """
+        lock_path = self.paths.records_dir / f".{check_identifier(issue)}.lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with lock_path.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            current = self.load_record(issue) or WorkerRecord(issue=issue)
+            updated = dataclasses.replace(current, **changes)
+            self.save_record(updated)
         return updated
 
     def delete_record(self, issue: str) -> None:

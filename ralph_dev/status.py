@@ -92,7 +92,7 @@ async def snapshot(settings: ProjectSettings, *, events: int = 10) -> dict[str, 
         "issues": counts,
         "tracker_error": tracker_error,
         "tracker_usage": usage,
-        "trunk_red": settings.paths.state_dir.joinpath("trunk-red.json").exists(),
+        "trunk_red": settings.paths.trunk_red_file.exists(),
         "events": recent,
     }
 

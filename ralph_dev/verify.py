@@ -17,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ralph_dev.envutil import public_env
 from ralph_dev.state import utcnow
 
 TAIL_LINES = 40
@@ -56,7 +57,8 @@ def run_verify(
         proc = subprocess.Popen(
             ["/bin/sh", "-c", command],
             cwd=cwd,
-            env=env if env is not None else dict(os.environ),
+            # the command runs code agents wrote: it gets no API keys or secrets
+            env=public_env(env if env is not None else os.environ),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -17,6 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ralph_dev.config import sandbox_env
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 TWELVE_ISSUE_PLAN = """
@@ -109,12 +111,7 @@ class Swarm:
     def create(cls, root: Path, jj_bin: str, tmux_socket: str, *, max_workers: int = 3,
                timing: dict[str, float] | None = None, verify: str | None = None,
                agent_seconds: float = 0.5) -> Swarm:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("RALPH_DEV_", "XDG_", "TMUX"))}
-        for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_STATE_HOME", "state"),
-                         ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache")):
-            (root / sub).mkdir(parents=True, exist_ok=True)
-            env[var] = str(root / sub)
+        env = sandbox_env(root, os.environ)
         env["RALPH_DEV_TMUX_SOCKET"] = tmux_socket
         env["RALPH_DEV_JJ"] = jj_bin
         env["RALPH_DEV_LOG_LEVEL"] = "INFO"

@@ -117,11 +117,12 @@ def test_failed_action_is_recorded_and_retried(swarm: Swarm, in_process) -> None
     assert swarm.worker_windows() == ["DEMO-1"]
 
 
-def test_red_trunk_stops_merges_and_is_raised(tmp_path: Path, jj_bin: str,
-                                              tmux_socket: str) -> None:
+def test_red_trunk_stops_merges_until_a_person_fixes_it(tmp_path: Path, jj_bin: str,
+                                                        tmux_socket: str) -> None:
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=1,
-                         # green in every worker's workspace, red in the trunk checkout
-                         verify='test "$(basename "$PWD")" != .ralph-trunk')
+                         # green in every worker's workspace; in the trunk checkout green
+                         # only once a person has committed FIXED to trunk
+                         verify='test "$(basename "$PWD")" != .ralph-trunk || test -e FIXED')
     try:
         config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
         config.write_text(config.read_text() + "\n[projects.demo.merge]\nverify_trunk = true\n")
@@ -132,13 +133,30 @@ def test_red_trunk_stops_merges_and_is_raised(tmp_path: Path, jj_bin: str,
         assert json.loads(red.read_text())["exit_code"] != 0
         comments = swarm.issue("DEMO-1")["comments"]
         assert any("Merges are paused" in c["body"] for c in comments)
-        status = swarm.status()
-        assert status["trunk_red"] is True
+        assert swarm.status()["trunk_red"] is True
         wait_for(lambda: any(e["event"] == "worker_done" for e in swarm.events()
                              if e.get("issue") == "DEMO-2"), 120, "DEMO-2 to finish")
-        merges = lambda: [e["issue"] for e in swarm.events() if e["event"] == "merge"]  # noqa: E731
+
+        def merges() -> list[str]:
+            return [e["issue"] for e in swarm.events() if e["event"] == "merge"]
+
         assert merges() == ["DEMO-1"]
         assert "changes/DEMO-2.txt" not in swarm.trunk_files()
+
+        # a person fixes trunk; ralph-dev verifies it again because trunk moved
+        jj_env = {**swarm.env, "JJ_USER": "Person", "JJ_EMAIL": "person@example.com"}
+        for args in (["new", "main"], ["file", "track", "FIXED"]):
+            if args[0] == "file":
+                (swarm.repo / "FIXED").write_text("fixed\n")
+            subprocess.run([swarm.jj, *args], cwd=swarm.repo, env=jj_env, check=True,
+                           capture_output=True)
+        for args in (["commit", "-m", "fix trunk"], ["bookmark", "set", "main", "-r", "@-"]):
+            subprocess.run([swarm.jj, *args], cwd=swarm.repo, env=jj_env, check=True,
+                           capture_output=True)
+        wait_for(lambda: not red.exists(), 120, "trunk to be green again")
+        wait_for(lambda: "DEMO-2" in merges(), 120, "DEMO-2 to merge after the fix")
+        assert any(e["event"] == "trunk_green" for e in swarm.events())
+        assert "changes/DEMO-2.txt" in swarm.trunk_files()
     finally:
         swarm.teardown()
 

@@ -43,8 +43,11 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
     from ralph_dev.state import StateStore
     from ralph_dev.textutil import strip_ansi
 
-    check_identifier(issue) if issue != "controller" else None
-    settings = cli.project(project) if project else cli.project_for_issue(issue)
+    if issue == "controller":
+        settings = cli.project(project or _only_project(cli))
+    else:
+        check_identifier(issue)
+        settings = cli.project(project) if project else cli.project_for_issue(issue)
     store = StateStore(settings.paths)
     path = (settings.paths.logs_dir / "controller.log") if issue == "controller" \
         else store.log_path(issue)
@@ -76,10 +79,7 @@ def attach(cli: CliContext, issue: str | None, project: str | None) -> None:
         check_identifier(issue)
         settings = cli.project(project) if project else cli.project_for_issue(issue)
     else:
-        names = [project] if project else project_names(cli.config_path)
-        if len(names) != 1:
-            raise ConfigError("name the project: ralph-dev attach --project NAME")
-        settings = cli.project(names[0])
+        settings = cli.project(project or _only_project(cli))
     argv = ["tmux"]
     if settings.tmux_socket:
         argv += ["-L", settings.tmux_socket]
@@ -87,6 +87,14 @@ def attach(cli: CliContext, issue: str | None, project: str | None) -> None:
     argv += ["attach-session", "-t", target] if not issue else \
         ["attach-session", "-t", settings.session_name, ";", "select-window", "-t", target]
     os.execvp("tmux", argv)  # noqa: S606 - argv built from validated names only
+
+
+def _only_project(cli: CliContext) -> str:
+    names = project_names(cli.config_path)
+    if len(names) != 1:
+        known = ", ".join(names) or "none"
+        raise ConfigError(f"name the project with --project (configured: {known})")
+    return names[0]
 
 
 def _parse_since(text: str) -> datetime:

@@ -70,10 +70,13 @@ def stop(cli: CliContext, project: str, workers: bool) -> None:
     """Stop PROJECT's daemon and controller; workers keep running unless --workers."""
     from ralph_dev.controller import worker_windows
     from ralph_dev.daemon import stop_controller_window, stop_daemon
+    from ralph_dev.service import stop_unit_if_active
     from ralph_dev.state import StateStore
     from ralph_dev.wiring import jj_for, tmux_for
 
     settings = cli.project(project)
+    if stop_unit_if_active(project):  # under systemd, Restart=always would undo a SIGTERM
+        click.echo(f"stopped the systemd unit ralph-dev@{project}")
     pid = stop_daemon(settings)
     tmux = tmux_for(settings)
     stop_controller_window(tmux)
