@@ -148,6 +148,7 @@ class Controller:
         self.launcher = launcher
         self.tick_number = 0
         self.stopping = False
+        self.tracker_error = ""
 
     # -- observe ------------------------------------------------------------
 
@@ -158,8 +159,8 @@ class Controller:
             issues = tuple(await self.tracker.list_issues())
         except TrackerError as exc:
             tracker_ok = False
+            self.tracker_error = str(exc)
             log.warning("tracker_unavailable", error=str(exc))
-            self.store.append_event("tracker_unavailable", error=str(exc))
         windows = await asyncio.to_thread(self.tmux.list_windows)
         workspaces = await asyncio.to_thread(self.jj.list_workspaces)
         return Observed(
@@ -208,6 +209,8 @@ class Controller:
             except (RalphError, OSError) as exc:
                 self.store.append_event("trunk_recheck_failed", error=str(exc))
             observed = await self.observe()
+            if not observed.tracker_ok:
+                self.store.append_event("tracker_unavailable", error=self.tracker_error)
             now = self.clock()
             plan = decide(observed, self.settings, now)
             result = TickResult(self.tick_number, plan, observed)
@@ -471,7 +474,7 @@ class Controller:
         """Tick until asked to stop (SIGTERM/SIGINT set a flag; the loop checks it)."""
         wake = wake or asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: kill-window
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._request_stop, wake)
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -497,6 +500,9 @@ class Controller:
                     await asyncio.wait_for(wake.wait(), self.settings.timing.poll_interval)
                 wake.clear()
         finally:
+            from ralph_dev.verify import kill_running
+
+            kill_running()  # a trunk verify still running must not outlive us
             self.store.append_event("controller_stopped", pid=os.getpid(), tick=self.tick_number)
             with contextlib.suppress(Exception):
                 await self.tracker.close()

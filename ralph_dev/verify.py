@@ -21,6 +21,17 @@ from ralph_dev.envutil import public_env
 from ralph_dev.state import utcnow
 
 TAIL_LINES = 40
+_RUNNING: set[int] = set()
+"""Process groups of verify commands still running in this process."""
+
+
+def kill_running() -> None:
+    """Kill every verify command this process started and has not reaped: they run
+    in sessions of their own, so a dying controller would otherwise leave them."""
+    for pgid in list(_RUNNING):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        _RUNNING.discard(pgid)
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,7 @@ def run_verify(
     except OSError as exc:
         code, output = 127, f"cannot run verify command: {exc}"
     else:
+        _RUNNING.add(proc.pid)
         try:
             raw, _ = proc.communicate(timeout=timeout)
             code, output = proc.returncode, raw.decode("utf-8", "replace")
@@ -76,5 +88,7 @@ def run_verify(
             raw, _ = proc.communicate()
             code = 124
             output = raw.decode("utf-8", "replace") + f"\n[timed out after {timeout}s]"
+        finally:
+            _RUNNING.discard(proc.pid)
     tail = "\n".join(output.rstrip().splitlines()[-TAIL_LINES:])
     return VerifyOutcome(command, code, started, round(time.monotonic() - t0, 3), tail)
