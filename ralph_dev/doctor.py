@@ -77,6 +77,11 @@ async def run_checks(cli: Any, project: str | None) -> list[Check]:
                 "install Claude Code: npm install -g @anthropic-ai/claude-code "
                 "(or set agent.claude_bin)",
             ))
+        if settings.merge.mode == "pr":
+            checks.append(check_tool(
+                f"gh ({name}, pull-request mode)", [settings.merge.gh_bin, "--version"], (2, 0),
+                "install the GitHub CLI and run `gh auth login` (or set merge.gh_bin)",
+            ))
         try:
             JJ.from_settings(settings).check_repo()
             checks.append(Check(f"repo {name}", True, f"{settings.repo} is a jj repo with "

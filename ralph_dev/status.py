@@ -15,7 +15,7 @@ from ralph_dev.controller import worker_windows
 from ralph_dev.daemon import daemon_running
 from ralph_dev.model import CONTROLLER_WINDOW, Observed, Window
 from ralph_dev.state import StateStore, utcnow
-from ralph_dev.textutil import last_line, tail_text
+from ralph_dev.textutil import file_tail, last_line
 from ralph_dev.tracker.base import TrackerError
 
 
@@ -61,7 +61,7 @@ async def snapshot(settings: ProjectSettings, *, events: int = 10) -> dict[str, 
             "last_activity_s": _age(
                 (record.last_activity if record else None) or last_output_at, now
             ),
-            "last_output": last_line(tail_text(log_path)),
+            "last_output": last_line(file_tail(log_path)),
             "window": window.window_id,
         })
 

@@ -31,7 +31,7 @@ def last_line(text: str, width: int = 100) -> str:
     return ""
 
 
-def tail_text(path: Path, max_bytes: int = 16384) -> str:
+def file_tail(path: Path, max_bytes: int = 16384) -> str:
     """The end of a file, decoded leniently; empty if it does not exist."""
     try:
         with Path(path).open("rb") as handle:

@@ -96,7 +96,7 @@ class VerifyFailed(WorkerError):
             f"verify failed, the issue stays open: `{outcome.command}` exited with code "
             f"{outcome.exit_code} after {outcome.duration_s:.1f} s (in {cwd}). Fix the problem "
             f"and run `ralph-dev worker done` again.\n--- last output lines ---\n"
-            f"{tail_text(outcome.output_tail) or '(no output)'}\n--- end of output ---"
+            f"{clip_output(outcome.output_tail) or '(no output)'}\n--- end of output ---"
         )
 
 
@@ -179,7 +179,7 @@ def one_line(text: str, limit: int = 200) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def tail_text(text: str, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> str:
+def clip_output(text: str, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> str:
     kept = clean_text(text).rstrip("\n").split("\n")[-lines:]
     out = "\n".join(kept)
     if len(out) > chars:
@@ -309,7 +309,7 @@ def evidence_comment(
         )
         lines.append(f"Evidence: none ({why}); finished {utcnow().strftime('%Y-%m-%dT%H:%M:%SZ')}.")
     else:
-        tail = tail_text(verify.output_tail) or "(no output)"
+        tail = clip_output(verify.output_tail) or "(no output)"
         fence = _fence(tail)
         lines += [
             f"Evidence: `{verify.command}` exited {verify.exit_code} at "
