@@ -233,26 +233,34 @@ def comment(cli: CliContext, identifier: str, text: str, author: str | None) -> 
     click.echo(f"Commented on {identifier}")
 
 
+def _change_blockers(cli: CliContext, identifier: str, blockers: tuple[str, ...],
+                     method: str, what: str) -> None:
+    """Apply the tracker's ``add_blocker``/``remove_blocker`` for each blocker, then
+    show the issue's blockers as they now are."""
+    for ident in (identifier, *blockers):
+        check_identifier(ident)
+    _, tracker = _tracker_for_issue(cli, identifier)
+    change = _needs(tracker, method, what)
+
+    async def apply() -> Issue:
+        issue = None
+        for blocker in blockers:
+            issue = await change(identifier, blocker)
+        assert issue is not None
+        return issue
+
+    issue = run(_closing(tracker, apply()))
+    click.echo(f"{issue.identifier}: blocked by {', '.join(issue.blocked_by) or '-'}")
+
+
 @issue_group.command(name="block")
 @click.argument("identifier")
 @click.argument("blockers", nargs=-1, required=True)
 @pass_ctx
 def block(cli: CliContext, identifier: str, blockers: tuple[str, ...]) -> None:
     """Record that BLOCKERS must finish before IDENTIFIER (refuses cycles)."""
-    for ident in (identifier, *blockers):
-        check_identifier(ident)
-    _, tracker = _tracker_for_issue(cli, identifier)
-    add_blocker = _needs(tracker, "add_blocker", "adding a blocker to an existing issue")
-
-    async def apply() -> Issue:
-        issue = None
-        for blocker in blockers:
-            issue = await add_blocker(identifier, blocker)
-        assert issue is not None
-        return issue
-
-    issue = run(_closing(tracker, apply()))
-    click.echo(f"{issue.identifier}: blocked by {', '.join(issue.blocked_by) or '-'}")
+    _change_blockers(cli, identifier, blockers, "add_blocker",
+                     "adding a blocker to an existing issue")
 
 
 @issue_group.command(name="unblock")
@@ -261,20 +269,7 @@ def block(cli: CliContext, identifier: str, blockers: tuple[str, ...]) -> None:
 @pass_ctx
 def unblock(cli: CliContext, identifier: str, blockers: tuple[str, ...]) -> None:
     """Drop BLOCKERS from IDENTIFIER's blockers."""
-    for ident in (identifier, *blockers):
-        check_identifier(ident)
-    _, tracker = _tracker_for_issue(cli, identifier)
-    remove_blocker = _needs(tracker, "remove_blocker", "removing a blocker")
-
-    async def apply() -> Issue:
-        issue = None
-        for blocker in blockers:
-            issue = await remove_blocker(identifier, blocker)
-        assert issue is not None
-        return issue
-
-    issue = run(_closing(tracker, apply()))
-    click.echo(f"{issue.identifier}: blocked by {', '.join(issue.blocked_by) or '-'}")
+    _change_blockers(cli, identifier, blockers, "remove_blocker", "removing a blocker")
 
 
 @issue_group.command(name="import")
