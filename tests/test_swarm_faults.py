@@ -60,8 +60,15 @@ def test_controller_killed_is_restarted_by_daemon(swarm: Swarm) -> None:
     wait_for(lambda: len(_events(swarm, "controller_start")) >= 2, 60, "controller restarted")
     wait_for(swarm.all_done, 180, "every issue Done")
     wait_for(lambda: _cleaned(swarm), 60, "clean up")
-    spawns = _events(swarm, "spawn")
-    assert len(spawns) == len({e["issue"] for e in spawns}) == 4
+    spawns = [e["issue"] for e in _events(swarm, "spawn")]
+    # never a second worker for one issue; a spawn interrupted by the kill -9 may have
+    # no event (events are written once an action completes) but its worker was adopted
+    assert len(spawns) == len(set(spawns)) >= 3
+    assert len(_events(swarm, "worker_done")) == 4
+    logs = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo/logs"
+    for n in range(1, 5):  # each pane log shows exactly one agent start
+        text = (logs / f"DEMO-{n}.log").read_text(errors="replace")
+        assert text.count("ralph-dev: starting") == 1, f"DEMO-{n}"
 
 
 def test_killed_worker_is_respawned_and_counted(swarm: Swarm) -> None:
