@@ -29,14 +29,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spawns", type=int, default=20)
     args = parser.parse_args()
-    from ralph_dev import logs
-    from ralph_dev.config import build_project, write_project
-    from ralph_dev.controller import Controller
-    from ralph_dev.jj import JJ, find_jj
-    from ralph_dev.model import NewIssue, Role, Spawn
-    from ralph_dev.state import StateStore
-    from ralph_dev.tmux import Tmux
-    from ralph_dev.tracker import open_tracker
+    from ralph_dev.adapters.jj import JJ, find_jj
+    from ralph_dev.adapters.tmux import Tmux
+    from ralph_dev.adapters.tracker import open_tracker
+    from ralph_dev.control.controller import Controller
+    from ralph_dev.core import logs
+    from ralph_dev.core.config import build_project, write_project
+    from ralph_dev.core.model import NewIssue, Role, Spawn
+    from ralph_dev.core.state import StateStore
 
     logs.configure("WARNING")
     jj_bin = find_jj()

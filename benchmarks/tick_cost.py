@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def setup_env(root: Path) -> None:
     """This process becomes a private ralph-dev instance under ``root``."""
-    from ralph_dev.config import sandbox_env
+    from ralph_dev.core.config import sandbox_env
 
     os.environ.update(sandbox_env(root, os.environ))
 
@@ -40,8 +40,8 @@ def make_repo(repo: Path, jj_bin: str) -> None:
 
 
 async def populate(settings, n_issues: int) -> list[str]:
-    from ralph_dev.model import NewIssue
-    from ralph_dev.tracker import open_tracker
+    from ralph_dev.adapters.tracker import open_tracker
+    from ralph_dev.core.model import NewIssue
 
     tracker = open_tracker(settings)
     batch = []
@@ -55,13 +55,13 @@ async def populate(settings, n_issues: int) -> list[str]:
 
 
 def run_case(n_issues: int, n_windows: int, ticks: int) -> dict[str, float]:
-    from ralph_dev.config import build_project, write_project
-    from ralph_dev.controller import Controller
-    from ralph_dev.decide import decide
-    from ralph_dev.jj import JJ, find_jj
-    from ralph_dev.state import StateStore, utcnow
-    from ralph_dev.tmux import Tmux
-    from ralph_dev.tracker import open_tracker
+    from ralph_dev.adapters.jj import JJ, find_jj
+    from ralph_dev.adapters.tmux import Tmux
+    from ralph_dev.adapters.tracker import open_tracker
+    from ralph_dev.control.controller import Controller
+    from ralph_dev.core.config import build_project, write_project
+    from ralph_dev.core.decide import decide
+    from ralph_dev.core.state import StateStore, utcnow
 
     jj_bin = find_jj()
     if jj_bin is None:
@@ -141,7 +141,7 @@ def run_case(n_issues: int, n_windows: int, ticks: int) -> dict[str, float]:
 
 
 def main() -> None:
-    from ralph_dev import logs
+    from ralph_dev.core import logs
 
     logs.configure("WARNING")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

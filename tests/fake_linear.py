@@ -25,7 +25,7 @@ from typing import Any
 from aiohttp import web
 from graphql import GraphQLError, build_schema, graphql
 
-from ralph_dev.loopback import LoopbackServer
+from ralph_dev.devtools.loopback import LoopbackServer
 
 SDL_PATH = Path(__file__).with_name("fake_linear.graphql")
 
@@ -571,7 +571,8 @@ class World:
     sleeps: list[float]
 
     def tracker(self, project: str = "Alpha", **kwargs: Any) -> Any:
-        from ralph_dev.tracker.linear import ApiKey, LinearClient, LinearTracker
+        from ralph_dev.adapters.tracker.linear.client import ApiKey, LinearClient
+        from ralph_dev.adapters.tracker.linear.tracker import LinearTracker
 
         async def sleep(seconds: float) -> None:
             self.sleeps.append(seconds)

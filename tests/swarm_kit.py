@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ralph_dev.config import sandbox_env
+from ralph_dev.core.config import sandbox_env
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -119,7 +119,7 @@ class Swarm:
         repo = root / "repo"
         swarm = cls(root=root, env=env, repo=repo, jj=jj_bin)
         swarm.make_repo()
-        agent = f"{shlex.quote(sys.executable)} -m ralph_dev.demo_agent {{issue}} {{role}}"
+        agent = f"{shlex.quote(sys.executable)} -m ralph_dev.devtools.demo_agent {{issue}} {{role}}"
         args = ["init", swarm.project, "--repo", str(repo), "--agent", "command",
                 "--agent-command", agent, "--max-workers", str(max_workers), "--key", "DEMO"]
         if verify:
@@ -240,7 +240,7 @@ def attach_fake_linear(swarm: Swarm, root: Path, *, project: str = "Alpha",
     the steering labels); returns (fake, team id, project id). The caller stops it."""
     from fake_linear import FakeLinear
 
-    from ralph_dev.config import Labels
+    from ralph_dev.core.config import Labels
 
     fake = FakeLinear().start()
     team = fake.add_team("DEMO")

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from ralph_dev import agents
-from ralph_dev.agents import AgentError, Launch, build_launch, command_argv, tool_fence
-from ralph_dev.config import AgentSettings, ConfigError, ProjectSettings, build_project
-from ralph_dev.model import Issue, Role, StateType
+from ralph_dev.agent import launch as agents
+from ralph_dev.agent.launch import AgentError, Launch, build_launch, command_argv, tool_fence
+from ralph_dev.core.config import AgentSettings, ConfigError, ProjectSettings, build_project
+from ralph_dev.core.model import Issue, Role, StateType
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FAKE_KEY = "sk-ant-test-0000000000-abcdefghijklmnopqrst"
@@ -239,7 +239,7 @@ def test_worker_environment(xdg: Path, recorder: Path, monkeypatch: pytest.Monke
     assert link.resolve() == Path(sys.executable).with_name("ralph-dev").resolve()
     assert sorted(p.name for p in Path(first).iterdir()) == ["ralph-dev"]
     # the git that works with jj precedes the system one
-    from ralph_dev.jj import find_jj
+    from ralph_dev.adapters.jj import find_jj
 
     jj = find_jj()
     if jj and (Path(os.path.realpath(jj)).parent / "git").exists():
@@ -484,7 +484,8 @@ def test_a_built_wheel_ships_the_plugin_and_finds_it(tmp_path: Path) -> None:
                 *(f"ralph_dev/plugin/skills/{s}/SKILL.md" for s in SKILLS)}
     assert expected <= names, sorted(expected - names)
     probe = subprocess.run(
-        [sys.executable, "-c", "from ralph_dev.agents import plugin_dir; print(plugin_dir())"],
+        [sys.executable, "-c",
+         "from ralph_dev.agent.launch import plugin_dir; print(plugin_dir())"],
         env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, cwd=tmp_path,
         capture_output=True, text=True, timeout=60, check=False)
     assert probe.returncode == 0, probe.stderr
@@ -519,7 +520,7 @@ def _post(url: str, body: dict, key: str = FAKE_KEY) -> tuple[str, str]:
 def test_fake_api_streams_scripted_turns_and_records_requests() -> None:
     import urllib.request
 
-    from ralph_dev.scripted_model import FakeAnthropic, ScriptedWorker, Text, ToolUse, bash
+    from ralph_dev.devtools.scripted_model import FakeAnthropic, ScriptedWorker, Text, ToolUse, bash
 
     brain = ScriptedWorker({"DEMO-3": [bash("touch a"), [Text("editing"), ToolUse("Edit", {})]]},
                            final_text="bye")

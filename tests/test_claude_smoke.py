@@ -20,11 +20,14 @@ import pytest
 from claude_env import ClaudeUnavailable, find_claude
 from conftest import retry_until
 
-from ralph_dev.agents import build_launch
-from ralph_dev.config import load_project
-from ralph_dev.jj import JJ
-from ralph_dev.model import NewIssue, Role, StateType
-from ralph_dev.scripted_model import (
+from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.tmux import Tmux
+from ralph_dev.adapters.tracker.local import LocalTracker
+from ralph_dev.agent.launch import build_launch
+from ralph_dev.core.config import load_project
+from ralph_dev.core.model import NewIssue, Role, StateType
+from ralph_dev.core.state import StateStore, utcnow
+from ralph_dev.devtools.scripted_model import (
     FakeAnthropic,
     ScriptedWorker,
     Text,
@@ -33,9 +36,6 @@ from ralph_dev.scripted_model import (
     tool_names,
     tool_results,
 )
-from ralph_dev.state import StateStore, utcnow
-from ralph_dev.tmux import Tmux
-from ralph_dev.tracker.local import LocalTracker
 
 pytestmark = [pytest.mark.slow, pytest.mark.claude]
 
@@ -246,7 +246,7 @@ def test_two_workers_at_once_each_finish_their_own_issue(world: World,
 
 def test_supervisor_runs_ralph_dev_commands_only(world: World, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from ralph_dev.agents import build_supervisor_launch
+    from ralph_dev.agent.launch import build_supervisor_launch
 
     marker = tmp_path / "supervisor-wrote-this"
     steps = [bash("ralph-dev --version"), bash(f"touch {marker}"),

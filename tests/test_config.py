@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from ralph_dev.cli import main
-from ralph_dev.config import (
+from ralph_dev.core.config import (
     ConfigError,
     UnknownProject,
     config_file,
@@ -16,7 +16,7 @@ from ralph_dev.config import (
     load_project,
     state_home,
 )
-from ralph_dev.model import Role
+from ralph_dev.core.model import Role
 
 
 def write_config(text: str) -> Path:

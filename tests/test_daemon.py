@@ -10,13 +10,13 @@ import pytest
 from click.testing import CliRunner
 from conftest import retry_until
 
-from ralph_dev import daemon as daemon_mod
+from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.cli import main
-from ralph_dev.config import load_project
-from ralph_dev.daemon import Daemon
-from ralph_dev.scripted_model import FakeAnthropic, Text, conversation_text
-from ralph_dev.state import StateStore
-from ralph_dev.tmux import Tmux
+from ralph_dev.control import daemon as daemon_mod
+from ralph_dev.control.daemon import Daemon
+from ralph_dev.core.config import load_project
+from ralph_dev.core.state import StateStore
+from ralph_dev.devtools.scripted_model import FakeAnthropic, Text, conversation_text
 
 pytestmark = pytest.mark.slow
 

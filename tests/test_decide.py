@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ralph_dev.config import AgentSettings, Limits, ProjectSettings, Timing, TrackerSettings
-from ralph_dev.decide import (
+from ralph_dev.core.config import AgentSettings, Limits, ProjectSettings, Timing, TrackerSettings
+from ralph_dev.core.decide import (
     backoff_seconds,
     blocked_issues,
     decide,
@@ -20,7 +20,7 @@ from ralph_dev.decide import (
     ready_issues,
     route,
 )
-from ralph_dev.model import (
+from ralph_dev.core.model import (
     Forget,
     Hold,
     Issue,
@@ -463,7 +463,7 @@ def test_merges_go_in_identifier_order() -> None:
 
 
 def test_one_merge_per_plan_when_trunk_is_verified_after_each() -> None:
-    from ralph_dev.config import MergeSettings
+    from ralph_dev.core.config import MergeSettings
 
     done = [10, 9, 12]
     obs = world(issues=[issue(n, "done") for n in done],

@@ -16,9 +16,9 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ralph_dev.config import Limits, MergeSettings, ProjectSettings, Timing, TrackerSettings
-from ralph_dev.decide import backoff_seconds, decide, nudge_message
-from ralph_dev.model import (
+from ralph_dev.core.config import Limits, MergeSettings, ProjectSettings, Timing, TrackerSettings
+from ralph_dev.core.decide import backoff_seconds, decide, nudge_message
+from ralph_dev.core.model import (
     IDENTIFIER_RE,
     Complete,
     Forget,

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from test_worker import Project, hostile_text, make_project
 
-from ralph_dev.model import Role
-from ralph_dev.state import StateStore
+from ralph_dev.core.model import Role
+from ralph_dev.core.state import StateStore
 
 RALPH_DEV = [sys.executable, "-m", "ralph_dev"]
 """How Claude Code runs it, minus the console-script shim (works in any venv layout)."""
@@ -259,8 +259,8 @@ def test_hooks_survive_garbage_stdin(project: Project) -> None:
 
 def test_render_context_strips_escapes_itself(project: Project, tmp_path: Path) -> None:
     """click strips some ANSI codes from piped output; the context must not rely on that."""
-    from ralph_dev.hooks import render_context
-    from ralph_dev.worker import WorkerEnv
+    from ralph_dev.inpane.hooks import render_context
+    from ralph_dev.inpane.worker import WorkerEnv
 
     title, description = hostile_text(tmp_path / "pwned")
     issue_id = project.issue(title, description + "\x1b]8;;http://evil\x07link\x9b31m")
@@ -277,8 +277,8 @@ def test_render_context_strips_escapes_itself(project: Project, tmp_path: Path) 
 
 def test_hook_work_fits_the_budget(project: Project) -> None:
     """The work of each hook, without interpreter start-up, stays well under a second."""
-    from ralph_dev import hooks
-    from ralph_dev.worker import WorkerEnv
+    from ralph_dev.inpane import hooks
+    from ralph_dev.inpane.worker import WorkerEnv
 
     parent = project.issue("parent")
     issue = project.issue("child", "d" * 5000, parent=parent)

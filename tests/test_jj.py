@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ralph_dev import jj as jjmod
-from ralph_dev.jj import JJ, InvalidWorkspaceName, JJError, child_path
+from ralph_dev.adapters import jj as jjmod
+from ralph_dev.adapters.jj import JJ, InvalidWorkspaceName, JJError, child_path
 
 ENV = {"JJ_USER": "test", "JJ_EMAIL": "test@localhost"}
 
@@ -176,7 +176,7 @@ def test_check_repo_says_how_to_fix(tmp_path: Path, jj_bin: str) -> None:
 
 
 def test_from_settings(tmp_path: Path, repo: Path) -> None:
-    from ralph_dev.config import ProjectSettings
+    from ralph_dev.core.config import ProjectSettings
 
     settings = ProjectSettings(name="demo", repo=repo, trunk="main",
                                workspace_root=tmp_path / "w")

@@ -17,21 +17,21 @@ import structlog
 from click.testing import CliRunner
 from fake_linear import Clock, FakeLinear, World
 
-from ralph_dev.cli import main
-from ralph_dev.cli.linear_setup import prepare_linear
-from ralph_dev.config import ConfigError, TrackerSettings, build_project
-from ralph_dev.tracker.base import TrackerError, TrackerUnavailable
-from ralph_dev.tracker.linear import (
+from ralph_dev.adapters.tracker.base import TrackerError, TrackerUnavailable
+from ralph_dev.adapters.tracker.linear.client import (
     KEY_ENV,
     URL_ENV,
     ApiKey,
     LinearAuthError,
     LinearClient,
     LinearSetupError,
-    LinearTracker,
     LinearUnavailable,
     load_api_key,
 )
+from ralph_dev.adapters.tracker.linear.tracker import LinearTracker
+from ralph_dev.cli import main
+from ralph_dev.cli.linear_setup import prepare_linear
+from ralph_dev.core.config import ConfigError, TrackerSettings, build_project
 
 SECRET = "lin_api_SECRETsecret0123456789"
 
@@ -282,7 +282,7 @@ async def test_refused_connection_is_retryable(world: World) -> None:
 def test_open_tracker_builds_a_linear_tracker(
     xdg: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ralph_dev.tracker import open_tracker
+    from ralph_dev.adapters.tracker import open_tracker
 
     settings = linear_settings(xdg)
     monkeypatch.delenv(KEY_ENV, raising=False)

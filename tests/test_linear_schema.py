@@ -22,7 +22,7 @@ from graphql import (
     validate,
 )
 
-from ralph_dev.tracker import linear
+from ralph_dev.adapters.tracker.linear import client, tracker
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE_SDL = Path(__file__).with_name("fake_linear.graphql")
@@ -51,17 +51,17 @@ def fake_schema() -> GraphQLSchema:
 
 
 def test_operations_are_found() -> None:
-    names = linear.operations()
+    names = client.operations()
     for expected in ("Viewer", "Projects", "ProjectIssues", "ProjectChanges", "IssueUpdate",
                      "CommentCreate", "IssueCreate", "IssueRelationCreate", "IssueLabelCreate"):
         assert expected in names
 
 
-@pytest.mark.parametrize("operation", linear.operations())
+@pytest.mark.parametrize("operation", client.operations())
 def test_document_is_one_named_operation_valid_against_real_schema(
     operation: str, real_schema: GraphQLSchema
 ) -> None:
-    doc = parse(linear.document(operation))
+    doc = parse(client.document(operation))
     ops = [d for d in doc.definitions if d.kind == "operation_definition"]
     assert len(ops) == 1
     assert ops[0].name is not None and ops[0].name.value == operation
@@ -69,11 +69,11 @@ def test_document_is_one_named_operation_valid_against_real_schema(
     assert errors == [], [e.message for e in errors]
 
 
-@pytest.mark.parametrize("operation", linear.operations())
+@pytest.mark.parametrize("operation", client.operations())
 def test_document_is_valid_against_fake_schema(operation: str,
                                                fake_schema: GraphQLSchema) -> None:
     """The fake can answer everything the client sends."""
-    errors = validate(fake_schema, parse(linear.document(operation)))
+    errors = validate(fake_schema, parse(client.document(operation)))
     assert errors == [], [e.message for e in errors]
 
 
@@ -152,7 +152,7 @@ def complexity(schema: GraphQLSchema, operation: str, variables: dict[str, int])
     multiplies its nodes by ``first`` (default 50), ``pageInfo`` counted once."""
     from graphql import get_named_type, is_leaf_type, parse
 
-    doc = parse(linear.document(operation))
+    doc = parse(client.document(operation))
     fragments = {d.name.value: d for d in doc.definitions
                  if d.kind == "fragment_definition"}
     (op,) = [d for d in doc.definitions if d.kind == "operation_definition"]
@@ -193,9 +193,9 @@ def complexity(schema: GraphQLSchema, operation: str, variables: dict[str, int])
 
 
 def test_every_query_stays_under_the_complexity_cap(fake_schema: GraphQLSchema) -> None:
-    firsts = {"Projects": linear.PROJECTS_PAGE, "Labels": linear.LABELS_PAGE}
-    costs = {op: complexity(fake_schema, op, {"first": firsts.get(op, linear.PAGE_SIZE)})
-             for op in linear.operations()}
+    firsts = {"Projects": tracker.PROJECTS_PAGE, "Labels": tracker.LABELS_PAGE}
+    costs = {op: complexity(fake_schema, op, {"first": firsts.get(op, tracker.PAGE_SIZE)})
+             for op in client.operations()}
     assert max(costs.values()) < 10_000, costs
     assert costs["ProjectIssues"] > 25 * 50, "the estimate counts nested connections"
     # The issues page size could not be much larger: it is the budget's bottleneck.

@@ -16,16 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ralph_dev.config import ConfigError, ProjectSettings, TrackerSettings
-from ralph_dev.model import InvalidIdentifier, NewIssue, StateType
-from ralph_dev.tracker import open_tracker
-from ralph_dev.tracker.base import (
+from ralph_dev.adapters.tracker import open_tracker
+from ralph_dev.adapters.tracker.base import (
     Tracker,
     TrackerError,
     TrackerInputError,
     UnknownIssue,
 )
-from ralph_dev.tracker.local import LocalTracker, TrackerDatabaseError, find_cycle
+from ralph_dev.adapters.tracker.local import LocalTracker, TrackerDatabaseError, find_cycle
+from ralph_dev.core.config import ConfigError, ProjectSettings, TrackerSettings
+from ralph_dev.core.model import InvalidIdentifier, NewIssue, StateType
 
 
 def dump(db: Path) -> list[str]:
@@ -430,8 +430,8 @@ def test_concurrent_processes_creating_a_fresh_database(db: Path) -> None:
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from ralph_dev.model import NewIssue\n"
-        "from ralph_dev.tracker.local import LocalTracker\n"
+        "from ralph_dev.core.model import NewIssue\n"
+        "from ralph_dev.adapters.tracker.local import LocalTracker\n"
         "t = LocalTracker(Path(sys.argv[1]), 'DEMO')\n"
         "for i in range(10):\n"
         "    t.create_issues_sync([NewIssue(title=f'{sys.argv[2]}-{i}')])\n"
@@ -454,7 +454,8 @@ def test_open_tracker(xdg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(tracker, LocalTracker)
     assert tracker.key == "DEMO" and tracker.db_path == local.paths.tracker_db
     assert str(tracker.db_path).startswith(str(xdg / "data"))
-    monkeypatch.setitem(sys.modules, "ralph_dev.tracker.linear", None)  # import fails
+    # the Linear backend cannot be imported
+    monkeypatch.setitem(sys.modules, "ralph_dev.adapters.tracker.linear.tracker", None)
     linear = ProjectSettings(
         name="demo", repo=xdg, tracker=TrackerSettings(kind="linear", linear_project="p")
     )

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ralph_dev.model import NewIssue
-from ralph_dev.planfile import PlanError, parse_plan
-from ralph_dev.tracker.local import LocalTracker
+from ralph_dev.adapters.tracker.local import LocalTracker
+from ralph_dev.core.model import NewIssue
+from ralph_dev.core.planfile import PlanError, parse_plan
 
 TOML_PLAN = '''
 [[phase]]

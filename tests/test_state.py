@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ralph_dev.config import ProjectPaths
-from ralph_dev.model import Role, WorkerRecord
-from ralph_dev.state import StateStore
+from ralph_dev.core.config import ProjectPaths
+from ralph_dev.core.model import Role, WorkerRecord
+from ralph_dev.core.state import StateStore
 
 
 @pytest.fixture

@@ -261,7 +261,7 @@ class WebhookSender:
         import urllib.error
         import urllib.request
 
-        from ralph_dev.webhook import PATH, signature
+        from ralph_dev.adapters.webhook import PATH, signature
 
         port = self.port()
         if port is None:
@@ -285,7 +285,7 @@ class WebhookSender:
 
 @pytest.fixture
 def linear_swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[tuple]:
-    from ralph_dev.webhook import SECRET_ENV
+    from ralph_dev.adapters.webhook import SECRET_ENV
 
     # polling every 120 s: finishing within a minute shows the webhooks drove the ticks
     s = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=2,

@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import retry_until
 
-from ralph_dev import tmux as tmux_mod
-from ralph_dev.config import build_project
-from ralph_dev.model import InvalidIdentifier
-from ralph_dev.tmux import (
+from ralph_dev.adapters import tmux as tmux_mod
+from ralph_dev.adapters.tmux import (
     HISTORY_LIMIT,
     HOME_WINDOW,
     Tmux,
@@ -24,6 +22,8 @@ from ralph_dev.tmux import (
     parse_panes,
     sanitize_text,
 )
+from ralph_dev.core.config import build_project
+from ralph_dev.core.model import InvalidIdentifier
 
 ENV = {"PATH": os.environ["PATH"]}
 

@@ -22,7 +22,7 @@ import pytest
 import structlog
 from conftest import retry_until
 
-from ralph_dev.webhook import (
+from ralph_dev.adapters.webhook import (
     PATH,
     SECRET_ENV,
     Deliveries,
@@ -227,7 +227,7 @@ class _CountingController:
 
 
 async def test_run_controller_without_secret_keeps_polling(xdg: Path) -> None:
-    from ralph_dev.config import ProjectSettings, TrackerSettings
+    from ralph_dev.core.config import ProjectSettings, TrackerSettings
 
     settings = ProjectSettings(name="demo", repo=xdg,
                                tracker=TrackerSettings(webhook_port=0))

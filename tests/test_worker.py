@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.cli import main
-from ralph_dev.config import ProjectSettings, load_project
-from ralph_dev.jj import JJ
-from ralph_dev.model import NewIssue, Role, StateType
-from ralph_dev.state import StateStore, utcnow
-from ralph_dev.tracker.local import LocalTracker
+from ralph_dev.core.config import ProjectSettings, load_project
+from ralph_dev.core.model import NewIssue, Role, StateType
+from ralph_dev.core.state import StateStore, utcnow
 
 VERIFY = (
     "echo checking; test -f ok.txt || { echo 'ok.txt is missing' >&2; exit 3; }; echo verify-ok"
@@ -370,7 +370,7 @@ def test_hostile_issue_text_is_data_through_done(project: Project, tmp_path: Pat
 
 
 def test_done_with_a_hanging_verify_times_out_and_refuses(xdg: Path, jj_bin: str) -> None:
-    # `exec`: ralph_dev.verify kills only the shell on timeout, so a forked child would linger
+    # `exec`: verify kills only the shell on timeout, so a forked child would linger
     project = make_project(xdg, jj_bin, verify="echo started; exec sleep 30")
     issue = project.issue()
     project.spawn(issue)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from ralph_dev import __version__
-from ralph_dev.config import (
+from ralph_dev.core.config import (
     ConfigError,
     ProjectSettings,
     check_project_name,
@@ -25,8 +25,8 @@ from ralph_dev.config import (
     load_project,
     project_names,
 )
-from ralph_dev.errors import RalphError
-from ralph_dev.model import check_identifier
+from ralph_dev.core.errors import RalphError
+from ralph_dev.core.model import check_identifier
 
 T = TypeVar("T")
 
@@ -97,7 +97,7 @@ class RalphGroup(click.Group):
 @click.pass_context
 def main(ctx: click.Context, config_path: Path | None, log_level: str) -> None:
     """Run a swarm of coding agents on a project, steered from an issue tracker."""
-    from ralph_dev import logs
+    from ralph_dev.core import logs
 
     logs.configure(log_level)
     ctx.obj = CliContext(config_path=config_path or config_file())
@@ -147,7 +147,7 @@ def init(
     force: bool,
 ) -> None:
     """Add PROJECT to the config (refuses to replace one without --force)."""
-    from ralph_dev.config import build_project, write_project
+    from ralph_dev.core.config import build_project, write_project
 
     check_project_name(project)
     raw: dict[str, Any] = {"repo": str(repo.expanduser().resolve()), "trunk": trunk}

@@ -14,9 +14,9 @@ from typing import Any
 
 import click
 
-from ralph_dev import hooks
 from ralph_dev.cli import CliContext, main, pass_ctx
-from ralph_dev.worker import WorkerEnv
+from ralph_dev.inpane import hooks
+from ralph_dev.inpane.worker import WorkerEnv
 
 
 def _run(cli: CliContext, name: str, body: Callable[[Any, WorkerEnv, dict], str | None]) -> None:

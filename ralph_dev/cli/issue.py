@@ -14,15 +14,15 @@ from typing import Any
 
 import click
 
+from ralph_dev.adapters.tracker import open_tracker
+from ralph_dev.adapters.tracker.base import Tracker, TrackerInputError
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, project_argument, run
-from ralph_dev.config import ConfigError, ProjectSettings
-from ralph_dev.model import Issue, NewIssue, check_identifier
-from ralph_dev.tracker import open_tracker
-from ralph_dev.tracker.base import Tracker, TrackerInputError
+from ralph_dev.core.config import ConfigError, ProjectSettings
+from ralph_dev.core.model import Issue, NewIssue, check_identifier
 
 
 def _issue_json(issue: Issue) -> dict[str, Any]:
-    from ralph_dev.tracker.local import issue_to_json
+    from ralph_dev.adapters.tracker.local import issue_to_json
 
     return issue_to_json(issue)
 
@@ -279,7 +279,7 @@ def unblock(cli: CliContext, identifier: str, blockers: tuple[str, ...]) -> None
 @pass_ctx
 def import_(cli: CliContext, project: str, file: Path, parent: str | None) -> None:
     """Create a whole plan (phases, tasks, blockers) from a .toml or .md FILE, all or nothing."""
-    from ralph_dev.planfile import parse_plan
+    from ralph_dev.core.planfile import parse_plan
 
     settings = cli.project(project)
     if parent:

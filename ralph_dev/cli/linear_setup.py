@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ralph_dev.tracker.linear import LinearTracker
+from ralph_dev.adapters.tracker.linear.tracker import LinearTracker
 
 if TYPE_CHECKING:
-    from ralph_dev.config import ProjectSettings
+    from ralph_dev.core.config import ProjectSettings
 
 
 @dataclass(frozen=True)

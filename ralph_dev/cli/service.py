@@ -18,7 +18,7 @@ def service() -> None:
 @pass_ctx
 def install_cmd(cli: CliContext, project: str, no_enable: bool) -> None:
     """Write the unit and `systemctl --user enable --now ralph-dev@PROJECT`."""
-    from ralph_dev.service import install
+    from ralph_dev.adapters.systemd import install
 
     cli.project(project)  # refuse unknown projects before touching systemd
     path = install(project, enable=not no_enable)
@@ -34,7 +34,7 @@ def install_cmd(cli: CliContext, project: str, no_enable: bool) -> None:
 @pass_ctx
 def uninstall_cmd(cli: CliContext, project: str, no_disable: bool) -> None:
     """Stop and disable ralph-dev@PROJECT; remove the unit when no project uses it."""
-    from ralph_dev.service import uninstall
+    from ralph_dev.adapters.systemd import uninstall
 
     uninstall(project, disable=not no_disable)
     click.echo(f"Removed ralph-dev@{project}")

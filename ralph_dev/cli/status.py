@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import click
 
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, run
-from ralph_dev.config import ConfigError, project_names
-from ralph_dev.errors import RalphError
-from ralph_dev.model import check_identifier
+from ralph_dev.core.config import ConfigError, project_names
+from ralph_dev.core.errors import RalphError
+from ralph_dev.core.model import check_identifier
 
 
 @main.command()
@@ -21,7 +21,7 @@ from ralph_dev.model import check_identifier
 @pass_ctx
 def status(cli: CliContext, project: str | None, as_json: bool, n_events: int) -> None:
     """Daemon, controller, workers, issue counts and recent events (all projects by default)."""
-    from ralph_dev.status import render, snapshot
+    from ralph_dev.control.status import render, snapshot
 
     names = [project] if project else project_names(cli.config_path)
     if not names:
@@ -40,8 +40,8 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int) -
 @pass_ctx
 def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None:
     """Print a worker's terminal log, with escape sequences removed."""
-    from ralph_dev.state import StateStore
-    from ralph_dev.textutil import strip_ansi
+    from ralph_dev.core.state import StateStore
+    from ralph_dev.core.text import strip_ansi
 
     if issue == "controller":
         settings = cli.project(project or _only_project(cli))
@@ -121,8 +121,8 @@ def events(cli: CliContext, project: str, issue: str | None, since: str | None,
     """The project's event log: what ralph-dev did and why."""
     import json
 
-    from ralph_dev.state import StateStore, from_iso
-    from ralph_dev.status import format_event
+    from ralph_dev.control.status import format_event
+    from ralph_dev.core.state import StateStore, from_iso
 
     settings = cli.project(project)
     if issue:
@@ -143,7 +143,7 @@ def events(cli: CliContext, project: str, issue: str | None, since: str | None,
 @pass_ctx
 def doctor(cli: CliContext, project: str | None) -> None:
     """Check tmux, jj, git, claude, config and tracker access; say what to fix."""
-    from ralph_dev.doctor import run_checks
+    from ralph_dev.control.doctor import run_checks
 
     problems = 0
     for check in run(run_checks(cli, project)):

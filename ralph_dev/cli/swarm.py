@@ -9,9 +9,9 @@ from typing import Any
 import click
 
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, project_argument, run
-from ralph_dev.config import ProjectSettings
-from ralph_dev.errors import RalphError
-from ralph_dev.model import Action, Plan
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.errors import RalphError
+from ralph_dev.core.model import Action, Plan
 
 
 @main.command()
@@ -22,10 +22,10 @@ def controller(cli: CliContext, project: str, once: bool) -> None:
     """Run PROJECT's controller loop (normally inside the daemon's tmux window)."""
     import structlog
 
-    from ralph_dev import logs
-    from ralph_dev.controller import controller_lock
-    from ralph_dev.webhook import run_controller
-    from ralph_dev.wiring import controller_for
+    from ralph_dev.adapters.webhook import run_controller
+    from ralph_dev.control.controller import controller_lock
+    from ralph_dev.control.wiring import controller_for
+    from ralph_dev.core import logs
 
     settings = cli.project(project)
     logs.configure("INFO", json_file=settings.paths.logs_dir / "controller.jsonl")
@@ -42,8 +42,8 @@ def controller(cli: CliContext, project: str, once: bool) -> None:
 @pass_ctx
 def start(cli: CliContext, project: str, foreground: bool) -> None:
     """Start PROJECT: tmux session, controller window, health loop."""
-    from ralph_dev.daemon import Daemon, start_background
-    from ralph_dev.wiring import jj_for, tmux_for
+    from ralph_dev.control.daemon import Daemon, start_background
+    from ralph_dev.control.wiring import jj_for, tmux_for
 
     settings = cli.project(project)
     jj_for(settings).check_repo()
@@ -54,7 +54,7 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
         socket = f" -L {settings.tmux_socket}" if settings.tmux_socket else ""
         click.echo(f"  attach: tmux{socket} attach -t {settings.session_name}")
         return
-    from ralph_dev import logs
+    from ralph_dev.core import logs
 
     logs.configure("INFO", json_file=settings.paths.logs_dir / "daemon.jsonl")
     daemon = Daemon(settings, tmux=tmux_for(settings))
@@ -68,11 +68,11 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
 @pass_ctx
 def stop(cli: CliContext, project: str, workers: bool) -> None:
     """Stop PROJECT's daemon and controller; workers keep running unless --workers."""
-    from ralph_dev.controller import worker_windows
-    from ralph_dev.daemon import stop_controller_window, stop_daemon
-    from ralph_dev.service import stop_unit_if_active
-    from ralph_dev.state import StateStore
-    from ralph_dev.wiring import jj_for, tmux_for
+    from ralph_dev.adapters.systemd import stop_unit_if_active
+    from ralph_dev.control.controller import worker_windows
+    from ralph_dev.control.daemon import stop_controller_window, stop_daemon
+    from ralph_dev.control.wiring import jj_for, tmux_for
+    from ralph_dev.core.state import StateStore
 
     settings = cli.project(project)
     if stop_unit_if_active(project):  # under systemd, Restart=always would undo a SIGTERM
@@ -105,11 +105,11 @@ def action_json(action: Action) -> dict[str, Any]:
 
 async def preview(settings: ProjectSettings) -> tuple[Plan, list[str]]:
     """What decide would do now, observing but never acting."""
-    from ralph_dev.controller import Controller
-    from ralph_dev.decide import decide
-    from ralph_dev.state import utcnow
-    from ralph_dev.tracker import open_tracker
-    from ralph_dev.wiring import jj_for, tmux_for
+    from ralph_dev.adapters.tracker import open_tracker
+    from ralph_dev.control.controller import Controller
+    from ralph_dev.control.wiring import jj_for, tmux_for
+    from ralph_dev.core.decide import decide
+    from ralph_dev.core.state import utcnow
 
     notes: list[str] = []
 
@@ -168,7 +168,7 @@ def plan(cli: CliContext, project: str, as_json: bool) -> None:
 @click.option("--workers", default=3, show_default=True, type=click.IntRange(1, 8))
 def demo(keep: bool, timeout: float, use_claude: bool | None, workers: int) -> None:
     """DEMO: run a swarm on a throwaway project with a local tracker, start to finish."""
-    from ralph_dev.demo import run_demo
+    from ralph_dev.devtools.demo import run_demo
 
     code = run_demo(keep=keep, timeout=timeout, use_claude=use_claude, echo=click.echo,
                     workers=workers)

@@ -14,9 +14,9 @@ from typing import TypeVar
 
 import click
 
-from ralph_dev import worker as w
 from ralph_dev.cli import CliContext, main, pass_ctx
-from ralph_dev.state import StateStore
+from ralph_dev.core.state import StateStore
+from ralph_dev.inpane import worker as w
 
 T = TypeVar("T")
 

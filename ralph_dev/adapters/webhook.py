@@ -1,0 +1,291 @@
+"""Linear webhooks, optional: a nudge that makes the controller tick now.
+
+Polling is the source of truth and stays the safety net: a webhook carries no
+state ralph-dev acts on, it only wakes the controller's tick early (the tick
+re-reads the tracker anyway). So every request we cannot trust is dropped, and
+one we can is answered 200 at once (Linear wants an answer within 5 s and
+retries failures for hours) without waiting for the tick.
+
+Trust, in order: the ``Linear-Signature`` header must be the hex HMAC-SHA256
+of the raw body under the signing secret (constant-time compare, before the
+body is parsed); the body's ``webhookTimestamp`` (UNIX ms; else the
+``Linear-Timestamp`` header) must be within 60 s of now, so a captured
+delivery cannot be replayed later; a ``Linear-Delivery`` id seen before is
+acknowledged and ignored (Linear retries deliveries). The secret comes from
+``RALPH_DEV_LINEAR_WEBHOOK_SECRET`` only, and is never logged; payload text
+(titles, comments) is never logged either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import math
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.errors import RalphError
+
+log = structlog.get_logger(__name__)
+
+SECRET_ENV = "RALPH_DEV_LINEAR_WEBHOOK_SECRET"  # noqa: S105 - a variable name, not a secret
+PATH = "/linear/webhook"
+"""Where Linear posts (configure the webhook URL as http(s)://HOST:PORT/linear/webhook)."""
+
+MAX_SKEW_S = 60.0
+MAX_BODY_BYTES = 1 << 20
+DELIVERIES_KEPT = 4096
+"""Delivery ids remembered for dedupe: Linear retries within hours, a few thousand is plenty."""
+WAKE_TYPES = frozenset({"Issue", "Comment"})
+"""Entity types that may change what the controller should do (labels ride on Issue)."""
+
+
+class WebhookError(RalphError):
+    """The listener cannot start; the message names the setting to fix."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one delivery came to: the HTTP answer and whether it woke the tick."""
+
+    status: int
+    reason: str
+    woke: bool = False
+    kind: str | None = None
+    """The payload's entity type (``Issue``, ``Comment``…), once it is trusted."""
+
+
+def signature(secret: str, body: bytes) -> str:
+    """The ``Linear-Signature`` Linear computes: hex HMAC-SHA256 of the raw body."""
+    return hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
+
+
+def secret_from_env(environ: Mapping[str, str] | None = None) -> str:
+    environ = os.environ if environ is None else environ
+    secret = environ.get(SECRET_ENV, "").strip()
+    if not secret:
+        raise WebhookError(
+            f"tracker.webhook_port is set but {SECRET_ENV} is empty: set it to the webhook's "
+            "signing secret (Linear → Settings → API → Webhooks), or remove webhook_port to "
+            "rely on polling alone"
+        )
+    return secret
+
+
+def _timestamp_ms(payload: Mapping[str, Any], header: str | None) -> float | None:
+    value: Any = payload.get("webhookTimestamp")
+    if value is None:
+        value = header
+    if isinstance(value, bool):
+        return None
+    try:
+        stamp = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return stamp if math.isfinite(stamp) else None
+
+
+class Deliveries:
+    """Delivery ids already handled, oldest forgotten first (bounded memory)."""
+
+    def __init__(self, limit: int = DELIVERIES_KEPT) -> None:
+        self.limit = limit
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, delivery: str) -> bool:
+        return delivery in self._seen
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def add(self, delivery: str) -> None:
+        self._seen[delivery] = None
+        self._seen.move_to_end(delivery)
+        while len(self._seen) > self.limit:
+            self._seen.popitem(last=False)
+
+
+class WebhookListener:
+    """Checks deliveries and wakes the controller; the HTTP server is a thin shell."""
+
+    def __init__(
+        self,
+        secret: str,
+        wake: asyncio.Event,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_skew: float = MAX_SKEW_S,
+        deliveries: int = DELIVERIES_KEPT,
+        min_interval: float = 1.0,
+    ) -> None:
+        if not secret:
+            raise WebhookError(f"the webhook signing secret is empty: set {SECRET_ENV}")
+        self._secret = secret
+        self.wake = wake
+        self.clock = clock
+        self.max_skew = max_skew
+        self.min_interval = min_interval
+        self.deliveries = Deliveries(deliveries)
+        self.woken = 0
+        self._last_wake: float | None = None
+        self._pending: asyncio.TimerHandle | None = None
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    def __repr__(self) -> str:  # never show the secret, even in a traceback
+        return f"WebhookListener(port={self.port}, woken={self.woken})"
+
+    # -- the checks (pure but for the dedupe memory) ------------------------------
+
+    def judge(self, body: bytes, headers: Mapping[str, str]) -> Verdict:
+        given = headers.get("Linear-Signature", "").strip().lower()
+        if not given or not hmac.compare_digest(
+            given.encode("ascii", "replace"), signature(self._secret, body).encode("ascii")
+        ):
+            return Verdict(401, "bad signature")
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return Verdict(400, "body is not JSON")
+        if not isinstance(payload, dict):
+            return Verdict(400, "body is not a JSON object")
+        stamp = _timestamp_ms(payload, headers.get("Linear-Timestamp"))
+        if stamp is None:
+            return Verdict(400, "no webhookTimestamp")
+        skew = abs(self.clock() - stamp / 1000.0)
+        if skew > self.max_skew:
+            return Verdict(401, f"timestamp {skew:.0f}s away from now (limit {self.max_skew:g}s)")
+        # The delivery header is not signed: the body's hash is remembered too, so
+        # a captured delivery replayed under a new id is still a duplicate.
+        delivery = "id:" + headers.get("Linear-Delivery", "").strip()[:200]
+        digest = "body:" + hashlib.sha256(body).hexdigest()
+        if delivery in self.deliveries or digest in self.deliveries:
+            return Verdict(200, "duplicate delivery")
+        if delivery != "id:":
+            self.deliveries.add(delivery)
+        self.deliveries.add(digest)
+        kind = payload.get("type")
+        shown = kind[:40] if isinstance(kind, str) else None
+        if shown is None or kind not in WAKE_TYPES:
+            return Verdict(200, "event type not acted on", kind=shown)
+        return Verdict(200, "accepted", woke=True, kind=shown)
+
+    def poke(self) -> None:
+        """Wake the tick now, or once at the end of ``min_interval`` when one just ran.
+
+        A burst of deliveries (a bulk edit in Linear) must not turn into a burst
+        of ticks, each spending tracker requests.
+        """
+        now = time.monotonic()
+        if self._last_wake is None or now - self._last_wake >= self.min_interval:
+            self._fire()
+        elif self._pending is None:
+            delay = self.min_interval - (now - self._last_wake)
+            self._pending = asyncio.get_running_loop().call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._pending = None
+        self._last_wake = time.monotonic()
+        self.woken += 1
+        self.wake.set()
+
+    # -- HTTP -------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            log.warning("webhook_rejected", status=413, why="body too large")
+            return web.Response(status=413, text="body too large\n")
+        verdict = self.judge(body, request.headers)
+        if verdict.woke:
+            self.poke()
+        if verdict.status == 200:
+            log.info("webhook", why=verdict.reason, type=verdict.kind, woke=verdict.woke,
+                     delivery=request.headers.get("Linear-Delivery", "")[:80])
+        else:
+            log.warning("webhook_rejected", status=verdict.status, why=verdict.reason,
+                        remote=request.remote)
+        return web.Response(status=verdict.status, text=verdict.reason + "\n")
+
+    def app(self) -> web.Application:
+        application = web.Application(client_max_size=MAX_BODY_BYTES)
+        application.router.add_post(PATH, self.handle)
+        return application
+
+    async def start(self, host: str, port: int) -> int:
+        """Serve on host:port (0 picks a free port); returns the bound port."""
+        runner = web.AppRunner(self.app(), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise WebhookError(
+                f"cannot listen for Linear webhooks on {host}:{port} ({exc.strerror or exc}); "
+                "change tracker.webhook_host / tracker.webhook_port or stop what uses the port"
+            ) from None
+        self._runner = runner
+        sockets = [s for srv in runner.sites for s in _sockets(srv)]
+        self.port = sockets[0].getsockname()[1] if sockets else port
+        log.info("webhook_listening", host=host, port=self.port, path=PATH)
+        return self.port
+
+    async def stop(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+            log.info("webhook_stopped", port=self.port)
+
+
+def _sockets(site: Any) -> list[Any]:
+    server = getattr(site, "_server", None)
+    return list(getattr(server, "sockets", None) or [])
+
+
+async def run_controller(controller: Any, settings: ProjectSettings, *,
+                         max_ticks: int | None = None,
+                         environ: Mapping[str, str] | None = None) -> None:
+    """The controller loop, with the webhook listener beside it when webhook_port is set.
+
+    A listener that cannot start (no secret, port taken) is reported as an
+    event and a warning, and the controller runs on polling alone: webhooks only
+    speed ticks up, so they must never be the reason an unattended swarm stops.
+    """
+    wake = asyncio.Event()
+    listener: WebhookListener | None = None
+    port = settings.tracker.webhook_port
+    if port is not None:
+        try:
+            listener = WebhookListener(secret_from_env(environ), wake)
+            await listener.start(settings.tracker.webhook_host, port)
+        except WebhookError as exc:
+            listener = None
+            log.warning("webhook_disabled", error=str(exc))
+            store = getattr(controller, "store", None)
+            if store is not None:
+                store.append_event("webhook_disabled", error=str(exc))
+        else:
+            store = getattr(controller, "store", None)
+            if store is not None:
+                store.append_event("webhook_listening", host=settings.tracker.webhook_host,
+                                   port=listener.port)
+    try:
+        await controller.run(max_ticks=max_ticks, wake=wake)
+    finally:
+        if listener is not None:
+            await listener.stop()

@@ -1,0 +1,633 @@
+"""Typed, validated settings: defaults → config.toml → environment → CLI flags.
+
+Every file ralph-dev writes lives under the XDG directories, resolved from the
+environment each time, so setting ``XDG_CONFIG_HOME``, ``XDG_STATE_HOME`` and
+``XDG_DATA_HOME`` isolates a whole instance (that is how the tests run).
+
+Errors name the file, the key and what is wrong, because a person fixing a
+config at 2 a.m. should not have to guess which of three tables is meant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ralph_dev.core.errors import RalphError
+from ralph_dev.core.model import Role
+
+PROJECT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
+KEY_RE = re.compile(r"[A-Z][A-Z0-9]{0,9}")
+
+
+class ConfigError(RalphError):
+    """A setting is missing or wrong; the message says where and how to fix it."""
+
+
+class UnknownProject(ConfigError):
+    pass
+
+
+# --- XDG paths -----------------------------------------------------------------
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    value = os.environ.get(var)
+    if value and Path(value).is_absolute():
+        return Path(value)
+    return Path.home() / fallback
+
+
+def config_home() -> Path:
+    return _xdg("XDG_CONFIG_HOME", ".config") / "ralph-dev"
+
+
+def state_home() -> Path:
+    return _xdg("XDG_STATE_HOME", ".local/state") / "ralph-dev"
+
+
+def data_home() -> Path:
+    return _xdg("XDG_DATA_HOME", ".local/share") / "ralph-dev"
+
+
+def config_file() -> Path:
+    override = os.environ.get("RALPH_DEV_CONFIG")
+    return Path(override) if override else config_home() / "config.toml"
+
+
+def sandbox_env(root: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with every XDG dir inside ``root`` and no ralph-dev/tmux settings
+    inherited: a whole private ralph-dev instance (the demo, tests, benchmarks)."""
+    env = {k: v for k, v in environ.items()
+           if not k.startswith(("RALPH_DEV_", "XDG_", "TMUX"))}
+    for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_STATE_HOME", "state"),
+                     ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache")):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+        env[var] = str(root / sub)
+    return env
+
+
+def check_project_name(name: str) -> str:
+    if not isinstance(name, str) or not PROJECT_NAME_RE.fullmatch(name):
+        raise ConfigError(
+            f"{name!r} is not a valid project name: use 1-40 letters, digits, '-' or '_', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ProjectPaths:
+    """Where one project's files live; derived, never configured piecemeal."""
+
+    project: str
+
+    @property
+    def state_dir(self) -> Path:
+        return state_home() / self.project
+
+    @property
+    def data_dir(self) -> Path:
+        return data_home() / self.project
+
+    @property
+    def tracker_db(self) -> Path:
+        return self.data_dir / "tracker.db"
+
+    @property
+    def records_dir(self) -> Path:
+        return self.state_dir / "state"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def events_file(self) -> Path:
+        return self.state_dir / "events.jsonl"
+
+    @property
+    def heartbeat_file(self) -> Path:
+        return self.state_dir / "heartbeat.json"
+
+    @property
+    def trunk_red_file(self) -> Path:
+        """Present while trunk's verify fails: merges wait until it passes again."""
+        return self.state_dir / "trunk-red.json"
+
+    @property
+    def controller_lock(self) -> Path:
+        return self.state_dir / "controller.lock"
+
+    @property
+    def daemon_pid(self) -> Path:
+        return self.state_dir / "daemon.pid"
+
+    @property
+    def prompts_dir(self) -> Path:
+        return self.state_dir / "prompts"
+
+    @property
+    def agent_home(self) -> Path:
+        """HOME given to agent processes (pre-seeded so no first-run screen blocks)."""
+        return self.data_dir / "agent-home"
+
+    @property
+    def default_workspace_root(self) -> Path:
+        return self.data_dir / "workspaces"
+
+
+# --- settings ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrackerSettings:
+    kind: Literal["local", "linear"] = "local"
+    key: str = ""
+    """Identifier prefix of the local tracker (``KEY`` in ``KEY-N``)."""
+    linear_project: str | None = None
+    """Linear project id, slug or name."""
+    linear_api_key_file: Path | None = None
+    full_sync_interval: float = 300.0
+    """Seconds between full Linear re-reads (relations have no change signal)."""
+    webhook_port: int | None = None
+    webhook_host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    runner: Literal["claude", "command"] = "claude"
+    command: str | None = None
+    """Template for the ``command`` runner: ``{issue}``, ``{role}``, ``{workspace}``,
+    ``{prompt_file}`` placeholders, split like a shell line but never run by one."""
+    claude_bin: str = "claude"
+    model: str = "sonnet"
+    models: Mapping[str, str] = field(default_factory=dict)
+    """Per-role model overrides, e.g. ``{plan = "opus"}``."""
+    iteration_cap: int = 25
+    """Stop-hook continuations before an agent may stop without reporting."""
+    extra_args: tuple[str, ...] = ()
+    supervisor: bool = False
+    """When controller restarts do not help (a crash loop), run the supervisor once
+    (``claude -p`` with the ralph-dev-supervisor skill and a status snapshot)."""
+    home: Literal["user", "isolated"] = "user"
+    """HOME of ``claude`` workers: ``user`` keeps the person's own HOME (their login
+    and settings); ``isolated`` uses a private, pre-seeded one under the data dir
+    (API-key users, tests, the demo). Either way ralph-dev marks the workspace root
+    trusted so no first-run screen waits for a keypress."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_workers: int = 3
+    per_role: Mapping[str, int] = field(default_factory=dict)
+    """Caps per role, e.g. ``{plan = 1}``; a role not named is capped only globally."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    poll_interval: float = 10.0
+    stall_timeout: float = 900.0
+    """Seconds of unchanged output before a live worker is nudged."""
+    restart_timeout: float = 900.0
+    """Seconds after a nudge, still unchanged, before the worker is restarted."""
+    retry_base: float = 30.0
+    retry_cap: float = 1800.0
+    max_attempts: int = 3
+    health_interval: float = 180.0
+    heartbeat_stale: float = 120.0
+    """A controller heartbeat older than this is a dead controller."""
+    crash_loop_restarts: int = 5
+    crash_loop_window: float = 900.0
+
+
+@dataclass(frozen=True)
+class Labels:
+    user_input_needed: str = "user-input-needed"
+    user_feedback_given: str = "user-feedback-given"
+    agent_feedback_given: str = "agent-feedback-given"
+    agent_input_needed: str = "agent-input-needed"
+    plan: str = "ralph:plan"
+    research: str = "ralph:research"
+    review: str = "ralph:review"
+    hold: str = "ralph:hold"
+    phase: str = "ralph:phase"
+    """Marks a phase/parent issue: with no children yet it goes to a plan worker."""
+    model_prefix: str = "model:"
+
+    def steering(self) -> tuple[str, ...]:
+        """Every label ralph-dev reads or writes (what ``init`` makes sure exists)."""
+        return (
+            self.user_input_needed,
+            self.user_feedback_given,
+            self.agent_feedback_given,
+            self.agent_input_needed,
+            self.plan,
+            self.research,
+            self.review,
+            self.hold,
+            self.phase,
+        )
+
+
+@dataclass(frozen=True)
+class MergeSettings:
+    mode: Literal["local", "pr"] = "local"
+    """``local`` merges into trunk here; ``pr`` pushes the worker's bookmark to
+    ``remote`` and opens a pull request with ``gh`` instead."""
+    remote: str = "origin"
+    gh_bin: str = "gh"
+    verify_trunk: bool = False
+    """Run the verify command on trunk after each merge; red trunk stops merges."""
+
+
+@dataclass(frozen=True)
+class ProjectSettings:
+    name: str
+    repo: Path
+    trunk: str = "main"
+    workspace_root: Path | None = None
+    verify_command: str | None = None
+    """Shell line from the project's own config (never from an issue), run in the
+    workspace before an agent may call an issue done."""
+    tmux_socket: str | None = None
+    """tmux ``-L`` socket name; None = the user's normal server."""
+    review_state: str = "In Review"
+    """State name that routes an issue to a review worker."""
+    review_after_execute: bool = False
+    """``worker done`` of an execute worker moves the issue to review_state, not done."""
+    tracker: TrackerSettings = field(default_factory=TrackerSettings)
+    agent: AgentSettings = field(default_factory=AgentSettings)
+    limits: Limits = field(default_factory=Limits)
+    timing: Timing = field(default_factory=Timing)
+    labels: Labels = field(default_factory=Labels)
+    merge: MergeSettings = field(default_factory=MergeSettings)
+
+    @property
+    def paths(self) -> ProjectPaths:
+        return ProjectPaths(self.name)
+
+    @property
+    def workspaces(self) -> Path:
+        return self.workspace_root or self.paths.default_workspace_root
+
+    @property
+    def key(self) -> str:
+        return self.tracker.key or default_key(self.name)
+
+    @property
+    def session_name(self) -> str:
+        return f"ralph-{self.name}"
+
+    def role_limit(self, role: Role) -> int:
+        return int(self.limits.per_role.get(role.value, self.limits.max_workers))
+
+
+def default_key(project: str) -> str:
+    """A local-tracker key from a project name: ``my-app`` → ``MYAPP``."""
+    letters = re.sub(r"[^A-Za-z0-9]", "", project).upper()
+    if not letters or not letters[0].isalpha():
+        letters = "R" + letters
+    return letters[:10]
+
+
+# --- parsing -------------------------------------------------------------------
+
+_SECTIONS: dict[str, type] = {
+    "tracker": TrackerSettings,
+    "agent": AgentSettings,
+    "limits": Limits,
+    "timing": Timing,
+    "labels": Labels,
+    "merge": MergeSettings,
+}
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " or ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp) if a is not type(None))
+    if tp is Path:
+        return "a path string"
+    if tp is float:
+        return "a number"
+    if tp is int:
+        return "an integer"
+    if tp is str:
+        return "a string"
+    if tp is bool:
+        return "true or false"
+    if origin is tuple:
+        return "a list of strings"
+    if origin is Mapping:
+        return "a table"
+    return str(tp)
+
+
+_SCALARS: dict[Any, tuple[Any, Any]] = {
+    # annotation: (accepts the TOML value?, convert it)
+    bool: (lambda v: isinstance(v, bool), lambda v: v),
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), lambda v: v),
+    float: (lambda v: isinstance(v, int | float) and not isinstance(v, bool), float),
+    str: (lambda v: isinstance(v, str), lambda v: v),
+    Path: (lambda v: isinstance(v, str | Path) and bool(str(v)), lambda v: Path(v).expanduser()),
+}
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against annotation ``tp``; return the typed value or raise."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        if value in typing.get_args(tp):
+            return value
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+    if origin is tuple:
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
+    if origin is Mapping:
+        _key_tp, val_tp = typing.get_args(tp)
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a table, got {value!r}")
+        return {str(k): _coerce(v, val_tp, f"{where}.{k}") for k, v in value.items()}
+    accept = _SCALARS.get(tp)
+    if accept is not None and accept[0](value):
+        return accept[1](value)
+    raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+
+
+def _build(cls: type, raw: Mapping[str, Any], where: str, **fixed: Any) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(known))})"
+        )
+    values: dict[str, Any] = dict(fixed)
+    for name, value in raw.items():
+        if name in fixed:
+            continue
+        tp = hints[name]
+        if name in _SECTIONS and cls is ProjectSettings:
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{where}.{name}: expected a table, got {value!r}")
+            values[name] = _build(_SECTIONS[name], value, f"{where}.{name}")
+        else:
+            values[name] = _coerce(value, tp, f"{where}.{name}")
+    return cls(**values)
+
+
+def _validate(settings: ProjectSettings, where: str) -> None:
+    """Rules that types alone cannot express."""
+
+    def bad(key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{where}.{key}: {problem}")
+
+    if not settings.repo.is_absolute():
+        raise bad("repo", f"must be an absolute path, got {str(settings.repo)!r}")
+    if settings.workspace_root is not None and not settings.workspace_root.is_absolute():
+        raise bad("workspace_root", "must be an absolute path")
+    if not re.fullmatch(r"[A-Za-z0-9._/-]+", settings.trunk):
+        raise bad("trunk", f"{settings.trunk!r} is not a usable bookmark name")
+    if settings.tracker.key and not KEY_RE.fullmatch(settings.tracker.key):
+        raise bad("tracker.key", "must be 1-10 capital letters/digits starting with a letter")
+    if settings.tracker.kind == "linear" and not settings.tracker.linear_project:
+        raise bad("tracker.linear_project", "is required when tracker.kind = 'linear'")
+    if settings.agent.runner == "command" and not settings.agent.command:
+        raise bad("agent.command", "is required when agent.runner = 'command'")
+    if settings.limits.max_workers < 1:
+        raise bad("limits.max_workers", "must be at least 1")
+    for role, cap in settings.limits.per_role.items():
+        if role not in {r.value for r in Role}:
+            raise bad(f"limits.per_role.{role}", f"unknown role (roles: {', '.join(Role)})")
+        if cap < 0:
+            raise bad(f"limits.per_role.{role}", "must not be negative")
+    for role in settings.agent.models:
+        if role not in {r.value for r in Role}:
+            raise bad(f"agent.models.{role}", f"unknown role (roles: {', '.join(Role)})")
+    t = settings.timing
+    for key in ("poll_interval", "stall_timeout", "restart_timeout", "retry_base",
+                "retry_cap", "health_interval", "heartbeat_stale", "crash_loop_window"):
+        if getattr(t, key) <= 0:
+            raise bad(f"timing.{key}", "must be greater than 0")
+    if t.max_attempts < 1:
+        raise bad("timing.max_attempts", "must be at least 1")
+    if t.retry_cap < t.retry_base:
+        raise bad("timing.retry_cap", "must not be smaller than timing.retry_base")
+    if settings.agent.iteration_cap < 1:
+        raise bad("agent.iteration_cap", "must be at least 1")
+
+
+# Environment overrides: RALPH_DEV_<SECTION>_<KEY> for scalar settings, plus a
+# few names people already know. Values are parsed as TOML scalars so
+# ``RALPH_DEV_LIMITS_MAX_WORKERS=5`` is an int and ``…=abc`` a clear error.
+_ENV_ALIASES = {
+    "RALPH_DEV_TMUX_SOCKET": ("tmux_socket",),
+}
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], tuple[str, str]]:
+    found: dict[tuple[str, ...], tuple[str, str]] = {}
+    for var, path in _ENV_ALIASES.items():
+        if var in environ:
+            found[path] = (var, environ[var])
+    top = {f.name for f in dataclasses.fields(ProjectSettings)} - {"name", *_SECTIONS}
+    for var, value in environ.items():
+        if not var.startswith("RALPH_DEV_") or var in _ENV_ALIASES:
+            continue
+        rest = var[len("RALPH_DEV_"):].lower()
+        for section, cls in _SECTIONS.items():
+            prefix = section + "_"
+            if rest.startswith(prefix):
+                key = rest[len(prefix):]
+                if key in {f.name for f in dataclasses.fields(cls)}:
+                    found[(section, key)] = (var, value)
+                break
+        else:
+            if rest in top:
+                found[(rest,)] = (var, value)
+    return found
+
+
+def _parse_env_value(var: str, text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text  # a bare word is a string (paths, model names)
+
+
+def _apply(table: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for part in path[:-1]:
+        table = table.setdefault(part, {})
+    table[path[-1]] = value
+
+
+def read_config_file(path: Path | None = None) -> dict[str, Any]:
+    path = path or config_file()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    projects = data.get("projects", {})
+    if not isinstance(projects, dict):
+        raise ConfigError(f"{path}: 'projects' must be a table of [projects.NAME] tables")
+    return data
+
+
+def project_names(path: Path | None = None) -> list[str]:
+    return sorted(read_config_file(path).get("projects", {}))
+
+
+def load_project(
+    name: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    path: Path | None = None,
+) -> ProjectSettings:
+    """Settings for one project: defaults → file → environment → ``overrides``.
+
+    ``overrides`` uses dotted keys (``"limits.max_workers"``) as CLI flags do.
+    """
+    check_project_name(name)
+    path = path or config_file()
+    environ = os.environ if environ is None else environ
+    data = read_config_file(path)
+    projects = data.get("projects", {})
+    if name not in projects:
+        known = ", ".join(sorted(projects)) or "none"
+        raise UnknownProject(
+            f"unknown project {name!r} (configured in {path}: {known}); "
+            f"create it with: ralph-dev init {name} --repo PATH"
+        )
+    raw = projects[name]
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: projects.{name}: expected a table")
+    merged: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    sources: dict[tuple[str, ...], str] = {}
+    for key_path, (var, text) in _env_overrides(environ).items():
+        _apply(merged, key_path, _parse_env_value(var, text))
+        sources[key_path] = f"environment variable {var}"
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        key_path = tuple(dotted.split("."))
+        _apply(merged, key_path, value)
+        sources[key_path] = f"command-line option for {dotted}"
+    if "repo" not in merged:
+        raise ConfigError(f"{path}: projects.{name}.repo: missing (the project's repository path)")
+    try:
+        settings = build_project(name, merged)
+    except ConfigError as exc:
+        message = str(exc)
+        for key_path, source in sources.items():
+            if message.startswith(f"projects.{name}." + ".".join(key_path) + ":"):
+                raise ConfigError(f"{source}: {message}") from None
+        raise ConfigError(f"{path}: {message}") from None
+    return settings
+
+
+def build_project(name: str, raw: Mapping[str, Any]) -> ProjectSettings:
+    """Typed, validated settings from one raw ``[projects.NAME]`` table."""
+    where = f"projects.{name}"
+    settings = _build(ProjectSettings, raw, where, name=name)
+    _validate(settings, where)
+    return settings
+
+
+def project_table(settings: ProjectSettings) -> dict[str, Any]:
+    """The TOML table ``init`` writes: only what differs from the defaults."""
+    out: dict[str, Any] = {"repo": str(settings.repo), "trunk": settings.trunk}
+    defaults = ProjectSettings(name=settings.name, repo=settings.repo)
+    for f in dataclasses.fields(ProjectSettings):
+        if f.name in ("name", "repo", "trunk"):
+            continue
+        value = getattr(settings, f.name)
+        if value == getattr(defaults, f.name):
+            continue
+        if dataclasses.is_dataclass(value):
+            section_default = getattr(defaults, f.name)
+            table = {
+                sf.name: _toml_value(getattr(value, sf.name))
+                for sf in dataclasses.fields(value)
+                if getattr(value, sf.name) != getattr(section_default, sf.name)
+            }
+            if table:
+                out[f.name] = table
+        else:
+            out[f.name] = _toml_value(value)
+    return out
+
+
+def _toml_value(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+def write_project(
+    settings: ProjectSettings, *, force: bool = False, path: Path | None = None
+) -> Path:
+    """Add (or with ``force`` replace) one ``[projects.NAME]`` table, atomically.
+
+    Uses tomlkit so a person's comments and layout elsewhere in the file survive.
+    """
+    import tomlkit
+
+    path = path or config_file()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    try:
+        tomllib.loads(text)
+        doc = tomlkit.parse(text)
+    except (tomllib.TOMLDecodeError, tomlkit.exceptions.TOMLKitError) as exc:
+        raise ConfigError(f"{path}: not valid TOML, fix it before running init: {exc}") from exc
+    projects = doc.get("projects")
+    if projects is None:
+        projects = tomlkit.table(is_super_table=True)
+        doc["projects"] = projects
+    if settings.name in projects and not force:
+        raise ConfigError(
+            f"{path}: project {settings.name!r} already exists; "
+            "use --force to replace its table"
+        )
+    projects[settings.name] = project_table(settings)
+    from ralph_dev.core.fsutil import atomic_write_text
+
+    atomic_write_text(path, tomlkit.dumps(doc))
+    return path

@@ -1,0 +1,286 @@
+"""Plain, frozen data shared by every part of ralph-dev.
+
+The decision core reads only these types and returns only these types, so a
+test can build a whole world by hand and check what ralph-dev would do in it.
+Everything is tied together by the issue *identifier* (``KEY-N``): it names
+the tracker issue, the tmux window, the jj workspace and the worker record.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from ralph_dev.core.errors import RalphError
+
+IDENTIFIER_RE = re.compile(r"[A-Z][A-Z0-9]{0,9}-[1-9][0-9]{0,8}")
+"""What an issue identifier may look like.
+
+Identifiers become window names, workspace names and file names, so anything
+else (``../x``, ``A-1; rm -rf /``, 10 kB of text) is refused at the border.
+"""
+
+CONTROLLER_WINDOW = "controller"
+
+
+class InvalidIdentifier(RalphError, ValueError):
+    """Raised for text that is not an issue identifier."""
+
+
+def check_identifier(text: str) -> str:
+    """Return ``text`` if it is a well-formed identifier, else raise with the fix."""
+    if not isinstance(text, str) or not IDENTIFIER_RE.fullmatch(text):
+        shown = text if isinstance(text, str) else repr(text)
+        if len(shown) > 40:
+            shown = shown[:37] + "..."
+        raise InvalidIdentifier(
+            f"{shown!r} is not an issue identifier: expected KEY-N such as ENG-12 "
+            "(capital letters/digits, a dash, a number)"
+        )
+    return text
+
+
+class StateType(StrEnum):
+    """Workflow state categories, the same as Linear's."""
+
+    TRIAGE = "triage"
+    BACKLOG = "backlog"
+    UNSTARTED = "unstarted"
+    STARTED = "started"
+    COMPLETED = "completed"
+    CANCELED = "canceled"
+    DUPLICATE = "duplicate"
+
+    @property
+    def finished(self) -> bool:
+        return self in (StateType.COMPLETED, StateType.CANCELED, StateType.DUPLICATE)
+
+
+class Role(StrEnum):
+    EXECUTE = "execute"
+    PLAN = "plan"
+    REVIEW = "review"
+    RESEARCH = "research"
+    RESOLVE = "resolve"
+
+    @property
+    def skill(self) -> str:
+        return f"ralph-dev-{self.value}"
+
+    @property
+    def may_edit(self) -> bool:
+        """Review, research and plan workers look and report; they never edit files."""
+        return self in (Role.EXECUTE, Role.RESOLVE)
+
+
+RALPH_AUTHOR = "ralph-dev"
+"""Author name ralph-dev uses for its own comments in the local tracker."""
+
+
+@dataclass(frozen=True)
+class Comment:
+    author: str
+    body: str
+    created_at: datetime
+    by_ralph: bool = False
+    """True when ralph-dev (or one of its workers) wrote it: never human feedback."""
+
+
+@dataclass(frozen=True)
+class Issue:
+    identifier: str
+    title: str
+    state_name: str
+    state_type: StateType
+    description: str = ""
+    priority: int = 0
+    """0 = none, 1 = urgent … 4 = low (Linear's scale)."""
+    sort_order: float = 0.0
+    labels: frozenset[str] = frozenset()
+    parent: str | None = None
+    children: tuple[str, ...] = ()
+    blocked_by: tuple[str, ...] = ()
+    comments: tuple[Comment, ...] = ()
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    id: str = ""
+    """The tracker's own id (Linear UUID); the identifier for the local tracker."""
+    team: str | None = None
+
+
+@dataclass(frozen=True)
+class NewIssue:
+    """What a person or a plan worker asks the tracker to create."""
+
+    title: str
+    description: str = ""
+    priority: int = 0
+    labels: tuple[str, ...] = ()
+    parent: str | None = None
+    """Identifier of the parent, or the ``ref`` of another NewIssue in the same batch."""
+    blocked_by: tuple[str, ...] = ()
+    """Identifiers, or ``ref``s of other NewIssues in the same batch."""
+    ref: str | None = None
+    """A batch-local name so entries of one import can point at each other."""
+    state: str | None = None
+
+
+@dataclass(frozen=True)
+class Window:
+    """One tmux window as seen in a single ``list-panes`` call."""
+
+    name: str
+    pane_id: str
+    window_id: str
+    alive: bool
+    exit_status: int | None = None
+    command: str = ""
+    pid: int | None = None
+    last_activity: datetime | None = None
+    output_hash: str | None = None
+    output_changed_at: datetime | None = None
+    """When the pane's output last changed; drives stuck detection."""
+
+
+@dataclass(frozen=True)
+class Workspace:
+    name: str
+    path: str = ""
+    has_unmerged_change: bool = False
+    conflicted: bool = False
+    stale: bool = False
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """What ralph-dev remembers about the worker of one issue (``state/ISSUE.json``)."""
+
+    issue: str
+    role: Role = Role.EXECUTE
+    attempts: int = 0
+    """Spawns so far for this issue; the cap counts these."""
+    started_at: datetime | None = None
+    last_failure_at: datetime | None = None
+    last_failure: str | None = None
+    done: bool = False
+    """Done marker: the worker ran ``ralph-dev worker done`` successfully."""
+    blocked: bool = False
+    nudged_at: datetime | None = None
+    iterations: int = 0
+    last_activity: datetime | None = None
+    merged: bool = False
+    summary: str | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything one controller tick saw; the only input of ``decide``."""
+
+    issues: tuple[Issue, ...] = ()
+    windows: tuple[Window, ...] = ()
+    workspaces: tuple[Workspace, ...] = ()
+    records: Mapping[str, WorkerRecord] = field(default_factory=dict)
+    tracker_ok: bool = True
+    """False when the tracker could not be read this tick: dispatch is skipped."""
+    trunk_red: bool = False
+    """True while trunk's verify command fails: no further merges."""
+
+
+# --- actions -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Action:
+    issue: str
+    reason: str
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__.lower()
+
+
+@dataclass(frozen=True)
+class Spawn(Action):
+    """Create (or reuse) the issue's workspace, open its window, mark it started."""
+
+    role: Role = Role.EXECUTE
+    attempt: int = 1
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class Nudge(Action):
+    """Type a short, fixed reminder into a live but silent worker's pane."""
+
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Restart(Action):
+    """Kill the window and spawn the same role again (counts an attempt)."""
+
+    role: Role = Role.EXECUTE
+    attempt: int = 1
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class Kill(Action):
+    """Kill the issue's window (a zombie, or after a merge)."""
+
+
+@dataclass(frozen=True)
+class Reap(Action):
+    """Kill a worker window whose pane died without a done marker and record the
+    failure time (the orphan backoff counts from it)."""
+
+    exit_status: int | None = None
+
+
+@dataclass(frozen=True)
+class Complete(Action):
+    """Move a parent issue to its completed state: every child is finished."""
+
+
+@dataclass(frozen=True)
+class Merge(Action):
+    """Merge the issue's workspace change into trunk."""
+
+
+@dataclass(frozen=True)
+class Forget(Action):
+    """Forget the workspace and remove its directory (its change is safe)."""
+
+    keep_bookmark: bool = False
+    """True for a canceled issue: its change stays reachable under a bookmark."""
+
+
+@dataclass(frozen=True)
+class Hold(Action):
+    """Stop retrying: label user-input-needed and comment why."""
+
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class RelayFeedback(Action):
+    """Hand new human comments to a live worker, then drop the feedback label."""
+
+
+@dataclass(frozen=True)
+class Resume(Action):
+    """Lift a hold after human feedback (remove both labels) so dispatch can resume."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.actions)
+
+    def for_issue(self, identifier: str) -> tuple[Action, ...]:
+        return tuple(a for a in self.actions if a.issue == identifier)

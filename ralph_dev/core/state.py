@@ -1,0 +1,216 @@
+"""ralph-dev's own files: worker records, the events log, the heartbeat.
+
+These are caches and history (the tracker, jj and tmux are the truth), so a
+missing or corrupt file is ignored or rebuilt, never fatal. Records and the
+heartbeat are written atomically; events are appended one JSON line at a time
+with ``O_APPEND`` so concurrent writers (controller, workers' commands) never
+interleave within a line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from ralph_dev.core.config import ProjectPaths
+from ralph_dev.core.fsutil import atomic_write_text
+from ralph_dev.core.model import Role, WorkerRecord, check_identifier
+
+log = structlog.get_logger(__name__)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def to_iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def from_iso(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+_DATETIME_FIELDS = {
+    f.name for f in dataclasses.fields(WorkerRecord) if "datetime" in str(f.type)
+}
+
+
+def record_to_json(record: WorkerRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        elif isinstance(value, Role):
+            value = value.value
+        out[f.name] = value
+    return out
+
+
+def record_from_json(data: Mapping[str, Any]) -> WorkerRecord:
+    """Build a record from JSON, tolerating unknown/missing/mistyped fields."""
+    issue = check_identifier(str(data.get("issue", "")))
+    kwargs: dict[str, Any] = {"issue": issue}
+    defaults = WorkerRecord(issue=issue)
+    for f in dataclasses.fields(WorkerRecord):
+        if f.name == "issue" or f.name not in data:
+            continue
+        value = data[f.name]
+        default = getattr(defaults, f.name)
+        if f.name in _DATETIME_FIELDS:
+            value = from_iso(value)
+        elif f.name == "role":
+            try:
+                value = Role(value)
+            except ValueError:
+                value = Role.EXECUTE
+        elif isinstance(default, bool):
+            value = bool(value)
+        elif isinstance(default, int):
+            value = int(value) if isinstance(value, int | float) else default
+        elif value is not None and not isinstance(value, str):
+            value = str(value)
+        kwargs[f.name] = value
+    return WorkerRecord(**kwargs)
+
+
+class StateStore:
+    """Read and write one project's state directory."""
+
+    def __init__(self, paths: ProjectPaths) -> None:
+        self.paths = paths
+
+    # -- worker records --
+
+    def record_path(self, issue: str) -> Path:
+        return self.paths.records_dir / f"{check_identifier(issue)}.json"
+
+    def load_record(self, issue: str) -> WorkerRecord | None:
+        path = self.record_path(issue)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            record = record_from_json(data)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            log.warning("record_corrupt", issue=issue, path=str(path), error=str(exc))
+            return None
+        return record if record.issue == issue else None
+
+    def save_record(self, record: WorkerRecord) -> None:
+        text = json.dumps(record_to_json(record), indent=2, sort_keys=True)
+        atomic_write_text(self.record_path(record.issue), text + "\n")
+
+    def update_record(self, issue: str, **changes: Any) -> WorkerRecord:
+        """Load (or start) a record, apply ``changes`` and save it.
+
+        Under a per-record lock: the controller, hooks and worker commands update
+        the same record from different processes, and none may drop another's field.
+        """
+        lock_path = self.paths.records_dir / f".{check_identifier(issue)}.lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with lock_path.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            current = self.load_record(issue) or WorkerRecord(issue=issue)
+            updated = dataclasses.replace(current, **changes)
+            self.save_record(updated)
+        return updated
+
+    def delete_record(self, issue: str) -> None:
+        self.record_path(issue).unlink(missing_ok=True)
+
+    def load_records(self) -> dict[str, WorkerRecord]:
+        records: dict[str, WorkerRecord] = {}
+        try:
+            entries = list(self.paths.records_dir.iterdir())
+        except FileNotFoundError:
+            return records
+        for path in entries:
+            if path.suffix != ".json" or path.name.startswith("."):
+                continue
+            try:
+                check_identifier(path.stem)
+            except ValueError:
+                continue
+            record = self.load_record(path.stem)
+            if record is not None:
+                records[record.issue] = record
+        return records
+
+    # -- events --
+
+    def append_event(self, event: str, *, issue: str | None = None, **details: Any) -> dict:
+        entry: dict[str, Any] = {"time": utcnow().isoformat(), "event": event}
+        if issue is not None:
+            entry["issue"] = issue
+        entry.update({k: _jsonable(v) for k, v in details.items()})
+        line = json.dumps(entry, sort_keys=False) + "\n"
+        path = self.paths.events_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))
+        finally:
+            os.close(fd)
+        return entry
+
+    def iter_events(self) -> Iterator[dict[str, Any]]:
+        """Every readable event, oldest first; torn or corrupt lines are skipped."""
+        try:
+            handle = self.paths.events_file.open(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return
+        with handle:
+            for line in handle:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict) and "event" in entry:
+                    yield entry
+
+    # -- heartbeat --
+
+    def write_heartbeat(self, **details: Any) -> None:
+        data = {"time": utcnow().isoformat(), "pid": os.getpid(), **details}
+        atomic_write_text(self.paths.heartbeat_file, json.dumps(data, default=str) + "\n")
+
+    def read_heartbeat(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.paths.heartbeat_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or from_iso(data.get("time")) is None:
+            return None
+        data["time"] = from_iso(data["time"])
+        return data
+
+    def log_path(self, issue: str) -> Path:
+        return self.paths.logs_dir / f"{check_identifier(issue)}.log"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Role):
+        return value.value
+    if isinstance(value, tuple | list | set | frozenset):
+        return [_jsonable(v) for v in value]
+    return value

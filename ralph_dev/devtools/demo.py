@@ -1,0 +1,216 @@
+"""`ralph-dev demo`: the whole swarm on a throwaway project, clearly labeled.
+
+Everything lives in one temporary directory with its own XDG dirs and a
+private tmux socket, so the demo never touches a person's real config,
+tracker or tmux server, and leaves nothing running. Workers are real Claude
+Code sessions against a scripted model on loopback when the ``claude`` CLI
+is available, otherwise the scripted demo agent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+DEMO_PLAN = """\
+# A small, real plan: a phase of dependent tasks, a second phase blocked on
+# the first, and a few independent tasks.
+[[phase]]
+ref = "core"
+title = "Phase 1: a tiny key-value store"
+  [[phase.task]]
+  ref = "storage"
+  title = "Storage: an append-only log file"
+  priority = 1
+  [[phase.task]]
+  ref = "index"
+  title = "In-memory index over the log"
+  blocked_by = ["storage"]
+  [[phase.task]]
+  ref = "api"
+  title = "get/set/delete API"
+  blocked_by = ["index"]
+  [[phase.task]]
+  ref = "compact"
+  title = "Log compaction"
+  blocked_by = ["storage"]
+
+[[phase]]
+ref = "ship"
+title = "Phase 2: ship it"
+blocked_by = ["core"]
+  [[phase.task]]
+  ref = "cli"
+  title = "Command-line interface"
+  [[phase.task]]
+  ref = "docs"
+  title = "README and usage docs"
+  blocked_by = ["cli"]
+  [[phase.task]]
+  title = "Release notes"
+  blocked_by = ["docs"]
+
+[[task]]
+ref = "lint"
+title = "Lint configuration"
+priority = 3
+[[task]]
+title = "CI workflow"
+blocked_by = ["lint"]
+[[task]]
+title = "Benchmark script"
+priority = 4
+"""
+
+PROJECT = "demo"
+DEMO_KEY = "KV"
+
+
+def find_claude() -> str | None:
+    for candidate in (os.environ.get("RALPH_DEV_CLAUDE_BIN"), shutil.which("claude")):
+        if candidate and Path(candidate).exists():
+            return candidate
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ralph-dev"
+    found = sorted(cache.glob("claude-code-*/node_modules/.bin/claude"))
+    return str(found[-1]) if found else None
+
+
+def _cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "ralph_dev", *args], env=env, text=True,
+                          capture_output=True, stdin=subprocess.DEVNULL, check=False)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"ralph-dev {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
+    return proc
+
+
+def _make_repo(repo: Path, env: dict[str, str], jj_bin: str) -> None:
+    repo.mkdir(parents=True)
+    (repo / "README.md").write_text("# kv — a demo project built by a ralph-dev swarm\n")
+    for args in (["git", "init", "--colocate"], ["commit", "-m", "Initial commit"],
+                 ["bookmark", "create", "main", "-r", "@-"]):
+        subprocess.run([jj_bin, *args], cwd=repo, env=env, check=True, capture_output=True)
+
+
+@contextlib.contextmanager
+def scripted_model() -> Iterator[dict[str, str]]:
+    """Run the scripted fake Anthropic API on loopback; yield the env that points at it."""
+    from ralph_dev.devtools.scripted_model import FakeAnthropic, demo_brain
+
+    server = FakeAnthropic(demo_brain(DEMO_KEY))
+    server.start()
+    try:
+        yield {
+            "ANTHROPIC_BASE_URL": server.url,
+            "ANTHROPIC_API_KEY": "sk-ant-demo-not-a-real-key-000000000000",
+        }
+    finally:
+        server.stop()
+
+
+def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
+             echo: Callable[[str], None] = print, workers: int = 3) -> int:
+    from ralph_dev.adapters.jj import find_jj
+    from ralph_dev.core.config import sandbox_env
+
+    jj_bin = find_jj()
+    if jj_bin is None:
+        echo("The demo needs jj: run scripts/setup.sh, or install jj and try again.")
+        return 1
+    claude = find_claude() if use_claude is not False else None
+    if use_claude and claude is None:
+        echo("--claude was asked for, but no claude CLI was found (scripts/setup.sh installs it).")
+        return 1
+    root = Path(tempfile.mkdtemp(prefix="ralph-dev-demo-"))
+    env = sandbox_env(root, os.environ)
+    socket = f"ralph-demo-{os.getpid()}"
+    env["RALPH_DEV_TMUX_SOCKET"] = socket
+    env["RALPH_DEV_JJ"] = jj_bin
+    env["JJ_USER"], env["JJ_EMAIL"] = "ralph-dev demo", "demo@ralph-dev.invalid"
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+
+    echo("=" * 72)
+    echo(" ralph-dev DEMO — a throwaway project, a local tracker, a swarm of agents")
+    echo(f" everything lives in {root}")
+    echo(f" watch live:  tmux -L {socket} attach -t ralph-{PROJECT}")
+    echo("=" * 72)
+    repo = root / "repo"
+    _make_repo(repo, env, jj_bin)
+    init = ["init", PROJECT, "--repo", str(repo), "--key", DEMO_KEY, "--max-workers", str(workers),
+            "--verify", "test -n \"$(ls)\""]
+    stack = contextlib.ExitStack()
+    try:
+        if claude:
+            echo(f" workers: real Claude Code ({claude}) against a scripted model on loopback")
+            env.update(stack.enter_context(scripted_model()))
+            env["RALPH_DEV_CLAUDE_BIN"] = claude
+            init += ["--agent", "claude"]
+        else:
+            echo(" workers: the scripted demo agent (no claude CLI found)")
+            agent = (f"{shlex.quote(sys.executable)} -m ralph_dev.devtools.demo_agent "
+                     "{issue} {role}")
+            init += ["--agent", "command", "--agent-command", agent]
+        _cli(env, *init)
+        config = root / "config/ralph-dev/config.toml"
+        config.write_text(config.read_text() + (
+            f"\n[projects.{PROJECT}.timing]\npoll_interval = 1.0\nhealth_interval = 5\n"
+            "retry_base = 2\nretry_cap = 10\nstall_timeout = 120\nrestart_timeout = 120\n"
+        ) + (f'\n[projects.{PROJECT}.agent]\nrunner = "claude"\nclaude_bin = "{claude}"\n'
+             'home = "isolated"\n' if claude else ""))
+        plan = root / "plan.toml"
+        plan.write_text(DEMO_PLAN)
+        created = _cli(env, "issue", "import", PROJECT, str(plan)).stdout
+        echo(f"\nImported the plan:\n{created}")
+        echo(_cli(env, "issue", "list", PROJECT).stdout)
+        _cli(env, "start", PROJECT)
+        echo("Swarm started. Progress:")
+        ok = _watch(env, timeout, echo)
+        _cli(env, "stop", PROJECT, "--workers", check=False)
+        echo("\nTrunk (main) now holds:")
+        echo(subprocess.run([jj_bin, "--no-pager", "log", "-r", "::main ~ root()",
+                             "--no-graph", "-T",
+                             'commit_id.short() ++ "  " ++ description.first_line() ++ "\\n"'],
+                            cwd=repo, env=env, capture_output=True, text=True).stdout)
+        echo(_cli(env, "status", PROJECT, check=False).stdout)
+        echo("Demo " + ("finished: every issue is Done." if ok else "stopped before the end."))
+        return 0 if ok else 1
+    finally:
+        _cli(env, "stop", PROJECT, "--workers", check=False)
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
+        stack.close()
+        if keep:
+            echo(f"Kept the demo files in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _watch(env: dict[str, str], timeout: float, echo: Callable[[str], None]) -> bool:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        proc = _cli(env, "status", PROJECT, "--json", "--events", "0", check=False)
+        try:
+            snap = json.loads(proc.stdout)
+        except ValueError:
+            time.sleep(1)
+            continue
+        counts = snap.get("issues", {})
+        workers = ", ".join(f"{w['issue']} ({w['role']}, {w['state']})" for w in snap["workers"])
+        line = (f"  done {counts.get('done', 0)}/{counts.get('total', 0)}  ready "
+                f"{counts.get('ready', 0)}  blocked {counts.get('blocked', 0)}  "
+                f"workers: {workers or '-'}")
+        if line != last:
+            echo(line)
+            last = line
+        if counts.get("total") and counts.get("done") == counts.get("total"):
+            return True
+        time.sleep(1)
+    return False

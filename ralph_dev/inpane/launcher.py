@@ -1,0 +1,80 @@
+"""The pane-side half of a launch: read the spec, restore the environment, exec.
+
+Runs as ``python -m ralph_dev.launcher SPEC.json`` inside every worker's and
+the controller's tmux pane, so it imports only the standard library: each
+spawn pays Python's start-up and nothing more before the agent runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def _take_secrets(path: str | None) -> dict[str, str]:
+    """Read the launch's secrets and delete the file: they now live only in the process."""
+    if not path:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}  # a respawn of the same pane: the secrets were taken already
+    finally:
+        with contextlib.suppress(OSError):
+            Path(path).unlink()
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def exec_spec(spec_file: Path, environ: Mapping[str, str] | None = None) -> int:
+    """Replace this process with the agent: argv from the spec, prompt from its file.
+
+    Returns (only on failure, having said why on stderr) the exit code for the pane.
+    """
+    try:
+        spec = json.loads(Path(spec_file).read_text(encoding="utf-8"))
+        argv = [str(a) for a in spec["argv"]]
+        prompt = Path(spec["prompt_file"]).read_text(encoding="utf-8") \
+            if spec.get("prompt_file") else ""
+        cwd = spec.get("cwd")
+        secrets = _take_secrets(spec.get("secrets_file"))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"ralph-dev: cannot start the agent: launch spec {spec_file} unusable ({exc})",
+              file=sys.stderr)
+        return 2
+    env = dict(os.environ if environ is None else environ)
+    for name in spec.get("unset", ()):
+        env.pop(str(name), None)
+    for name, value in {**(spec.get("env") or {}), **secrets}.items():
+        env[str(name)] = str(value)
+    if cwd:
+        try:
+            os.chdir(cwd)
+        except OSError as exc:
+            print(f"ralph-dev: cannot enter the workspace {cwd}: {exc.strerror}", file=sys.stderr)
+            return 2
+    if spec.get("prompt_arg"):
+        argv = [*argv, prompt.replace("\x00", "")]
+    print(f"ralph-dev: starting {Path(argv[0]).name} for {spec.get('issue') or 'the project'} "
+          f"({spec.get('role')}, attempt {spec.get('attempt')})", file=sys.stderr, flush=True)
+    try:
+        os.execvpe(argv[0], argv, env)  # noqa: S606 - an argv list, no shell
+    except OSError as exc:
+        print(f"ralph-dev: cannot run {argv[0]}: {exc.strerror}", file=sys.stderr)
+        return 127
+    return 0  # pragma: no cover - execvpe does not return
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m ralph_dev.launcher LAUNCH_SPEC.json", file=sys.stderr)
+        return 2
+    return exec_spec(Path(args[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
