@@ -64,7 +64,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--tick", type=float, default=1.0)
     args = parser.parse_args()
-    from ralph_dev.adapters.jj import find_jj
+    from ralph_dev.adapters.jj_cli import find_jj
 
     jj_bin = find_jj()
     if jj_bin is None:

@@ -29,12 +29,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spawns", type=int, default=20)
     args = parser.parse_args()
-    from ralph_dev.adapters.jj import JJ, find_jj
+    from ralph_dev.adapters.gh import Gh
+    from ralph_dev.adapters.jj import JJ
+    from ralph_dev.adapters.jj_cli import find_jj
     from ralph_dev.adapters.tmux import Tmux
     from ralph_dev.adapters.tracker import open_tracker
     from ralph_dev.control.controller import Controller
+    from ralph_dev.control.wiring import launcher_for
     from ralph_dev.core import logs
-    from ralph_dev.core.config import build_project, write_project
+    from ralph_dev.core.config import build_project
+    from ralph_dev.core.config_write import write_project
     from ralph_dev.core.model import NewIssue, Role, Spawn
     from ralph_dev.core.state import StateStore
 
@@ -60,6 +64,8 @@ def main() -> None:
         tracker = open_tracker(settings)
         tmux.ensure_session(repo, {"PATH": os.environ["PATH"]})
         ctl = Controller(settings, tracker=tracker, tmux=tmux, jj=jj,
+                         launcher=launcher_for(settings),
+                         pull_requests=Gh(settings.merge.gh_bin, settings.repo),
                          store=StateStore(settings.paths))
 
         async def run() -> list[float]:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def setup_env(root: Path) -> None:
     """This process becomes a private ralph-dev instance under ``root``."""
-    from ralph_dev.core.config import sandbox_env
+    from ralph_dev.core.paths import sandbox_env
 
     os.environ.update(sandbox_env(root, os.environ))
 
@@ -55,11 +55,13 @@ async def populate(settings, n_issues: int) -> list[str]:
 
 
 def run_case(n_issues: int, n_windows: int, ticks: int) -> dict[str, float]:
-    from ralph_dev.adapters.jj import JJ, find_jj
+    from ralph_dev.adapters.jj import JJ
+    from ralph_dev.adapters.jj_cli import find_jj
     from ralph_dev.adapters.tmux import Tmux
     from ralph_dev.adapters.tracker import open_tracker
-    from ralph_dev.control.controller import Controller
-    from ralph_dev.core.config import build_project, write_project
+    from ralph_dev.control.controller import observe
+    from ralph_dev.core.config import build_project
+    from ralph_dev.core.config_write import write_project
     from ralph_dev.core.decide import decide
     from ralph_dev.core.state import StateStore, utcnow
 
@@ -96,23 +98,22 @@ def run_case(n_issues: int, n_windows: int, ticks: int) -> dict[str, float]:
                 return real_jj_run(*a, **k)
 
             tmux.run, jj.run = tmux_run, jj_run  # type: ignore[method-assign]
-            if hasattr(tmux, "run_many"):
-                real_many = tmux.run_many
+            real_many = tmux.run_many
 
-                def many(*a, **k):
-                    counts["tmux"] += 1
-                    return real_many(*a, **k)
+            def many(*a, **k):
+                counts["tmux"] += 1
+                return real_many(*a, **k)
 
-                tmux.run_many = many  # type: ignore[method-assign]
-            ctl = Controller(settings, tracker=open_tracker(settings), tmux=tmux, jj=jj,
-                             store=StateStore(settings.paths))
+            tmux.run_many = many  # type: ignore[method-assign]
+            tracker = open_tracker(settings)
+            store = StateStore(settings.paths)
 
             async def measure() -> tuple[list[float], list[float], list[int], list[int]]:
                 times, decide_times, tmux_calls, jj_calls = [], [], [], []
                 for _ in range(ticks):
                     counts["tmux"] = counts["jj"] = 0
                     t0 = time.perf_counter()
-                    observed = await ctl.observe()
+                    observed, _ = await observe(tracker, tmux, jj, store)
                     t1 = time.perf_counter()
                     decide(observed, settings, utcnow())
                     t2 = time.perf_counter()
@@ -120,7 +121,7 @@ def run_case(n_issues: int, n_windows: int, ticks: int) -> dict[str, float]:
                     decide_times.append((t2 - t1) * 1000)
                     tmux_calls.append(counts["tmux"])
                     jj_calls.append(counts["jj"])
-                await ctl.tracker.close()
+                await tracker.close()
                 return times, decide_times, tmux_calls, jj_calls
 
             times, decide_times, tmux_calls, jj_calls = asyncio.run(measure())

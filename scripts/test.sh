@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: set up everything the tests need from nothing, lint, and
+# The test command: set up everything the tests need from nothing, lint, type-check, and
 # run the whole suite (real tmux, real jj, real Claude Code against a scripted
 # fake model). Extra arguments go to pytest.
 set -euo pipefail
@@ -11,4 +11,5 @@ export PATH="$ROOT/.venv/bin:$HOME/.local/bin:$PATH"
 export RALPH_DEV_CLAUDE_BIN=${RALPH_DEV_CLAUDE_BIN:-$(ls "$CACHE"/claude-code-*/node_modules/.bin/claude 2>/dev/null | tail -n 1)}
 export RALPH_DEV_LINEAR_SCHEMA=${RALPH_DEV_LINEAR_SCHEMA:-$ROOT/../shared/linear/schema.graphql}
 ruff check .
+mypy  # strict on ralph_dev/core, checked everywhere else (pyproject.toml [tool.mypy])
 exec python -m pytest -q "$@"

@@ -83,3 +83,11 @@ def retry_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def assert_implements(obj: object, protocol: type) -> None:
+    """``obj`` has every method ``protocol`` (a ``core.ports`` Protocol) names."""
+    wanted = {name for cls in protocol.__mro__ if cls.__module__ == protocol.__module__
+              for name in vars(cls) if not name.startswith("_")}
+    missing = sorted(name for name in wanted if not callable(getattr(obj, name, None)))
+    assert wanted and not missing, f"{type(obj).__name__} lacks {missing}"

@@ -300,11 +300,12 @@ class FakeLinear(LoopbackServer):
         def labels(_info: Any, first: int | None = None) -> dict[str, Any]:
             return connection([self._v_label(self.labels[x]) for x in issue["label_ids"]], first)
 
-        def inverse(_info: Any, first: int | None = None) -> dict[str, Any]:
+        def inverse(_info: Any, first: int | None = None,
+                    after: str | None = None) -> dict[str, Any]:
             rels = [r for r in self.relations.values() if r["related_id"] == issue["id"]]
             return connection([{"id": r["id"], "type": r["type"],
                                 "issue": self._v_issue(self.issues[r["issue_id"]])}
-                               for r in rels], first, paged=False)
+                               for r in rels], first, after)
 
         def comments(_info: Any, first: int | None = None) -> dict[str, Any]:
             mine = [c for c in self.comments.values() if c["issue_id"] == issue["id"]]
@@ -373,6 +374,7 @@ class FakeLinear(LoopbackServer):
             "commentCreate": self._m_comment_create,
             "issueCreate": self._m_issue_create,
             "issueRelationCreate": self._m_relation_create,
+            "issueRelationDelete": self._m_relation_delete,
             "issueLabelCreate": self._m_label_create,
         }
 
@@ -470,6 +472,11 @@ class FakeLinear(LoopbackServer):
                                "type": str(kind)}
         return {"success": True, "issueRelation": {"id": rid, "type": str(kind),
                                                    "issue": self._v_issue(source)}}
+
+    def _m_relation_delete(self, _info: Any, id: str) -> dict[str, Any]:
+        if self.relations.pop(id, None) is None:
+            raise not_found("IssueRelation")
+        return {"success": True}
 
     def _m_label_create(self, _info: Any, input: dict[str, Any]) -> dict[str, Any]:
         team_id = input.get("teamId")

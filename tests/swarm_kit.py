@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ralph_dev.core.config import sandbox_env
+from ralph_dev.core.paths import sandbox_env
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,10 +71,11 @@ blocked_by = ["i"]
 """
 
 
-def run_cli(*args: str, env: dict[str, str], check: bool = True,
-            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, env: dict[str, str], check: bool = True, timeout: float = 60,
+            python: str = sys.executable, cwd: Path | None = None,
+            ) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "ralph_dev", *args], env=env, capture_output=True, text=True,
+        [python, "-m", "ralph_dev", *args], env=env, capture_output=True, text=True, cwd=cwd,
         timeout=timeout, stdin=subprocess.DEVNULL, check=False,
     )
     if check and proc.returncode != 0:
@@ -104,6 +105,8 @@ class Swarm:
     jj: str
     project: str = "demo"
     script: dict[str, str] = field(default_factory=dict)
+    python: str = sys.executable
+    """The interpreter whose ``ralph_dev`` the CLI calls run (an installed release)."""
 
     # -- setup --------------------------------------------------------------
 
@@ -164,7 +167,9 @@ class Swarm:
     # -- observing ----------------------------------------------------------
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return run_cli(*args, env=self.env, check=check)
+        # from the swarm's own directory: `-m` puts the cwd first on sys.path, and the
+        # repository's ralph_dev/ must not shadow the interpreter's installed one
+        return run_cli(*args, env=self.env, check=check, python=self.python, cwd=self.root)
 
     def issues(self) -> list[dict[str, Any]]:
         return json.loads(self.cli("issue", "list", self.project, "--json").stdout)

@@ -18,10 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from ralph_dev.agent import launch as agents
-from ralph_dev.agent.launch import AgentError, Launch, build_launch, command_argv, tool_fence
-from ralph_dev.core.config import AgentSettings, ConfigError, ProjectSettings, build_project
-from ralph_dev.core.model import Issue, Role, StateType
+from ralph_dev.agent.claude import PLUGIN_NAME, AgentError, claude_argv, plugin_dir
+from ralph_dev.agent.fence import tool_fence
+from ralph_dev.agent.launch import build_launch, command_argv
+from ralph_dev.agent.supervisor import build_supervisor_launch
+from ralph_dev.core.config import AgentSettings, ProjectSettings, build_project
+from ralph_dev.core.errors import ConfigError
+from ralph_dev.core.model import Issue, Launch, Role, StateType
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FAKE_KEY = "sk-ant-test-0000000000-abcdefghijklmnopqrst"
@@ -171,7 +174,7 @@ def test_exec_wrapper_passes_the_prompt_as_one_argv_element(
     assert argv[-2] == "--"
     assert argv[-1] == launch.prompt_file.read_text()
     assert argv[argv.index("--model") + 1] == "sonnet"
-    assert argv[argv.index("--plugin-dir") + 1] == str(agents.plugin_dir())
+    assert argv[argv.index("--plugin-dir") + 1] == str(plugin_dir())
     assert argv[argv.index("--permission-mode") + 1] == "dontAsk"
     assert "--verbose" in argv[: argv.index("--")]
     assert "--dangerously-skip-permissions" not in argv
@@ -239,7 +242,7 @@ def test_worker_environment(xdg: Path, recorder: Path, monkeypatch: pytest.Monke
     assert link.resolve() == Path(sys.executable).with_name("ralph-dev").resolve()
     assert sorted(p.name for p in Path(first).iterdir()) == ["ralph-dev"]
     # the git that works with jj precedes the system one
-    from ralph_dev.adapters.jj import find_jj
+    from ralph_dev.adapters.jj_cli import find_jj
 
     jj = find_jj()
     if jj and (Path(os.path.realpath(jj)).parent / "git").exists():
@@ -250,7 +253,6 @@ def test_worker_environment(xdg: Path, recorder: Path, monkeypatch: pytest.Monke
     assert launch.spec_file is not None and FAKE_KEY not in launch.spec_file.read_text()
     assert FAKE_KEY not in launch.prompt_file.read_text()
     assert FAKE_KEY not in repr(launch)
-    assert agents.redacted({"ANTHROPIC_API_KEY": FAKE_KEY})["ANTHROPIC_API_KEY"] == "[redacted]"
 
 
 def test_user_home_mode_keeps_home_and_only_adds_trust(xdg: Path, recorder: Path,
@@ -345,7 +347,7 @@ def test_agent_home_setting_is_validated() -> None:
 @pytest.mark.parametrize("role", list(Role))
 def test_tool_fence_per_role(role: Role) -> None:
     fence = tool_fence(role)
-    argv = agents.claude_argv("claude", role, "sonnet", plugin=Path("/p"))
+    argv = claude_argv("claude", role, "sonnet", plugin=Path("/p"))
     offered = argv[argv.index("--tools") + 1].split(",")
     allowed = argv[argv.index("--allowedTools") + 1].split(",")
     denied = argv[argv.index("--disallowedTools") + 1].split(",")
@@ -428,9 +430,9 @@ SKILLS = [f"ralph-dev-{r.value}" for r in Role] + ["ralph-dev-supervisor"]
 
 
 def test_plugin_has_a_skill_per_role_and_the_three_hooks() -> None:
-    root = agents.plugin_dir()
+    root = plugin_dir()
     manifest = json.loads((root / ".claude-plugin" / "plugin.json").read_text())
-    assert manifest["name"] == agents.PLUGIN_NAME == "ralph-dev"
+    assert manifest["name"] == PLUGIN_NAME == "ralph-dev"
     for name in SKILLS:
         skill = root / "skills" / name / "SKILL.md"
         meta = front_matter(skill)
@@ -459,7 +461,7 @@ def test_plugin_has_a_skill_per_role_and_the_three_hooks() -> None:
 
 def test_repository_root_is_the_same_plugin() -> None:
     for name in ("skills", "hooks", ".claude-plugin"):
-        assert (REPO_ROOT / name).resolve() == (agents.plugin_dir() / name).resolve(), name
+        assert (REPO_ROOT / name).resolve() == (plugin_dir() / name).resolve(), name
     assert (REPO_ROOT / "skills" / "ralph-dev-execute" / "SKILL.md").is_file()
 
 
@@ -485,7 +487,7 @@ def test_a_built_wheel_ships_the_plugin_and_finds_it(tmp_path: Path) -> None:
     assert expected <= names, sorted(expected - names)
     probe = subprocess.run(
         [sys.executable, "-c",
-         "from ralph_dev.agent.launch import plugin_dir; print(plugin_dir())"],
+         "from ralph_dev.agent.claude import plugin_dir; print(plugin_dir())"],
         env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, cwd=tmp_path,
         capture_output=True, text=True, timeout=60, check=False)
     assert probe.returncode == 0, probe.stderr
@@ -583,7 +585,7 @@ def test_supervisor_launch(xdg: Path, recorder: Path, tmp_path: Path,
     monkeypatch.setenv("RALPH_DEV_ISSUE", "DEMO-1")  # e.g. started from inside a worker
     settings = make_settings(xdg, claude_bin=str(recorder))
     (xdg / "repo").mkdir()
-    launch = agents.build_supervisor_launch(settings, "DEMO-3 `boom` \x1b[1m",
+    launch = build_supervisor_launch(settings, "DEMO-3 `boom` \x1b[1m",
                                             reason="crash loop")
     assert "RALPH_DEV_ISSUE" not in launch.env
     assert launch.env["RALPH_DEV_ROLE"] == "supervisor"

@@ -246,7 +246,7 @@ def test_two_workers_at_once_each_finish_their_own_issue(world: World,
 
 def test_supervisor_runs_ralph_dev_commands_only(world: World, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from ralph_dev.agent.launch import build_supervisor_launch
+    from ralph_dev.agent.supervisor import build_supervisor_launch
 
     marker = tmp_path / "supervisor-wrote-this"
     steps = [bash("ralph-dev --version"), bash(f"touch {marker}"),

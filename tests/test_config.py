@@ -8,15 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from ralph_dev.cli import main
-from ralph_dev.core.config import (
-    ConfigError,
-    UnknownProject,
-    config_file,
-    data_home,
-    load_project,
-    state_home,
-)
+from ralph_dev.core.config import load_project
+from ralph_dev.core.errors import ConfigError, UnknownProject
 from ralph_dev.core.model import Role
+from ralph_dev.core.paths import config_file, data_home, state_home
 
 
 def write_config(text: str) -> Path:

@@ -16,12 +16,15 @@ from pathlib import Path
 import pytest
 from swarm_kit import Swarm, run_cli, wait_for
 
+from ralph_dev.adapters.gh import Gh
 from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
-from ralph_dev.adapters.tracker.base import TrackerUnavailable
-from ralph_dev.control.controller import Controller, controller_lock
+from ralph_dev.control.controller import Controller
+from ralph_dev.control.loop import controller_lock
+from ralph_dev.control.wiring import launcher_for
 from ralph_dev.core.config import load_project
+from ralph_dev.core.errors import TrackerUnavailable
 from ralph_dev.core.model import Issue
 from ralph_dev.core.state import StateStore
 
@@ -61,6 +64,8 @@ def in_process(swarm: Swarm, monkeypatch: pytest.MonkeyPatch):
     tmux.ensure_session(swarm.repo, {"PATH": os.environ["PATH"]})
     tracker = FlakyTracker(open_tracker(settings))
     ctl = Controller(settings, tracker=tracker, tmux=tmux, jj=JJ.from_settings(settings),
+                     launcher=launcher_for(settings),
+                     pull_requests=Gh(settings.merge.gh_bin, settings.repo),
                      store=StateStore(settings.paths))
     return ctl, tracker
 
@@ -101,7 +106,7 @@ def test_failed_action_is_recorded_and_retried(swarm: Swarm, in_process) -> None
     def flaky_add(name: str) -> Path:
         calls["n"] += 1
         if calls["n"] == 1:
-            from ralph_dev.adapters.jj import JJError
+            from ralph_dev.adapters.jj_cli import JJError
 
             raise JJError("simulated jj failure", command=["jj", "workspace", "add"],
                           stderr="boom", returncode=1)
@@ -163,7 +168,7 @@ def test_red_trunk_stops_merges_until_a_person_fixes_it(tmp_path: Path, jj_bin: 
 
 def test_one_controller_per_project(xdg: Path, tmp_path: Path) -> None:
     lock = tmp_path / "controller.lock"
-    from ralph_dev.control.controller import ControllerLocked
+    from ralph_dev.control.loop import ControllerLocked
 
     with controller_lock(lock), pytest.raises(ControllerLocked, match=f"pid {os.getpid()}"), \
             controller_lock(lock):

@@ -16,7 +16,15 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ralph_dev.core.config import Limits, MergeSettings, ProjectSettings, Timing, TrackerSettings
+from ralph_dev.core import contract
+from ralph_dev.core.config import (
+    Labels,
+    Limits,
+    MergeSettings,
+    ProjectSettings,
+    Timing,
+    TrackerSettings,
+)
 from ralph_dev.core.decide import backoff_seconds, decide, nudge_message
 from ralph_dev.core.model import (
     IDENTIFIER_RE,
@@ -29,7 +37,6 @@ from ralph_dev.core.model import (
     Nudge,
     Observed,
     Plan,
-    Reap,
     RelayFeedback,
     Restart,
     Resume,
@@ -346,68 +353,9 @@ def test_retries_wait_for_backoff_and_stop_at_the_cap(
 # --- idempotence ---------------------------------------------------------------------
 
 
-def _record(obs: Observed, ident: str) -> WorkerRecord:
-    return obs.records.get(ident) or WorkerRecord(issue=ident)
-
-
 def apply(plan: Plan, obs: Observed, now: datetime) -> Observed:
-    """What a fully successful executor leaves behind (see the decide module docstring)."""
-    issues = {i.identifier: i for i in obs.issues}
-    windows = list(obs.windows)
-    spaces = {w.name: w for w in obs.workspaces}
-    records = dict(obs.records)
-
-    def relabel(ident: str, add: set[str] = frozenset(), drop: set[str] = frozenset()) -> None:
-        issue = issues[ident]
-        issues[ident] = dataclasses.replace(issue, labels=(issue.labels - drop) | add)
-
-    def new_window(ident: str) -> Window:
-        return Window(name=ident, pane_id="%9", window_id="@9", alive=True,
-                      output_changed_at=now, last_activity=now)
-
-    for action in plan.actions:
-        ident = action.issue
-        match action:
-            case Spawn() | Restart():
-                windows = [w for w in windows if w.name != ident] + [new_window(ident)]
-                records[ident] = WorkerRecord(issue=ident, role=action.role,
-                                              attempts=action.attempt, started_at=now)
-                if isinstance(action, Spawn):
-                    issue = issues[ident]
-                    if issue.state_type != StateType.STARTED:
-                        issues[ident] = dataclasses.replace(
-                            issue, state_type=StateType.STARTED, state_name="In Progress")
-            case Nudge():
-                records[ident] = dataclasses.replace(_record(obs, ident), nudged_at=now)
-            case Kill():
-                windows = [w for w in windows if w.name != ident]
-            case Reap():
-                windows = [w for w in windows if w.name != ident]
-                records[ident] = dataclasses.replace(
-                    _record(obs, ident), last_failure_at=now, last_failure="pane died")
-            case Complete():
-                issues[ident] = dataclasses.replace(
-                    issues[ident], state_type=StateType.COMPLETED, state_name="Done")
-            case Merge():
-                spaces[ident] = dataclasses.replace(spaces[ident], has_unmerged_change=False)
-                if ident in records:
-                    records[ident] = dataclasses.replace(records[ident], merged=True)
-            case Forget():
-                del spaces[ident]
-            case Hold():
-                relabel(ident, add={"user-input-needed"})
-            case RelayFeedback():
-                relabel(ident, drop={"user-feedback-given"})
-            case Resume():
-                relabel(ident, drop={"user-feedback-given", "user-input-needed"})
-                if ident in records:
-                    records[ident] = dataclasses.replace(records[ident], attempts=0)
-            case _:
-                raise AssertionError(f"unknown action {action!r}")
-    return dataclasses.replace(
-        obs, issues=tuple(issues.values()), windows=tuple(windows),
-        workspaces=tuple(spaces.values()), records=records,
-    )
+    """What a fully successful executor leaves behind: the executor contract, played."""
+    return contract.apply(plan, obs, now, Labels())
 
 
 @given(world_st(), settings_st(), now_st)

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from ralph_dev.cli import main
-from ralph_dev.core.config import ProjectPaths
+from ralph_dev.core.paths import ProjectPaths
 
 RALPH = str(Path(sys.executable).with_name("ralph-dev"))
 

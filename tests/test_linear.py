@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 from fake_linear import Clock, FakeLinear, World
 
-from ralph_dev.adapters.tracker.base import TrackerInputError, UnknownIssue
 from ralph_dev.adapters.tracker.linear.client import LinearPartialCreate, LinearSetupError
 from ralph_dev.adapters.tracker.linear.parse import RALPH_MARKER
+from ralph_dev.core.errors import TrackerInputError, UnknownIssue
 from ralph_dev.core.model import NewIssue, StateType
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import structlog
 from click.testing import CliRunner
+from conftest import assert_implements
 from fake_linear import Clock, FakeLinear, World
 
-from ralph_dev.adapters.tracker.base import TrackerError, TrackerUnavailable
 from ralph_dev.adapters.tracker.linear.client import (
     KEY_ENV,
     URL_ENV,
@@ -31,7 +31,9 @@ from ralph_dev.adapters.tracker.linear.client import (
 from ralph_dev.adapters.tracker.linear.tracker import LinearTracker
 from ralph_dev.cli import main
 from ralph_dev.cli.linear_setup import prepare_linear
-from ralph_dev.core.config import ConfigError, TrackerSettings, build_project
+from ralph_dev.core.config import TrackerSettings, build_project
+from ralph_dev.core.errors import ConfigError, TrackerError, TrackerUnavailable
+from ralph_dev.core.ports import Tracker
 
 SECRET = "lin_api_SECRETsecret0123456789"
 
@@ -292,6 +294,7 @@ def test_open_tracker_builds_a_linear_tracker(
     monkeypatch.setenv(URL_ENV, "http://127.0.0.1:9/graphql")
     tracker = open_tracker(settings)
     assert isinstance(tracker, LinearTracker)
+    assert_implements(tracker, Tracker)
     assert tracker.client.url == "http://127.0.0.1:9/graphql"
     assert tracker.full_sync_interval == settings.tracker.full_sync_interval
 

@@ -13,19 +13,18 @@ from datetime import UTC
 from pathlib import Path
 
 import pytest
+from conftest import assert_implements
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ralph_dev.adapters.tracker import open_tracker
-from ralph_dev.adapters.tracker.base import (
-    Tracker,
-    TrackerError,
-    TrackerInputError,
-    UnknownIssue,
-)
-from ralph_dev.adapters.tracker.local import LocalTracker, TrackerDatabaseError, find_cycle
-from ralph_dev.core.config import ConfigError, ProjectSettings, TrackerSettings
+from ralph_dev.adapters.tracker.local import LocalTracker
+from ralph_dev.adapters.tracker.local_db import TrackerDatabaseError
+from ralph_dev.core.config import ProjectSettings, TrackerSettings
+from ralph_dev.core.cycles import find_cycle
+from ralph_dev.core.errors import ConfigError, TrackerError, TrackerInputError, UnknownIssue
 from ralph_dev.core.model import InvalidIdentifier, NewIssue, StateType
+from ralph_dev.core.ports import Tracker
 
 
 def dump(db: Path) -> list[str]:
@@ -72,7 +71,7 @@ def readonly() -> Iterator[list[Path]]:
 
 
 async def test_is_a_tracker(tracker: LocalTracker) -> None:
-    assert isinstance(tracker, Tracker)
+    assert_implements(tracker, Tracker)
     assert await tracker.list_issues() == []
     await tracker.close()
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ralph_dev.core.config import ProjectPaths
 from ralph_dev.core.model import Role, WorkerRecord
+from ralph_dev.core.paths import ProjectPaths
 from ralph_dev.core.state import StateStore
 
 

@@ -22,16 +22,18 @@ import pytest
 import structlog
 from conftest import retry_until
 
+from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.adapters.webhook import (
     PATH,
     SECRET_ENV,
     Deliveries,
     WebhookError,
     WebhookListener,
-    run_controller,
     secret_from_env,
     signature,
 )
+from ralph_dev.control.loop import run_with_webhooks
+from ralph_dev.core.state import StateStore
 
 SECRET = "whsec-test-5f1c9a0e77d24b3e"
 NOW = 1_790_000_000.0
@@ -208,34 +210,31 @@ async def test_port_in_use_is_a_clear_error(hook: Harness) -> None:
 
 
 class _CountingController:
-    """Stands in for Controller.run's wake handling: records how each tick began."""
+    """Stands in for the controller in the run loop: records each tick."""
 
-    def __init__(self) -> None:
-        self.ticks: list[str] = []
-        self.store = None
+    def __init__(self, settings: Any, store: StateStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.tracker = LocalTracker(store.paths.state_dir / "t.db", "DEMO")
+        self.stopping = False
+        self.tick_number = 0
 
-    async def run(self, *, max_ticks: int | None = None, wake: asyncio.Event) -> None:
-        self.ticks.append("start")
-        while max_ticks is None or len(self.ticks) < max_ticks:
-            try:
-                await asyncio.wait_for(wake.wait(), 30)
-            except TimeoutError:
-                self.ticks.append("poll")
-                continue
-            wake.clear()
-            self.ticks.append("woken")
+    async def tick(self) -> Any:
+        self.tick_number += 1
+        return type("Result", (), {"unblocked_work": False})()
 
 
-async def test_run_controller_without_secret_keeps_polling(xdg: Path) -> None:
+async def test_controller_without_webhook_secret_keeps_polling(xdg: Path) -> None:
     from ralph_dev.core.config import ProjectSettings, TrackerSettings
 
     settings = ProjectSettings(name="demo", repo=xdg,
                                tracker=TrackerSettings(webhook_port=0))
-    ctl = _CountingController()
+    ctl = _CountingController(settings, StateStore(settings.paths))
     with structlog.testing.capture_logs() as logs:
-        await run_controller(ctl, settings, max_ticks=1, environ={})
-    assert ctl.ticks == ["start"]  # the controller ran anyway
+        await run_with_webhooks(ctl, max_ticks=1, environ={})  # type: ignore[arg-type]
+    assert ctl.tick_number == 1  # the controller ran anyway
     assert any(e["event"] == "webhook_disabled" and SECRET_ENV in e["error"] for e in logs)
+    assert any(e["event"] == "webhook_disabled" for e in ctl.store.iter_events())
 
 
 # --- end to end: the real controller process ------------------------------------

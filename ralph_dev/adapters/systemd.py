@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import shlex
-import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
 
-from ralph_dev.core.config import config_file
-from ralph_dev.core.errors import RalphError
+from ralph_dev.adapters.process import CommandResult, run_command
 from ralph_dev.core.fsutil import atomic_write_text
+from ralph_dev.core.paths import config_file
 
 UNIT_NAME = "ralph-dev@.service"
 
@@ -45,35 +44,22 @@ def render_unit() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _systemctl(*args: str) -> None:
-    try:
-        proc = subprocess.run(["systemctl", "--user", *args], capture_output=True, text=True,
-                              check=False, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RalphError(f"systemctl --user {' '.join(args)} could not run: {exc}") from exc
-    if proc.returncode != 0:
-        raise RalphError(
-            f"systemctl --user {' '.join(args)} failed: {proc.stderr.strip()}; is a systemd user "
-            "session running (loginctl enable-linger $USER)?"
-        )
+def _systemctl(*args: str) -> CommandResult:
+    """``systemctl --user ARGS``: the one place ralph-dev runs systemctl."""
+    return run_command(["systemctl", "--user", *args], timeout=30)
+
+
+def _systemctl_checked(*args: str) -> None:
+    _systemctl(*args).check("is a systemd user session running (loginctl enable-linger $USER)?")
 
 
 def stop_unit_if_active(project: str) -> bool:
     """``systemctl --user stop`` the project's unit when it runs; False when there is
     no systemd user manager or the unit is not active."""
-    import shutil
-
-    if shutil.which("systemctl") is None:
-        return False
     unit = f"ralph-dev@{project}.service"
-    try:
-        active = subprocess.run(["systemctl", "--user", "is-active", "--quiet", unit],
-                                capture_output=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+    if not _systemctl("is-active", "--quiet", unit).ok:
         return False
-    if active.returncode != 0:
-        return False
-    _systemctl("stop", unit)
+    _systemctl_checked("stop", unit)
     return True
 
 
@@ -81,19 +67,19 @@ def install(project: str, *, enable: bool = True) -> Path:
     path = unit_dir() / UNIT_NAME
     atomic_write_text(path, render_unit())
     if enable:
-        _systemctl("daemon-reload")
-        _systemctl("enable", "--now", f"ralph-dev@{project}.service")
+        _systemctl_checked("daemon-reload")
+        _systemctl_checked("enable", "--now", f"ralph-dev@{project}.service")
     return path
 
 
 def uninstall(project: str, *, disable: bool = True) -> Path:
     path = unit_dir() / UNIT_NAME
     if disable:
-        _systemctl("disable", "--now", f"ralph-dev@{project}.service")
+        _systemctl_checked("disable", "--now", f"ralph-dev@{project}.service")
     others = [p for p in (unit_dir() / "default.target.wants").glob("ralph-dev@*.service")
               if p.name != f"ralph-dev@{project}.service"]
     if not others:
         path.unlink(missing_ok=True)
     if disable:
-        _systemctl("daemon-reload")
+        _systemctl_checked("daemon-reload")
     return path

@@ -37,14 +37,13 @@ Traps this module exists to absorb (all checked against tmux 3.3a):
 
 from __future__ import annotations
 
-import hashlib
+import os
 import re
 import shlex
 import shutil
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,8 +52,25 @@ import libtmux
 import structlog
 from libtmux import exc as libtmux_exc
 
-from ralph_dev.core.errors import RalphError
-from ralph_dev.core.model import CONTROLLER_WINDOW, Window, check_identifier
+from ralph_dev.adapters.tmux_args import (
+    LIST_FORMAT,
+    TmuxError,
+    TmuxInputError,
+    TmuxNotFound,
+    TmuxResult,
+    as_int,
+    check_target,
+    check_window_name,
+    chunk_text,
+    environment_args,
+    escape_arg,
+    escape_format,
+    parse_panes,
+    redact_argv,
+    sanitize_text,
+    show_argv,
+)
+from ralph_dev.core.model import Window
 
 if TYPE_CHECKING:
     from ralph_dev.core.config import ProjectSettings
@@ -70,252 +86,8 @@ DEFAULT_TIMEOUT = 15.0
 """Seconds before a tmux command counts as hung (a wedged server must not
 freeze the controller forever)."""
 
-SEND_CHUNK_BYTES = 2_000
-"""UTF-8 bytes per ``send-keys -l`` call; tmux refuses commands near 16 kB."""
-
 _SESSION_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,79}")
-_TARGET_RE = re.compile(r"[@%][0-9]{1,9}")
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-_ABSENT_MARKERS = (
-    "no server running",
-    "error connecting to",
-    "can't find session",
-    "can't find window",
-    "can't find pane",
-    "no current session",
-    "no current target",
-    "server exited unexpectedly",  # asked while the server shuts down (last session gone)
-    "lost server",
-)
-"""stderr fragments meaning "the thing is not there", as opposed to a failure."""
-
-_SEP = "\t"
-_LIST_FORMAT = _SEP.join(
-    (
-        "#{window_id}",
-        "#{pane_id}",
-        "#{pane_dead}",
-        "#{pane_dead_status}",
-        "#{pane_dead_signal}",
-        "#{pane_pid}",
-        "#{window_activity}",
-        "#{pane_current_command}",
-        "#{window_name}",  # last: a person's window name may hold anything
-    )
-)
 _PLACEHOLDER = ("sleep", "86400")
-
-
-class TmuxError(RalphError):
-    """A tmux command failed; carries the (redacted) argv, stderr and exit code."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        command: Sequence[str] = (),
-        stderr: str = "",
-        returncode: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.command = list(command)
-        self.stderr = stderr
-        self.returncode = returncode
-
-
-class TmuxNotFound(TmuxError):
-    """The tmux binary is missing."""
-
-
-class TmuxInputError(TmuxError, ValueError):
-    """ralph-dev was asked to do something unsafe or impossible (bad name, target…)."""
-
-
-@dataclass(frozen=True)
-class TmuxResult:
-    """One tmux invocation: the argv (secrets redacted) and what it printed."""
-
-    argv: tuple[str, ...]
-    returncode: int
-    stdout: list[str]
-    stderr: list[str]
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-    @property
-    def absent(self) -> bool:
-        """True when the failure only says a server/session/window/pane is missing."""
-        text = "\n".join(self.stderr)
-        return not self.ok and any(marker in text for marker in _ABSENT_MARKERS)
-
-    def check(self) -> TmuxResult:
-        """Return self, or raise :class:`TmuxError` naming the command and tmux's words."""
-        if self.ok:
-            return self
-        stderr = "\n".join(self.stderr).strip()
-        raise TmuxError(
-            f"tmux command failed (exit {self.returncode}): {_show(self.argv)}: "
-            f"{stderr or 'no error message'}",
-            command=self.argv,
-            stderr=stderr,
-            returncode=self.returncode,
-        )
-
-
-# --- pure helpers ------------------------------------------------------------------
-
-
-def escape_arg(arg: str) -> str:
-    """Keep tmux from reading a trailing ``;`` as a command separator."""
-    if arg.endswith(";"):
-        return arg[:-1] + "\\;"
-    return arg
-
-
-def escape_format(text: str) -> str:
-    """Make text safe where tmux expands ``#{…}`` formats (``-c``, ``pipe-pane``)."""
-    return text.replace("#", "##")
-
-
-def sanitize_text(text: str) -> str:
-    """Text as it may be typed into a pane: no byte of it acts as a control key.
-
-    Newlines are kept (LF is a newline inside a prompt, never Enter, which is a
-    CR); CR/CRLF become LF; tabs become spaces; every other C0 control, DEL
-    and C1 control becomes a visible stand-in (``␛``, ``␃``, …), so ANSI
-    escapes, Ctrl-C or Ctrl-D in issue text cannot interrupt, end or steer the
-    program reading the pane.
-    """
-    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", "    ")
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch == "\n" or (0x20 <= code < 0x7F) or code > 0x9F:
-            out.append(ch)
-        elif code < 0x20:
-            out.append(chr(0x2400 + code))
-        elif code == 0x7F:
-            out.append("\u2421")
-        else:
-            out.append("\ufffd")
-    return "".join(out)
-
-
-def chunk_text(text: str, limit: int = SEND_CHUNK_BYTES) -> list[str]:
-    """Split text into pieces of at most ``limit`` UTF-8 bytes, never inside a character."""
-    chunks: list[str] = []
-    current: list[str] = []
-    size = 0
-    for ch in text:
-        width = len(ch.encode("utf-8"))
-        if current and size + width > limit:
-            chunks.append("".join(current))
-            current, size = [], 0
-        current.append(ch)
-        size += width
-    if current:
-        chunks.append("".join(current))
-    return chunks
-
-
-def check_window_name(name: str) -> str:
-    """Window names ralph-dev creates: an issue identifier or the controller."""
-    if name == CONTROLLER_WINDOW:
-        return name
-    return check_identifier(name)
-
-
-def check_target(target: str) -> str:
-    """Targets are tmux's unique ids (``@3`` window, ``%5`` pane), never names."""
-    if not isinstance(target, str) or not _TARGET_RE.fullmatch(target):
-        raise TmuxInputError(
-            f"{target!r} is not a tmux window or pane id: pass Window.window_id (@N) "
-            "or Window.pane_id (%N) from list_windows()/find(), not a window name"
-        )
-    return target
-
-
-def _check_environment(environment: Mapping[str, str]) -> list[str]:
-    args: list[str] = []
-    for key, value in environment.items():
-        if not _ENV_NAME_RE.fullmatch(key):
-            raise TmuxInputError(f"environment variable name {key!r} is not valid")
-        if "\0" in value:
-            raise TmuxInputError(f"environment variable {key} holds a NUL byte")
-        args += ["-e", f"{key}={value}"]
-    return args
-
-
-def _redact(argv: Sequence[str]) -> tuple[str, ...]:
-    """argv with environment values hidden: they may carry API keys."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(arg.split("=", 1)[0] + "=<redacted>")
-            hide_next = False
-        else:
-            out.append(arg)
-            hide_next = arg == "-e"
-    return tuple(out)
-
-
-def _show(argv: Sequence[str], limit: int = 300) -> str:
-    text = shlex.join(argv)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _int(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def parse_panes(lines: Sequence[str]) -> list[Window]:
-    """Windows from ``list-panes`` lines; one entry per window (its first pane).
-
-    A window a person split has several panes: the worker's is the oldest
-    (lowest ``%N``), so that one stands for the window. Malformed lines are
-    skipped, not fatal.
-
-    A pane can be dead with ``exit_status=None``: tmux saw its terminal close
-    but has not reaped the process (yet).
-    """
-    by_window: dict[str, tuple[int, Window]] = {}
-    order: list[str] = []
-    for line in lines:
-        parts = line.split(_SEP, 8)
-        if len(parts) != 9:
-            continue
-        window_id, pane_id, dead, status, signal, pid, activity, command, name = parts
-        if not _TARGET_RE.fullmatch(window_id) or not _TARGET_RE.fullmatch(pane_id):
-            continue
-        alive = dead != "1"
-        exit_status = _int(status) if not alive else None
-        if not alive and exit_status is None and _int(signal) is not None:
-            exit_status = 128 + (_int(signal) or 0)
-        seconds = _int(activity)
-        window = Window(
-            name=name,
-            pane_id=pane_id,
-            window_id=window_id,
-            alive=alive,
-            exit_status=exit_status,
-            command=command,
-            pid=_int(pid),
-            last_activity=datetime.fromtimestamp(seconds, UTC) if seconds else None,
-        )
-        pane_number = int(pane_id[1:])
-        known = by_window.get(window_id)
-        if known is None:
-            order.append(window_id)
-        if known is None or pane_number < known[0]:
-            by_window[window_id] = (pane_number, window)
-    return [by_window[w][1] for w in order]
 
 
 # --- the adapter -------------------------------------------------------------------
@@ -384,10 +156,10 @@ class Tmux:
         the caller stops waiting after ``timeout`` (a hung client thread is left to
         finish on its own; it holds nothing of ours).
         """
-        shown = [self.tmux_bin, *(["-L", self.socket_name] if self.socket_name else []), *args]
-        shown = _redact(shown)
+        shown = redact_argv(
+            [self.tmux_bin, *(["-L", self.socket_name] if self.socket_name else []), *args])
         limit = timeout or self.timeout
-        outcome: list[object] = []
+        outcome: list[libtmux.common.tmux_cmd | BaseException] = []
 
         def call() -> None:
             try:
@@ -400,7 +172,7 @@ class Tmux:
         worker.join(limit)
         if not outcome:
             raise TmuxError(
-                f"tmux did not answer within {limit:.0f}s: {_show(shown)}; "
+                f"tmux did not answer within {limit:.0f}s: {show_argv(shown)}; "
                 "the tmux server may be wedged (check `tmux ls`)",
                 command=shown,
                 stderr="timeout",
@@ -421,8 +193,22 @@ class Tmux:
             stderr=list(answer.stderr),
         )
         if not result.ok:
-            log.debug("tmux_failed", argv=_show(shown), stderr=" ".join(result.stderr)[:300])
+            log.debug("tmux_failed", argv=show_argv(shown), stderr=" ".join(result.stderr)[:300])
         return result
+
+    def version(self) -> str:
+        """``tmux -V`` (raises TmuxNotFound / TmuxError when tmux cannot run)."""
+        return " ".join(self.run("-V").check().stdout).strip()
+
+    def attach(self, window: str | None = None) -> None:
+        """Replace this process with a tmux client attached to the session (at ``window``,
+        a checked name, when given): what ``ralph-dev attach`` does."""
+        argv = [self.tmux_bin, *(["-L", self.socket_name] if self.socket_name else [])]
+        argv += ["attach-session", "-t", self._session_target]
+        if window is not None:
+            target = f"{self._session_target}:={check_window_name(window)}"
+            argv += [";", "select-window", "-t", target]
+        os.execvp(argv[0], argv)  # noqa: S606 - argv built from validated names only
 
     # --- liveness ------------------------------------------------------------------
 
@@ -456,7 +242,7 @@ class Tmux:
         result = self.run(
             "new-session", "-d", "-s", self.session, "-n", HOME_WINDOW,
             "-x", "200", "-y", "50", "-c", escape_format(str(cwd)),
-            *_check_environment(environment), "-P", "-F", "#{session_id}",
+            *environment_args(environment), "-P", "-F", "#{session_id}",
         )
         if not result.ok and "duplicate session" in "\n".join(result.stderr):
             return  # someone else created it meanwhile: already as wanted
@@ -470,6 +256,12 @@ class Tmux:
         ).check()
         log.info("tmux_session_created", session=self.session, socket=self.socket_name)
 
+    def kill_server(self) -> None:
+        """End the whole tmux server (the demo's private one); already gone is fine."""
+        result = self.run("kill-server")
+        if not result.ok and not result.absent:
+            result.check()
+
     def kill_session(self) -> None:
         result = self.run("kill-session", "-t", self._session_target)
         if not result.ok and not result.absent:
@@ -481,7 +273,7 @@ class Tmux:
         """Every window of the session with liveness, in ONE tmux call; [] if absent."""
         # `=NAME:` (with the colon): list-panes reads a bare `=NAME` as a window and
         # then falls back to prefix matching, listing `NAME-other`'s panes.
-        listing = ["list-panes", "-s", "-t", f"{self._session_target}:", "-F", _LIST_FORMAT]
+        listing = ["list-panes", "-s", "-t", f"{self._session_target}:", "-F", LIST_FORMAT]
         result = self.run(*listing)
         if result.absent:
             return []
@@ -524,7 +316,7 @@ class Tmux:
             raise TmuxInputError(f"window {name}: empty command")
         if len(words) == 1:
             words = ["env", "--", *words]  # one word would go through `sh -c`
-        env_args = _check_environment(environment)
+        env_args = environment_args(environment)
         if log_file is not None:
             log_file.parent.mkdir(parents=True, exist_ok=True)
         created = self.run(
@@ -566,7 +358,7 @@ class Tmux:
         except BaseException:
             self.kill_window(window_id)
             raise
-        pid = _int(started.stdout[-1]) if started.stdout else None
+        pid = as_int(started.stdout[-1]) if started.stdout else None
         log.info("tmux_window_opened", window=name, window_id=window_id, pane_id=pane_id,
                  pid=pid)
         return Window(
@@ -597,10 +389,6 @@ class Tmux:
         while text and not text[-1]:
             text.pop()
         return "\n".join(text[-lines:])
-
-    def output_hash(self, target: str, lines: int = 40) -> str:
-        """A digest of the pane tail: unchanged for long = a silent worker."""
-        return hashlib.sha256(self.capture(target, lines).encode("utf-8")).hexdigest()
 
     def send_text(
         self, target: str, text: str, *, submit: bool = True, submit_delay: float = 0.15
@@ -637,7 +425,3 @@ def _check_dir(path: Path) -> Path:
     if not path.is_dir():
         raise TmuxInputError(f"{path} is not a directory: a tmux window cannot start there")
     return path
-
-
-def tmux_available(tmux_bin: str = "tmux") -> bool:
-    return shutil.which(tmux_bin) is not None

@@ -46,12 +46,6 @@ class VerifyOutcome:
     def ok(self) -> bool:
         return self.exit_code == 0
 
-    def evidence(self) -> str:
-        return (
-            f"verify: `{self.command}` → exit {self.exit_code} at {self.started_at} "
-            f"({self.duration_s:.1f}s)\n```\n{self.output_tail}\n```"
-        )
-
     def to_json(self) -> str:
         return json.dumps(asdict(self)) + "\n"
 

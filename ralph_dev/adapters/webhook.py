@@ -33,7 +33,6 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
 
 log = structlog.get_logger(__name__)
@@ -237,8 +236,7 @@ class WebhookListener:
                 "change tracker.webhook_host / tracker.webhook_port or stop what uses the port"
             ) from None
         self._runner = runner
-        sockets = [s for srv in runner.sites for s in _sockets(srv)]
-        self.port = sockets[0].getsockname()[1] if sockets else port
+        self.port = int(runner.addresses[0][1]) if runner.addresses else port
         log.info("webhook_listening", host=host, port=self.port, path=PATH)
         return self.port
 
@@ -250,42 +248,3 @@ class WebhookListener:
             await self._runner.cleanup()
             self._runner = None
             log.info("webhook_stopped", port=self.port)
-
-
-def _sockets(site: Any) -> list[Any]:
-    server = getattr(site, "_server", None)
-    return list(getattr(server, "sockets", None) or [])
-
-
-async def run_controller(controller: Any, settings: ProjectSettings, *,
-                         max_ticks: int | None = None,
-                         environ: Mapping[str, str] | None = None) -> None:
-    """The controller loop, with the webhook listener beside it when webhook_port is set.
-
-    A listener that cannot start (no secret, port taken) is reported as an
-    event and a warning, and the controller runs on polling alone: webhooks only
-    speed ticks up, so they must never be the reason an unattended swarm stops.
-    """
-    wake = asyncio.Event()
-    listener: WebhookListener | None = None
-    port = settings.tracker.webhook_port
-    if port is not None:
-        try:
-            listener = WebhookListener(secret_from_env(environ), wake)
-            await listener.start(settings.tracker.webhook_host, port)
-        except WebhookError as exc:
-            listener = None
-            log.warning("webhook_disabled", error=str(exc))
-            store = getattr(controller, "store", None)
-            if store is not None:
-                store.append_event("webhook_disabled", error=str(exc))
-        else:
-            store = getattr(controller, "store", None)
-            if store is not None:
-                store.append_event("webhook_listening", host=settings.tracker.webhook_host,
-                                   port=listener.port)
-    try:
-        await controller.run(max_ticks=max_ticks, wake=wake)
-    finally:
-        if listener is not None:
-            await listener.stop()

@@ -17,16 +17,10 @@ from typing import Any, TypeVar
 import click
 
 from ralph_dev import __version__
-from ralph_dev.core.config import (
-    ConfigError,
-    ProjectSettings,
-    check_project_name,
-    config_file,
-    load_project,
-    project_names,
-)
-from ralph_dev.core.errors import RalphError
+from ralph_dev.core.config import ProjectSettings, load_project, project_names
+from ralph_dev.core.errors import ConfigError, RalphError
 from ralph_dev.core.model import check_identifier
+from ralph_dev.core.paths import check_project_name, config_file
 
 T = TypeVar("T")
 
@@ -147,7 +141,8 @@ def init(
     force: bool,
 ) -> None:
     """Add PROJECT to the config (refuses to replace one without --force)."""
-    from ralph_dev.core.config import build_project, write_project
+    from ralph_dev.core.config import build_project
+    from ralph_dev.core.config_write import write_project
 
     check_project_name(project)
     raw: dict[str, Any] = {"repo": str(repo.expanduser().resolve()), "trunk": trunk}

@@ -18,8 +18,10 @@ from ralph_dev.cli import CliContext, main, pass_ctx
 from ralph_dev.inpane import hooks
 from ralph_dev.inpane.worker import WorkerEnv
 
+HookBody = Callable[[Any, WorkerEnv, dict[str, Any]], str | None]
 
-def _run(cli: CliContext, name: str, body: Callable[[Any, WorkerEnv, dict], str | None]) -> None:
+
+def _run(cli: CliContext, name: str, body: HookBody) -> None:
     out: str | None = None
     with contextlib.suppress(Exception):
         hooks.configure_logging(hooks.hook_log_path())
@@ -50,7 +52,7 @@ def session_start_cmd(cli: CliContext) -> None:
 def post_tool_use_cmd(cli: CliContext) -> None:
     """Snapshot the workspace with jj and record the worker's last activity."""
 
-    def body(settings: Any, env: WorkerEnv, _payload: dict) -> None:
+    def body(settings: Any, env: WorkerEnv, _payload: dict[str, Any]) -> None:
         hooks.post_tool_use(settings, env)
 
     _run(cli, "post-tool-use", body)

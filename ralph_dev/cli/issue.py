@@ -15,16 +15,39 @@ from typing import Any
 import click
 
 from ralph_dev.adapters.tracker import open_tracker
-from ralph_dev.adapters.tracker.base import Tracker, TrackerInputError
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, project_argument, run
-from ralph_dev.core.config import ConfigError, ProjectSettings
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.errors import TrackerInputError
 from ralph_dev.core.model import Issue, NewIssue, check_identifier
+from ralph_dev.core.ports import Tracker
 
 
 def _issue_json(issue: Issue) -> dict[str, Any]:
-    from ralph_dev.adapters.tracker.local import issue_to_json
-
-    return issue_to_json(issue)
+    """Plain JSON-able data for ``issue list/show --json``."""
+    return {
+        "identifier": issue.identifier,
+        "title": issue.title,
+        "state": issue.state_name,
+        "state_type": issue.state_type.value,
+        "priority": issue.priority,
+        "sort_order": issue.sort_order,
+        "labels": sorted(issue.labels),
+        "parent": issue.parent,
+        "children": list(issue.children),
+        "blocked_by": list(issue.blocked_by),
+        "description": issue.description,
+        "comments": [
+            {
+                "author": c.author,
+                "body": c.body,
+                "created_at": c.created_at.isoformat(),
+                "by_ralph": c.by_ralph,
+            }
+            for c in issue.comments
+        ],
+        "created_at": issue.created_at.isoformat() if issue.created_at else None,
+        "updated_at": issue.updated_at.isoformat() if issue.updated_at else None,
+    }
 
 
 def _tracker_for_issue(cli: CliContext, identifier: str) -> tuple[ProjectSettings, Tracker]:
@@ -37,13 +60,6 @@ async def _closing(tracker: Tracker, coro: Any) -> Any:
         return await coro
     finally:
         await tracker.close()
-
-
-def _needs(tracker: Tracker, method: str, what: str) -> Any:
-    func = getattr(tracker, method, None)
-    if func is None:
-        raise ConfigError(f"{what} is not supported by this project's tracker")
-    return func
 
 
 @main.group(name="issue")
@@ -203,17 +219,7 @@ def label(cli: CliContext, identifier: str, changes: tuple[str, ...]) -> None:
             )
         (add if token[0] == "+" else remove).append(token[1:])
     _, tracker = _tracker_for_issue(cli, identifier)
-    change = getattr(tracker, "change_labels", None)
-
-    async def apply() -> Issue:
-        if change is not None:
-            return await change(identifier, add=add, remove=remove)
-        issue = await tracker.add_labels(identifier, add) if add else None
-        if remove or issue is None:
-            issue = await tracker.remove_labels(identifier, remove)
-        return issue
-
-    issue = run(_closing(tracker, apply()))
+    issue = run(_closing(tracker, tracker.change_labels(identifier, add=add, remove=remove)))
     click.echo(f"{issue.identifier}: {', '.join(sorted(issue.labels)) or '(no labels)'}")
 
 
@@ -225,28 +231,23 @@ def label(cli: CliContext, identifier: str, changes: tuple[str, ...]) -> None:
 def comment(cli: CliContext, identifier: str, text: str, author: str | None) -> None:
     """Add a person's comment to an issue (ralph-dev treats it as human feedback)."""
     _, tracker = _tracker_for_issue(cli, identifier)
-    if author:
-        coro = tracker.comment(identifier, text, by_ralph=False, author=author)  # type: ignore[call-arg]
-    else:
-        coro = tracker.comment(identifier, text, by_ralph=False)
+    coro = tracker.comment(identifier, text, by_ralph=False, author=author)
     run(_closing(tracker, coro))
     click.echo(f"Commented on {identifier}")
 
 
-def _change_blockers(cli: CliContext, identifier: str, blockers: tuple[str, ...],
-                     method: str, what: str) -> None:
-    """Apply the tracker's ``add_blocker``/``remove_blocker`` for each blocker, then
-    show the issue's blockers as they now are."""
+def _change_blockers(cli: CliContext, identifier: str, blockers: tuple[str, ...], *,
+                     add: bool) -> None:
+    """Add (or remove) each blocker, then show the issue's blockers as they now are."""
     for ident in (identifier, *blockers):
         check_identifier(ident)
     _, tracker = _tracker_for_issue(cli, identifier)
-    change = _needs(tracker, method, what)
 
     async def apply() -> Issue:
-        issue = None
+        change = tracker.add_blocker if add else tracker.remove_blocker
+        issue = await tracker.get(identifier)
         for blocker in blockers:
             issue = await change(identifier, blocker)
-        assert issue is not None
         return issue
 
     issue = run(_closing(tracker, apply()))
@@ -259,8 +260,7 @@ def _change_blockers(cli: CliContext, identifier: str, blockers: tuple[str, ...]
 @pass_ctx
 def block(cli: CliContext, identifier: str, blockers: tuple[str, ...]) -> None:
     """Record that BLOCKERS must finish before IDENTIFIER (refuses cycles)."""
-    _change_blockers(cli, identifier, blockers, "add_blocker",
-                     "adding a blocker to an existing issue")
+    _change_blockers(cli, identifier, blockers, add=True)
 
 
 @issue_group.command(name="unblock")
@@ -269,7 +269,7 @@ def block(cli: CliContext, identifier: str, blockers: tuple[str, ...]) -> None:
 @pass_ctx
 def unblock(cli: CliContext, identifier: str, blockers: tuple[str, ...]) -> None:
     """Drop BLOCKERS from IDENTIFIER's blockers."""
-    _change_blockers(cli, identifier, blockers, "remove_blocker", "removing a blocker")
+    _change_blockers(cli, identifier, blockers, add=False)
 
 
 @issue_group.command(name="import")

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import time
 from datetime import UTC, datetime, timedelta
 
 import click
 
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, run
-from ralph_dev.core.config import ConfigError, project_names
-from ralph_dev.core.errors import RalphError
+from ralph_dev.core.config import project_names
+from ralph_dev.core.errors import ConfigError, RalphError
 from ralph_dev.core.model import check_identifier
 
 
@@ -75,18 +74,14 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
 @pass_ctx
 def attach(cli: CliContext, issue: str | None, project: str | None) -> None:
     """Attach to the project's tmux session (at ISSUE's window if given)."""
+    from ralph_dev.control.wiring import tmux_for
+
     if issue:
         check_identifier(issue)
         settings = cli.project(project) if project else cli.project_for_issue(issue)
     else:
         settings = cli.project(project or _only_project(cli))
-    argv = ["tmux"]
-    if settings.tmux_socket:
-        argv += ["-L", settings.tmux_socket]
-    target = settings.session_name + (f":={issue}" if issue else "")
-    argv += ["attach-session", "-t", target] if not issue else \
-        ["attach-session", "-t", settings.session_name, ";", "select-window", "-t", target]
-    os.execvp("tmux", argv)  # noqa: S606 - argv built from validated names only
+    tmux_for(settings).attach(issue)
 
 
 def _only_project(cli: CliContext) -> str:
@@ -146,7 +141,7 @@ def doctor(cli: CliContext, project: str | None) -> None:
     from ralph_dev.control.doctor import run_checks
 
     problems = 0
-    for check in run(run_checks(cli, project)):
+    for check in run(run_checks(cli.config_path, project, cli.project)):
         mark = "OK  " if check.ok else "FAIL"
         click.echo(f"[{mark}] {check.name}: {check.detail}")
         problems += not check.ok

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any
 
 import click
@@ -11,7 +10,8 @@ import click
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, project_argument, run
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
-from ralph_dev.core.model import Action, Plan
+from ralph_dev.core.model import Action, Plan, Restart, Spawn, Workspace, worker_windows
+from ralph_dev.core.ports import WorkspaceLister
 
 
 @main.command()
@@ -22,8 +22,7 @@ def controller(cli: CliContext, project: str, once: bool) -> None:
     """Run PROJECT's controller loop (normally inside the daemon's tmux window)."""
     import structlog
 
-    from ralph_dev.adapters.webhook import run_controller
-    from ralph_dev.control.controller import controller_lock
+    from ralph_dev.control.loop import controller_lock, run_with_webhooks
     from ralph_dev.control.wiring import controller_for
     from ralph_dev.core import logs
 
@@ -33,7 +32,7 @@ def controller(cli: CliContext, project: str, once: bool) -> None:
     with controller_lock(settings.paths.controller_lock):
         ctl = controller_for(settings)
         # with tracker.webhook_port set, a Linear webhook listener wakes the tick early
-        run(run_controller(ctl, settings, max_ticks=1 if once else None))
+        run(run_with_webhooks(ctl, max_ticks=1 if once else None))
 
 
 @main.command()
@@ -69,7 +68,6 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
 def stop(cli: CliContext, project: str, workers: bool) -> None:
     """Stop PROJECT's daemon and controller; workers keep running unless --workers."""
     from ralph_dev.adapters.systemd import stop_unit_if_active
-    from ralph_dev.control.controller import worker_windows
     from ralph_dev.control.daemon import stop_controller_window, stop_daemon
     from ralph_dev.control.wiring import jj_for, tmux_for
     from ralph_dev.core.state import StateStore
@@ -96,37 +94,36 @@ def stop(cli: CliContext, project: str, workers: bool) -> None:
 
 
 def action_json(action: Action) -> dict[str, Any]:
-    data = {"action": action.kind}
-    for field in dataclasses.fields(action):
-        value = getattr(action, field.name)
-        data[field.name] = value.value if hasattr(value, "value") else value
-    return data
+    return {"action": action.kind, "issue": action.issue, "reason": action.reason,
+            **action.details()}
+
+
+class _NoWorkspaces:
+    """What ``plan`` observes of jj when the repository cannot be read: nothing."""
+
+    def list_workspaces(self) -> list[Workspace]:
+        return []
 
 
 async def preview(settings: ProjectSettings) -> tuple[Plan, list[str]]:
     """What decide would do now, observing but never acting."""
     from ralph_dev.adapters.tracker import open_tracker
-    from ralph_dev.control.controller import Controller
+    from ralph_dev.control.controller import observe
     from ralph_dev.control.wiring import jj_for, tmux_for
     from ralph_dev.core.decide import decide
-    from ralph_dev.core.state import utcnow
+    from ralph_dev.core.state import StateStore, utcnow
 
     notes: list[str] = []
-
-    class _NoWorkspaces:
-        def list_workspaces(self) -> list:
-            return []
-
-    jj: Any = jj_for(settings)
+    repo = jj_for(settings)
+    jj: WorkspaceLister = repo
     try:
-        jj.check_repo()
+        repo.check_repo()
     except RalphError as exc:
         notes.append(f"jj not observed: {exc}")
         jj = _NoWorkspaces()
     tracker = open_tracker(settings)
     try:
-        ctl = Controller(settings, tracker=tracker, tmux=tmux_for(settings), jj=jj)
-        observed = await ctl.observe()
+        observed, _ = await observe(tracker, tmux_for(settings), jj, StateStore(settings.paths))
     finally:
         await tracker.close()
     if not observed.tracker_ok:
@@ -152,9 +149,7 @@ def plan(cli: CliContext, project: str, as_json: bool) -> None:
         click.echo("Nothing to do: everything is as wanted.")
         return
     for action in result.actions:
-        extra = ""
-        if hasattr(action, "role"):
-            extra = f" [{action.role.value}]"
+        extra = f" [{action.role.value}]" if isinstance(action, Spawn | Restart) else ""
         click.echo(f"{action.kind:<9} {action.issue:<10}{extra} {action.reason}")
 
 

@@ -16,6 +16,7 @@ import click
 
 from ralph_dev.cli import CliContext, main, pass_ctx
 from ralph_dev.core.state import StateStore
+from ralph_dev.inpane import reports
 from ralph_dev.inpane import worker as w
 
 T = TypeVar("T")
@@ -45,12 +46,12 @@ def worker_group() -> None:
 @worker_group.command("done")
 @click.argument("issue")
 @click.option("--summary", required=True, help="What you did and how you checked it.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=w.VERIFY_TIMEOUT,
+@click.option("--timeout", type=click.FloatRange(min=1), default=reports.VERIFY_TIMEOUT,
               show_default=True, help="Seconds the verify command may run.")
 @pass_ctx
 def done_cmd(cli: CliContext, issue: str, summary: str, timeout: float) -> None:
     """Finish ISSUE: run the verify command, then close (or hand to review) the issue."""
-    result = _with_worker(cli, issue, lambda wk: w.done(wk, summary, timeout=timeout))
+    result = _with_worker(cli, issue, lambda wk: reports.done(wk, summary, timeout=timeout))
     if result.already:
         click.echo(f"{issue} was already reported done ({result.state}); nothing changed. "
                    "You can stop now.")
@@ -69,7 +70,7 @@ def done_cmd(cli: CliContext, issue: str, summary: str, timeout: float) -> None:
 @pass_ctx
 def blocked_cmd(cli: CliContext, issue: str, question: str) -> None:
     """Ask a person: label ISSUE user-input-needed and comment the question."""
-    fresh = _with_worker(cli, issue, lambda wk: w.blocked(wk, question))
+    fresh = _with_worker(cli, issue, lambda wk: reports.blocked(wk, question))
     already = "" if fresh else " (this question was already on the issue)"
     click.echo(f"{issue} is waiting for a person{already}. Stop now; ralph-dev restarts work "
                "when someone answers.")
@@ -81,7 +82,7 @@ def blocked_cmd(cli: CliContext, issue: str, question: str) -> None:
 @pass_ctx
 def note_cmd(cli: CliContext, issue: str, text: str) -> None:
     """Post a non-blocking update on ISSUE (labels it agent-feedback-given)."""
-    fresh = _with_worker(cli, issue, lambda wk: w.note(wk, text))
+    fresh = _with_worker(cli, issue, lambda wk: reports.note(wk, text))
     click.echo(f"note posted on {issue}; carry on." if fresh
                else f"this note was already on {issue}; carry on.")
 
@@ -94,7 +95,7 @@ def note_cmd(cli: CliContext, issue: str, text: str) -> None:
 @pass_ctx
 def plan_cmd(cli: CliContext, issue: str, plan_file: Path) -> None:
     """Create the plan's sub-issues (with blockers) under ISSUE in one go."""
-    created = _with_worker(cli, issue, lambda wk: w.plan(wk, plan_file))
+    created = _with_worker(cli, issue, lambda wk: reports.plan(wk, plan_file))
     click.echo(f"created {len(created)} sub-issue(s) of {issue}: {', '.join(created)}")
     click.echo(f"Finish with `ralph-dev worker done {issue} --summary …`.")
 
@@ -106,5 +107,5 @@ def plan_cmd(cli: CliContext, issue: str, plan_file: Path) -> None:
 @pass_ctx
 def feedback_cmd(cli: CliContext, issue: str, show_all: bool) -> None:
     """Print comments people left on ISSUE since you last read them."""
-    comments = _with_worker(cli, issue, lambda wk: w.feedback(wk, show_all=show_all))
-    click.echo(w.format_comments(comments, issue))
+    comments = _with_worker(cli, issue, lambda wk: reports.feedback(wk, show_all=show_all))
+    click.echo(reports.format_comments(comments, issue))

@@ -23,38 +23,29 @@ from pathlib import Path
 
 import structlog
 
-from ralph_dev.control.controller import discard_secrets
-from ralph_dev.core.config import ProjectSettings, config_file
+from ralph_dev.adapters.jj_cli import child_path
+from ralph_dev.agent.launch import launch_via_spec
+from ralph_dev.agent.supervisor import start_supervisor
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.environment import controller_environment, public_env
 from ralph_dev.core.errors import RalphError
 from ralph_dev.core.fsutil import atomic_write_text, pid_lock
 from ralph_dev.core.model import CONTROLLER_WINDOW, Window
+from ralph_dev.core.paths import config_file
+from ralph_dev.core.ports import Panes, Session
 from ralph_dev.core.state import StateStore, from_iso, utcnow
 
 log = structlog.get_logger(__name__)
-
-PASS_THROUGH_ENV = (
-    "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TERM", "SHELL", "TMPDIR", "TZ",
-    "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR",
-)
-PASS_THROUGH_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "CLAUDE_", "LINEAR_", "JJ_", "DISABLE_")
-
 
 class DaemonRunning(RalphError):
     pass
 
 
 def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for processes we start in tmux panes.
-
-    Panes inherit the tmux *server's* environment, not ours, so everything a
-    controller or worker needs is passed explicitly, with jj's git first on PATH.
-    """
-    from ralph_dev.adapters.jj import child_path
-
-    env = {k: v for k, v in os.environ.items()
-           if k in PASS_THROUGH_ENV or k.startswith(PASS_THROUGH_PREFIXES)}
-    env["PATH"] = child_path()
-    env.setdefault("RALPH_DEV_CONFIG", str(config_file()))
+    """The environment for processes the daemon starts in tmux panes (``core.environment``
+    decides what passes). Panes inherit the tmux *server's* environment, not ours, so
+    everything the controller needs is passed explicitly, with jj's git first on PATH."""
+    env = controller_environment(os.environ, path=child_path(), config_file=str(config_file()))
     env.update(extra or {})
     return env
 
@@ -109,7 +100,8 @@ def daemon_running(path: Path) -> int | None:
 
 
 class Daemon:
-    def __init__(self, settings: ProjectSettings, *, tmux, store: StateStore | None = None) -> None:
+    def __init__(self, settings: ProjectSettings, *, tmux: Session,
+                 store: StateStore | None = None) -> None:
         self.settings = settings
         self.tmux = tmux
         self.store = store or StateStore(settings.paths)
@@ -125,8 +117,6 @@ class Daemon:
 
     def start_controller(self, reason: str) -> None:
         stop_controller_window(self.tmux)  # SIGTERM first: let it finish its action
-        from ralph_dev.agent.launch import launch_via_spec
-
         launch = launch_via_spec(
             ralph_command("controller", self.settings.name),
             child_environment({"RALPH_DEV_PROJECT": self.settings.name}),
@@ -142,7 +132,7 @@ class Daemon:
                 log_file=self.store.paths.logs_dir / "controller.log",
             )
         except BaseException:
-            discard_secrets(launch)
+            launch.discard_secrets()
             raise
         self.started_controller_at = utcnow()
         self._record_restart()
@@ -220,21 +210,14 @@ class Daemon:
 
     async def spawn_supervisor(self, why: str) -> None:
         """Hand an unhealthy swarm to the supervisor agent, once per crash loop."""
-        from ralph_dev.agent.launch import build_supervisor_launch
         from ralph_dev.control.status import render, snapshot
 
         if self._supervisor is not None and self._supervisor.poll() is None:
             return  # one supervisor at a time
         text = render(await snapshot(self.settings, events=30))
-        launch = build_supervisor_launch(self.settings, text, reason=why)
         log_path = self.store.paths.logs_dir / "supervisor.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("ab") as out:
-            self._supervisor = proc = subprocess.Popen(
-                launch.argv, cwd=launch.cwd, env={**os.environ, **launch.env},
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self._supervisor = proc = start_supervisor(self.settings, text, reason=why,
+                                                   log_path=log_path)
         self.store.append_event("supervisor_started", reason=why, pid=proc.pid,
                                 log=str(log_path))
 
@@ -249,8 +232,6 @@ class Daemon:
             self.store.append_event("daemon_started", pid=os.getpid())
             scheduler = AsyncIOScheduler(job_defaults={"max_instances": 1, "coalesce": True})
             try:
-                from ralph_dev.agent.launch import public_env
-
                 env = public_env(child_environment())
                 await asyncio.to_thread(self.tmux.ensure_session, self.settings.repo, env)
                 healthy, why = await asyncio.to_thread(self.controller_health)
@@ -277,7 +258,7 @@ class Daemon:
         stop_controller_window(self.tmux, timeout)
 
 
-def stop_controller_window(tmux, timeout: float = 20.0) -> None:
+def stop_controller_window(tmux: Panes, timeout: float = 20.0) -> None:
     for window in [w for w in tmux.list_windows() if w.name == CONTROLLER_WINDOW]:
         if window.alive and window.pid:
             with contextlib.suppress(ProcessLookupError):

@@ -1,15 +1,25 @@
-"""`ralph-dev doctor`: each dependency OK, or exactly what to do about it."""
+"""`ralph-dev doctor`: each dependency OK, or exactly what to do about it.
+
+Every tool is asked through its own adapter (tmux, jj, git, claude, gh), the
+same code paths the swarm uses, so what doctor calls OK is what will run.
+"""
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
-from ralph_dev.core.config import ConfigError, project_names
-from ralph_dev.core.errors import RalphError
+from ralph_dev.adapters.gh import Gh
+from ralph_dev.adapters.git import find_git, git_version
+from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.jj_cli import JjCli, child_path
+from ralph_dev.adapters.process import CommandResult
+from ralph_dev.adapters.tmux import Tmux
+from ralph_dev.adapters.tracker import open_tracker
+from ralph_dev.agent.claude import claude_version
+from ralph_dev.core.config import ProjectSettings, project_names
+from ralph_dev.core.errors import ConfigError, RalphError
 
 MIN_TMUX = (3, 0)
 MIN_JJ = (0, 30)
@@ -23,78 +33,81 @@ class Check:
     detail: str
 
 
-def _version(argv: list[str]) -> tuple[str | None, tuple[int, ...]]:
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=15, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None, ()
-    text = (out.stdout or out.stderr).strip().splitlines()
-    first = text[0] if text else ""
-    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", first)
-    numbers = tuple(int(x) for x in match.groups() if x is not None) if match else ()
-    return first, numbers
-
-
-def check_tool(name: str, argv: list[str], minimum: tuple[int, ...], fix: str) -> Check:
-    if shutil.which(argv[0]) is None and "/" not in argv[0]:
-        return Check(name, False, f"not found on PATH; {fix}")
-    text, version = _version(argv)
-    if text is None:
-        return Check(name, False, f"{argv[0]} does not run; {fix}")
+def version_check(name: str, result: CommandResult, minimum: tuple[int, ...],
+                  fix: str) -> Check:
+    """OK with the tool's own version line, or why not and ``fix``."""
+    if result.returncode == 127:
+        return Check(name, False, f"not found; {fix}")
+    if not result.ok:
+        said = result.first_line or f"exit {result.returncode}"
+        return Check(name, False, f"{result.argv[0]} does not run ({said}); {fix}")
+    version = result.version()
     if version and version < minimum:
         need = ".".join(map(str, minimum))
-        return Check(name, False, f"{text} is older than {need}; {fix}")
-    return Check(name, True, text)
+        return Check(name, False, f"{result.first_line} is older than {need}; {fix}")
+    return Check(name, True, result.first_line)
 
 
-async def run_checks(cli: Any, project: str | None) -> list[Check]:
-    from ralph_dev.adapters.jj import JJ, child_path, find_jj
+def _adapter_check(name: str, ask: Callable[[], str], minimum: tuple[int, ...],
+                   fix: str) -> Check:
+    """For tools whose adapter raises rather than returning a result (tmux, jj)."""
+    try:
+        line = ask()
+    except RalphError as exc:
+        return Check(name, False, f"{exc}; {fix}")
+    return version_check(name, CommandResult((name,), 0, line, ""), minimum, fix)
 
+
+async def run_checks(config_path: Path, project: str | None,
+                     load: Callable[[str], ProjectSettings]) -> list[Check]:
     checks = [
-        check_tool("tmux", ["tmux", "-V"], MIN_TMUX, "install tmux >= 3.0 (apt install tmux)"),
-        check_tool("jj", [find_jj() or "jj", "--version"], MIN_JJ,
-                   "install jj >= 0.30 (https://jj-vcs.github.io/jj/latest/install-and-setup/)"),
+        _adapter_check("tmux", Tmux("ralph-doctor").version, MIN_TMUX,
+                       "install tmux >= 3.0 (apt install tmux)"),
+        _adapter_check("jj", JjCli(Path.cwd()).version, MIN_JJ,
+                       "install jj >= 0.30 (https://jj-vcs.github.io/jj/latest/install-and-setup/)"),
     ]
-    git = shutil.which("git", path=child_path())
-    checks.append(
-        check_tool("git (for jj)", [git or "git", "--version"], MIN_GIT_FOR_JJ,
-                   "colocated jj workspaces need git >= 2.42 first on PATH")
-    )
-    names = [project] if project else project_names(cli.config_path)
+    git = find_git(child_path())
+    checks.append(version_check(
+        "git (for jj)", git_version(git or "git"), MIN_GIT_FOR_JJ,
+        "colocated jj workspaces need git >= 2.42 first on PATH"))
+    names = [project] if project else project_names(config_path)
     if not names:
-        checks.append(Check("config", False, f"no projects in {cli.config_path}; "
+        checks.append(Check("config", False, f"no projects in {config_path}; "
                                              "run ralph-dev init PROJECT --repo PATH"))
     for name in names:
         try:
-            settings = cli.project(name)
+            settings = load(name)
         except ConfigError as exc:
             checks.append(Check(f"config {name}", False, str(exc)))
             continue
         checks.append(Check(f"config {name}", True, f"repo {settings.repo}"))
-        if settings.agent.runner == "claude":
-            checks.append(check_tool(
-                f"claude ({name})", [settings.agent.claude_bin, "--version"], (1, 0),
-                "install Claude Code: npm install -g @anthropic-ai/claude-code "
-                "(or set agent.claude_bin)",
-            ))
-        if settings.merge.mode == "pr":
-            checks.append(check_tool(
-                f"gh ({name}, pull-request mode)", [settings.merge.gh_bin, "--version"], (2, 0),
-                "install the GitHub CLI and run `gh auth login` (or set merge.gh_bin)",
-            ))
-        try:
-            JJ.from_settings(settings).check_repo()
-            checks.append(Check(f"repo {name}", True, f"{settings.repo} is a jj repo with "
-                                                     f"bookmark {settings.trunk}"))
-        except RalphError as exc:
-            checks.append(Check(f"repo {name}", False, str(exc)))
-        checks.append(await _check_tracker(settings))
+        checks += await project_checks(settings)
     return checks
 
 
-async def _check_tracker(settings: Any) -> Check:
-    from ralph_dev.adapters.tracker import open_tracker
+async def project_checks(settings: ProjectSettings) -> list[Check]:
+    name = settings.name
+    checks = []
+    if settings.agent.runner == "claude":
+        checks.append(version_check(
+            f"claude ({name})", claude_version(settings.agent.claude_bin), (1, 0),
+            "install Claude Code: npm install -g @anthropic-ai/claude-code "
+            "(or set agent.claude_bin)"))
+    if settings.merge.mode == "pr":
+        checks.append(version_check(
+            f"gh ({name}, pull-request mode)", Gh(settings.merge.gh_bin, settings.repo).version(),
+            (2, 0), "install the GitHub CLI and run `gh auth login` (or set merge.gh_bin)"))
+    try:
+        JJ.from_settings(settings).check_repo()
+        checks.append(Check(f"repo {name}", True, f"{settings.repo} is a jj repo with "
+                                                 f"bookmark {settings.trunk}"))
+    except RalphError as exc:
+        checks.append(Check(f"repo {name}", False, str(exc)))
+    checks.append(await _check_tracker(settings))
+    return checks
 
+
+async def _check_tracker(settings: ProjectSettings) -> Check:
     name = f"tracker {settings.name} ({settings.tracker.kind})"
     try:
         tracker = open_tracker(settings)

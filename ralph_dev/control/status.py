@@ -10,11 +10,10 @@ import asyncio
 from datetime import datetime
 from typing import Any
 
-from ralph_dev.adapters.tracker.base import TrackerError
-from ralph_dev.control.controller import worker_windows
 from ralph_dev.control.daemon import daemon_running
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.model import CONTROLLER_WINDOW, Observed, Window
+from ralph_dev.core.errors import TrackerError
+from ralph_dev.core.model import CONTROLLER_WINDOW, Observed, Window, worker_windows
 from ralph_dev.core.state import StateStore, utcnow
 from ralph_dev.core.text import file_tail, last_line
 

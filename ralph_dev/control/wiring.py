@@ -1,12 +1,23 @@
-"""Builds the real adapters for a project; the one place that knows all of them."""
+"""Builds the real adapters for a project: the one place that knows all of them.
+
+Every consumer receives its adapters through these functions, typed by the
+ports it needs (``core.ports``); mypy checks here that each adapter really
+provides them.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from ralph_dev.adapters.gh import Gh
 from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
+from ralph_dev.agent.launch import build_launch
 from ralph_dev.control.controller import Controller
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.model import Issue, Launch, Role
+from ralph_dev.core.ports import AgentLauncher, PullRequests, Repository, Session
 from ralph_dev.core.state import StateStore
 
 
@@ -18,11 +29,27 @@ def jj_for(settings: ProjectSettings) -> JJ:
     return JJ.from_settings(settings)
 
 
+def launcher_for(settings: ProjectSettings) -> AgentLauncher:
+    """The project's agent runner (``agent.runner``), bound to its settings."""
+
+    def launch(issue: Issue, role: Role, workspace: Path, model: str, *, attempt: int,
+               feedback: str | None = None) -> Launch:
+        return build_launch(settings, issue, role, workspace, model, attempt=attempt,
+                            feedback=feedback)
+
+    return launch
+
+
 def controller_for(settings: ProjectSettings) -> Controller:
+    session: Session = tmux_for(settings)
+    repository: Repository = jj_for(settings)
+    pull_requests: PullRequests = Gh(settings.merge.gh_bin, settings.repo)
     return Controller(
         settings,
         tracker=open_tracker(settings),
-        tmux=tmux_for(settings),
-        jj=jj_for(settings),
+        tmux=session,
+        jj=repository,
+        launcher=launcher_for(settings),
+        pull_requests=pull_requests,
         store=StateStore(settings.paths),
     )

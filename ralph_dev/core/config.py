@@ -1,10 +1,7 @@
 """Typed, validated settings: defaults → config.toml → environment → CLI flags.
 
-Every file ralph-dev writes lives under the XDG directories, resolved from the
-environment each time, so setting ``XDG_CONFIG_HOME``, ``XDG_STATE_HOME`` and
-``XDG_DATA_HOME`` isolates a whole instance (that is how the tests run).
-
-Errors name the file, the key and what is wrong, because a person fixing a
+Where the files are is ``core.paths``; writing a project's table (``init``) is
+``core.config_write``. Errors name the file, the key and what is wrong, because a person fixing a
 config at 2 a.m. should not have to guess which of three tables is meant.
 """
 
@@ -14,135 +11,41 @@ import dataclasses
 import os
 import re
 import tomllib
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ralph_dev.core.errors import RalphError
+from ralph_dev.core.errors import ConfigError, UnknownProject
 from ralph_dev.core.model import Role
+from ralph_dev.core.paths import ProjectPaths, check_project_name, config_file
+from ralph_dev.core.typed_toml import coerce
 
-PROJECT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
 KEY_RE = re.compile(r"[A-Z][A-Z0-9]{0,9}")
 
 
-class ConfigError(RalphError):
-    """A setting is missing or wrong; the message says where and how to fix it."""
 
 
-class UnknownProject(ConfigError):
-    pass
 
 
 # --- XDG paths -----------------------------------------------------------------
 
 
-def _xdg(var: str, fallback: str) -> Path:
-    value = os.environ.get(var)
-    if value and Path(value).is_absolute():
-        return Path(value)
-    return Path.home() / fallback
 
 
-def config_home() -> Path:
-    return _xdg("XDG_CONFIG_HOME", ".config") / "ralph-dev"
 
 
-def state_home() -> Path:
-    return _xdg("XDG_STATE_HOME", ".local/state") / "ralph-dev"
 
 
-def data_home() -> Path:
-    return _xdg("XDG_DATA_HOME", ".local/share") / "ralph-dev"
 
 
-def config_file() -> Path:
-    override = os.environ.get("RALPH_DEV_CONFIG")
-    return Path(override) if override else config_home() / "config.toml"
 
 
-def sandbox_env(root: Path, environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` with every XDG dir inside ``root`` and no ralph-dev/tmux settings
-    inherited: a whole private ralph-dev instance (the demo, tests, benchmarks)."""
-    env = {k: v for k, v in environ.items()
-           if not k.startswith(("RALPH_DEV_", "XDG_", "TMUX"))}
-    for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_STATE_HOME", "state"),
-                     ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache")):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-        env[var] = str(root / sub)
-    return env
 
 
-def check_project_name(name: str) -> str:
-    if not isinstance(name, str) or not PROJECT_NAME_RE.fullmatch(name):
-        raise ConfigError(
-            f"{name!r} is not a valid project name: use 1-40 letters, digits, '-' or '_', "
-            "starting with a letter or digit"
-        )
-    return name
 
 
-@dataclass(frozen=True)
-class ProjectPaths:
-    """Where one project's files live; derived, never configured piecemeal."""
-
-    project: str
-
-    @property
-    def state_dir(self) -> Path:
-        return state_home() / self.project
-
-    @property
-    def data_dir(self) -> Path:
-        return data_home() / self.project
-
-    @property
-    def tracker_db(self) -> Path:
-        return self.data_dir / "tracker.db"
-
-    @property
-    def records_dir(self) -> Path:
-        return self.state_dir / "state"
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.state_dir / "logs"
-
-    @property
-    def events_file(self) -> Path:
-        return self.state_dir / "events.jsonl"
-
-    @property
-    def heartbeat_file(self) -> Path:
-        return self.state_dir / "heartbeat.json"
-
-    @property
-    def trunk_red_file(self) -> Path:
-        """Present while trunk's verify fails: merges wait until it passes again."""
-        return self.state_dir / "trunk-red.json"
-
-    @property
-    def controller_lock(self) -> Path:
-        return self.state_dir / "controller.lock"
-
-    @property
-    def daemon_pid(self) -> Path:
-        return self.state_dir / "daemon.pid"
-
-    @property
-    def prompts_dir(self) -> Path:
-        return self.state_dir / "prompts"
-
-    @property
-    def agent_home(self) -> Path:
-        """HOME given to agent processes (pre-seeded so no first-run screen blocks)."""
-        return self.data_dir / "agent-home"
-
-    @property
-    def default_workspace_root(self) -> Path:
-        return self.data_dir / "workspaces"
 
 
 # --- settings ------------------------------------------------------------------
@@ -311,71 +214,10 @@ _SECTIONS: dict[str, type] = {
 }
 
 
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return " or ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp) if a is not type(None))
-    if tp is Path:
-        return "a path string"
-    if tp is float:
-        return "a number"
-    if tp is int:
-        return "an integer"
-    if tp is str:
-        return "a string"
-    if tp is bool:
-        return "true or false"
-    if origin is tuple:
-        return "a list of strings"
-    if origin is Mapping:
-        return "a table"
-    return str(tp)
 
 
-_SCALARS: dict[Any, tuple[Any, Any]] = {
-    # annotation: (accepts the TOML value?, convert it)
-    bool: (lambda v: isinstance(v, bool), lambda v: v),
-    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), lambda v: v),
-    float: (lambda v: isinstance(v, int | float) and not isinstance(v, bool), float),
-    str: (lambda v: isinstance(v, str), lambda v: v),
-    Path: (lambda v: isinstance(v, str | Path) and bool(str(v)), lambda v: Path(v).expanduser()),
-}
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check ``value`` against annotation ``tp``; return the typed value or raise."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, where)
-            except ConfigError:
-                continue
-        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
-    if origin is Literal:
-        if value in typing.get_args(tp):
-            return value
-        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
-    if origin is tuple:
-        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-            return tuple(value)
-        raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
-    if origin is Mapping:
-        _key_tp, val_tp = typing.get_args(tp)
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{where}: expected a table, got {value!r}")
-        return {str(k): _coerce(v, val_tp, f"{where}.{k}") for k, v in value.items()}
-    accept = _SCALARS.get(tp)
-    if accept is not None and accept[0](value):
-        return accept[1](value)
-    raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
 
 
 def _build(cls: type, raw: Mapping[str, Any], where: str, **fixed: Any) -> Any:
@@ -396,7 +238,7 @@ def _build(cls: type, raw: Mapping[str, Any], where: str, **fixed: Any) -> Any:
                 raise ConfigError(f"{where}.{name}: expected a table, got {value!r}")
             values[name] = _build(_SECTIONS[name], value, f"{where}.{name}")
         else:
-            values[name] = _coerce(value, tp, f"{where}.{name}")
+            values[name] = coerce(value, tp, f"{where}.{name}")
     return cls(**values)
 
 
@@ -559,75 +401,12 @@ def load_project(
 def build_project(name: str, raw: Mapping[str, Any]) -> ProjectSettings:
     """Typed, validated settings from one raw ``[projects.NAME]`` table."""
     where = f"projects.{name}"
-    settings = _build(ProjectSettings, raw, where, name=name)
+    settings: ProjectSettings = _build(ProjectSettings, raw, where, name=name)
     _validate(settings, where)
     return settings
 
 
-def project_table(settings: ProjectSettings) -> dict[str, Any]:
-    """The TOML table ``init`` writes: only what differs from the defaults."""
-    out: dict[str, Any] = {"repo": str(settings.repo), "trunk": settings.trunk}
-    defaults = ProjectSettings(name=settings.name, repo=settings.repo)
-    for f in dataclasses.fields(ProjectSettings):
-        if f.name in ("name", "repo", "trunk"):
-            continue
-        value = getattr(settings, f.name)
-        if value == getattr(defaults, f.name):
-            continue
-        if dataclasses.is_dataclass(value):
-            section_default = getattr(defaults, f.name)
-            table = {
-                sf.name: _toml_value(getattr(value, sf.name))
-                for sf in dataclasses.fields(value)
-                if getattr(value, sf.name) != getattr(section_default, sf.name)
-            }
-            if table:
-                out[f.name] = table
-        else:
-            out[f.name] = _toml_value(value)
-    return out
 
 
-def _toml_value(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    return value
 
 
-def write_project(
-    settings: ProjectSettings, *, force: bool = False, path: Path | None = None
-) -> Path:
-    """Add (or with ``force`` replace) one ``[projects.NAME]`` table, atomically.
-
-    Uses tomlkit so a person's comments and layout elsewhere in the file survive.
-    """
-    import tomlkit
-
-    path = path or config_file()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = ""
-    try:
-        tomllib.loads(text)
-        doc = tomlkit.parse(text)
-    except (tomllib.TOMLDecodeError, tomlkit.exceptions.TOMLKitError) as exc:
-        raise ConfigError(f"{path}: not valid TOML, fix it before running init: {exc}") from exc
-    projects = doc.get("projects")
-    if projects is None:
-        projects = tomlkit.table(is_super_table=True)
-        doc["projects"] = projects
-    if settings.name in projects and not force:
-        raise ConfigError(
-            f"{path}: project {settings.name!r} already exists; "
-            "use --force to replace its table"
-        )
-    projects[settings.name] = project_table(settings)
-    from ralph_dev.core.fsutil import atomic_write_text
-
-    atomic_write_text(path, tomlkit.dumps(doc))
-    return path

@@ -6,24 +6,9 @@ always gives the same plan, and a world in which the plan was carried out
 gives a plan that does not repeat it. Nothing here does I/O, reads a clock or
 logs, so a test can build a world by hand and check every rule as data.
 
-How the executor is expected to carry a plan out (the rules rely on it):
-
-- actions run in plan order; for one issue, its chain stops at the first
-  failing action (a later tick sees the world again and retries);
-- ``Spawn``/``Restart`` write a fresh worker record: ``role``, ``attempts =
-  action.attempt``, ``started_at = now``, ``done = False``, ``nudged_at =
-  None``; ``Spawn`` moves the issue to a started state;
-- ``Kill`` kills every window with the issue's name (names may repeat);
-- ``Reap`` kills the dead window(s) and sets ``last_failure_at = now``;
-- ``Nudge`` sets ``nudged_at = now``; ``Merge`` sets ``merged = True`` (on a
-  conflict it may instead leave the done marker, or reset it with role
-  ``resolve``: either way the conflicted workspace gets a resolve worker);
-- ``Resume`` removes the feedback and user-input labels and sets
-  ``attempts = 0``.
-
-A finished worker's chain is Kill → Merge → Forget: the window goes before
-jj touches the workspace, and the workspace goes only after its change is in
-trunk (or, for a canceled issue, kept under a bookmark).
+The rules rely on the executor leaving the world exactly as the executor
+contract says (``core.contract.EXECUTOR_CONTRACT``, checked against the real
+controller by tests/test_executor_contract.py).
 
 Text from issues (titles, descriptions, comments) never appears in an action:
 reasons and nudges name issues only by their checked identifier.

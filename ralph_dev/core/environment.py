@@ -1,15 +1,120 @@
-"""Which environment variables are secrets, kept out of command lines and of
-processes that run agent-written code."""
+"""The one environment and secret policy: which variables each kind of process gets.
+
+ralph-dev starts three kinds of processes, and each gets an environment built
+here from an explicit allow-list, never the whole of the caller's:
+
+* the tmux server and the controller's window (:func:`controller_environment`),
+* every agent and its hooks (:func:`agent_environment`),
+* commands that run code agents wrote (verify): :func:`public_env`, no secrets.
+
+What counts as a secret is decided once, by :func:`is_secret_name`, for both
+environments and log fields: secrets never travel in argv (``tmux -e`` is
+visible in ``ps``), never reach a log line, and reach a process only through
+a 0600 file that the pane's launcher reads and deletes.
+
+Everything here is pure (mappings in, dicts out): the callers pass the PATH
+they computed and the environment they start from.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
 
-SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|AUTH", re.IGNORECASE)
+_SECRET_WORDS = re.compile(
+    r"(?:^|_)(?:KEY|APIKEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH|AUTHORIZATION|CREDENTIALS?|"
+    r"COOKIE)(?:$|_)",
+    re.IGNORECASE,
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """True for a variable or log field that may hold a secret (``LINEAR_API_KEY``,
+    ``GH_TOKEN``, ``api_key``, ``authorization``…): judged by its words."""
+    return bool(_SECRET_WORDS.search(name.replace("-", "_")))
 
 
 def public_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables that may appear on a command line (``tmux -e``) or reach code an
-    agent wrote (verify commands): no secrets."""
-    return {k: v for k, v in env.items() if not SECRET_ENV.search(k)}
+    """``env`` without secrets: what may appear on a command line or reach code an
+    agent wrote (verify commands)."""
+    return {k: v for k, v in env.items() if not is_secret_name(k)}
+
+
+def split_secrets(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(public, secret) halves of ``env``: the public half may be shown, the secret
+    half travels only through a 0600 file."""
+    secrets = {k: v for k, v in env.items() if is_secret_name(k)}
+    return public_env(env), secrets
+
+
+# --- the controller window and the tmux server ---------------------------------------
+
+_CONTROLLER_EXACT = (
+    "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TERM", "SHELL", "TMPDIR", "TZ",
+    "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR",
+)
+_CONTROLLER_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "CLAUDE_", "LINEAR_", "JJ_", "DISABLE_")
+
+
+def controller_environment(environ: Mapping[str, str], *, path: str,
+                           config_file: str) -> dict[str, str]:
+    """What the controller window needs (it talks to the tracker and starts agents)."""
+    env = {k: v for k, v in environ.items()
+           if k in _CONTROLLER_EXACT or k.startswith(_CONTROLLER_PREFIXES)}
+    env["PATH"] = path
+    env.setdefault("RALPH_DEV_CONFIG", config_file)
+    return env
+
+
+# --- agents ---------------------------------------------------------------------------
+
+AGENT_FLAGS = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_AUTOUPDATER": "1",
+}
+"""Set for every agent: no network traffic beyond the model API, no self-update."""
+
+# Not TERM: the pane's terminal is tmux's, whatever terminal ralph-dev itself runs in.
+_AGENT_EXACT = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
+                "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME",
+                "TMPDIR", "CLAUDE_CONFIG_DIR")
+_AGENT_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_")
+# Worker commands talk to the tracker too (`worker done` on Linear): its key goes
+# along, as a secret (through the launcher's 0600 file, never the tmux command line).
+_AGENT_TRACKER = ("LINEAR_API_KEY",)
+# What an agent never needs: the controller's webhook secret.
+_AGENT_NEVER = ("RALPH_DEV_LINEAR_WEBHOOK_SECRET",)
+
+WORKER_IDENTITY = ("RALPH_DEV_ISSUE", "RALPH_DEV_ROLE", "RALPH_DEV_WORKSPACE",
+                   "RALPH_DEV_ATTEMPT")
+"""Variables that say which worker a process is: set per worker, never inherited."""
+
+NESTED_CLAUDE_VARS = (
+    "CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_SSE_PORT", "CLAUDE_CODE_CHILD_SESSION",
+    "CLAUDE_CODE_SESSION_ID", "CLAUDE_ENV_FILE", "CLAUDE_PROJECT_DIR", "CLAUDE_PLUGIN_ROOT",
+    "CLAUDE_PLUGIN_DATA", "AI_AGENT",
+)
+"""Set by a Claude Code session for its own children (seen in a hook's environment).
+A person who runs `ralph-dev start` from inside Claude Code starts the tmux server with
+them, and every worker's claude would then believe it is nested in that session: the
+pane's launcher removes them."""
+
+
+def agent_environment(environ: Mapping[str, str], *, project: str, home: str, path: str,
+                      config_file: str | None, isolated_home: bool) -> dict[str, str]:
+    """What every agent process of the project gets, explicitly (tmux panes otherwise
+    get the tmux server's environment from whenever that server started)."""
+    env: dict[str, str] = {}
+    for name, value in environ.items():
+        if name in WORKER_IDENTITY or name in _AGENT_NEVER:
+            continue
+        if name in _AGENT_EXACT or name in _AGENT_TRACKER or name.startswith(_AGENT_PREFIXES):
+            env[name] = value
+    if isolated_home:
+        env.pop("CLAUDE_CONFIG_DIR", None)
+    env.update(AGENT_FLAGS)
+    env.update({"PATH": path, "HOME": home, "RALPH_DEV_PROJECT": project})
+    if config_file is not None:
+        env["RALPH_DEV_CONFIG"] = config_file
+    return env

@@ -16,12 +16,14 @@ from typing import Any
 
 import structlog
 
-SECRET_KEYS = ("api_key", "apikey", "token", "secret", "authorization", "password")
+from ralph_dev.core.environment import is_secret_name
 
 
 def redact_secrets(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Blank the value of any field whose name says it may hold a secret (the same
+    rule as for environment variables: ``core.environment.is_secret_name``)."""
     for key in list(event):
-        if any(marker in key.lower() for marker in SECRET_KEYS):
+        if is_secret_name(key):
             event[key] = "[redacted]"
     return event
 

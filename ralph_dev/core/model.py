@@ -8,11 +8,13 @@ the tracker issue, the tmux window, the jj workspace and the worker record.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
+from enum import Enum, StrEnum
+from pathlib import Path
 
 from ralph_dev.core.errors import RalphError
 
@@ -65,10 +67,6 @@ class Role(StrEnum):
     REVIEW = "review"
     RESEARCH = "research"
     RESOLVE = "resolve"
-
-    @property
-    def skill(self) -> str:
-        return f"ralph-dev-{self.value}"
 
     @property
     def may_edit(self) -> bool:
@@ -140,9 +138,16 @@ class Window:
     command: str = ""
     pid: int | None = None
     last_activity: datetime | None = None
-    output_hash: str | None = None
     output_changed_at: datetime | None = None
     """When the pane's output last changed; drives stuck detection."""
+
+
+def worker_windows(windows: Sequence[Window]) -> list[Window]:
+    """Windows of the project's session named by an issue identifier: its workers.
+
+    By shape, not by the tracker key: Linear identifiers carry their team's key.
+    """
+    return [w for w in windows if IDENTIFIER_RE.fullmatch(w.name)]
 
 
 @dataclass(frozen=True)
@@ -151,7 +156,6 @@ class Workspace:
     path: str = ""
     has_unmerged_change: bool = False
     conflicted: bool = False
-    stale: bool = False
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,6 @@ class WorkerRecord:
     nudged_at: datetime | None = None
     iterations: int = 0
     last_activity: datetime | None = None
-    merged: bool = False
     summary: str | None = None
 
 
@@ -200,6 +203,15 @@ class Action:
     @property
     def kind(self) -> str:
         return type(self).__name__.lower()
+
+    def details(self) -> dict[str, object]:
+        """The action's own fields beyond issue and reason, enums as their values."""
+        out: dict[str, object] = {}
+        for f in dataclasses.fields(self):
+            if f.name not in ("issue", "reason"):
+                value = getattr(self, f.name)
+                out[f.name] = value.value if isinstance(value, Enum) else value
+        return out
 
 
 @dataclass(frozen=True)
@@ -282,5 +294,36 @@ class Plan:
     def __bool__(self) -> bool:
         return bool(self.actions)
 
-    def for_issue(self, identifier: str) -> tuple[Action, ...]:
-        return tuple(a for a in self.actions if a.issue == identifier)
+
+# --- what adapters hand back ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """What merging (or publishing) one workspace came to."""
+
+    merged: bool
+    conflicted: bool = False
+    commit: str | None = None
+    """Commit id trunk (or the pushed bookmark) points at after a successful merge."""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the tmux adapter needs to start one agent in a window."""
+
+    argv: list[str]
+    """The window's command: never contains issue text."""
+    env: dict[str, str] = field(repr=False)
+    """The pane's explicit environment, without secrets (those go through a 0600 file)."""
+    cwd: Path
+    prompt_file: Path | None
+    spec_file: Path | None = None
+    """The launch spec read by ``python -m ralph_dev.launcher`` in the pane."""
+
+    def discard_secrets(self) -> None:
+        """Delete the secrets file of a launch whose window never started (the launcher
+        that would have read and deleted it never ran)."""
+        if self.spec_file is not None:
+            self.spec_file.with_suffix(".secrets.json").unlink(missing_ok=True)

@@ -20,19 +20,15 @@ from typing import Any
 
 import structlog
 
-from ralph_dev.core.config import ProjectPaths
 from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.model import Role, WorkerRecord, check_identifier
+from ralph_dev.core.paths import ProjectPaths
 
 log = structlog.get_logger(__name__)
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def to_iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
 
 
 def from_iso(value: Any) -> datetime | None:
@@ -154,7 +150,8 @@ class StateStore:
 
     # -- events --
 
-    def append_event(self, event: str, *, issue: str | None = None, **details: Any) -> dict:
+    def append_event(self, event: str, *, issue: str | None = None,
+                     **details: Any) -> dict[str, Any]:
         entry: dict[str, Any] = {"time": utcnow().isoformat(), "event": event}
         if issue is not None:
             entry["issue"] = issue

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ralph_dev.adapters.jj_cli import JjCli, find_jj
+
 DEMO_PLAN = """\
 # A small, real plan: a phase of dependent tasks, a second phase blocked on
 # the first, and a few independent tasks.
@@ -92,12 +94,10 @@ def _cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.Comp
     return proc
 
 
-def _make_repo(repo: Path, env: dict[str, str], jj_bin: str) -> None:
-    repo.mkdir(parents=True)
-    (repo / "README.md").write_text("# kv — a demo project built by a ralph-dev swarm\n")
-    for args in (["git", "init", "--colocate"], ["commit", "-m", "Initial commit"],
-                 ["bookmark", "create", "main", "-r", "@-"]):
-        subprocess.run([jj_bin, *args], cwd=repo, env=env, check=True, capture_output=True)
+def _make_repo(jj: JjCli) -> None:
+    jj.repo.mkdir(parents=True)
+    (jj.repo / "README.md").write_text("# kv — a demo project built by a ralph-dev swarm\n")
+    jj.init_colocated(message="Initial commit", trunk="main")
 
 
 @contextlib.contextmanager
@@ -118,8 +118,8 @@ def scripted_model() -> Iterator[dict[str, str]]:
 
 def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
              echo: Callable[[str], None] = print, workers: int = 3) -> int:
-    from ralph_dev.adapters.jj import find_jj
-    from ralph_dev.core.config import sandbox_env
+    from ralph_dev.adapters.tmux import Tmux
+    from ralph_dev.core.paths import sandbox_env
 
     jj_bin = find_jj()
     if jj_bin is None:
@@ -142,10 +142,11 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
     echo(f" everything lives in {root}")
     echo(f" watch live:  tmux -L {socket} attach -t ralph-{PROJECT}")
     echo("=" * 72)
-    repo = root / "repo"
-    _make_repo(repo, env, jj_bin)
-    init = ["init", PROJECT, "--repo", str(repo), "--key", DEMO_KEY, "--max-workers", str(workers),
-            "--verify", "test -n \"$(ls)\""]
+    repo = JjCli(root / "repo", jj_bin=jj_bin, user=(env["JJ_USER"], env["JJ_EMAIL"]),
+                 environ=env)
+    _make_repo(repo)
+    init = ["init", PROJECT, "--repo", str(repo.repo), "--key", DEMO_KEY,
+            "--max-workers", str(workers), "--verify", "test -n \"$(ls)\""]
     stack = contextlib.ExitStack()
     try:
         if claude:
@@ -175,16 +176,14 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
         ok = _watch(env, timeout, echo)
         _cli(env, "stop", PROJECT, "--workers", check=False)
         echo("\nTrunk (main) now holds:")
-        echo(subprocess.run([jj_bin, "--no-pager", "log", "-r", "::main ~ root()",
-                             "--no-graph", "-T",
-                             'commit_id.short() ++ "  " ++ description.first_line() ++ "\\n"'],
-                            cwd=repo, env=env, capture_output=True, text=True).stdout)
+        echo(repo.log("::main ~ root()",
+                      'commit_id.short() ++ "  " ++ description.first_line() ++ "\\n"'))
         echo(_cli(env, "status", PROJECT, check=False).stdout)
         echo("Demo " + ("finished: every issue is Done." if ok else "stopped before the end."))
         return 0 if ok else 1
     finally:
         _cli(env, "stop", PROJECT, "--workers", check=False)
-        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
+        Tmux(f"ralph-{PROJECT}", socket).kill_server()
         stack.close()
         if keep:
             echo(f"Kept the demo files in {root}")

@@ -44,9 +44,7 @@ class LoopbackServer:
             await self._runner.setup()
             site = web.TCPSite(self._runner, self.host, 0)
             await site.start()
-            server = site._server
-            assert server is not None
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.port = self._runner.addresses[0][1]
 
         loop.run_until_complete(start())
         self._ready.set()

@@ -28,8 +28,9 @@ from typing import IO, Any
 
 import structlog
 
-from ralph_dev.core.config import ProjectSettings, check_project_name, state_home
+from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import Issue, Role
+from ralph_dev.core.paths import check_project_name, state_home
 from ralph_dev.core.state import StateStore, utcnow
 from ralph_dev.inpane.worker import (
     ENV_PROJECT,

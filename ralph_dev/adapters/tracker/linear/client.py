@@ -34,12 +34,12 @@ from gql.transport.exceptions import (
     TransportServerError,
 )
 
-from ralph_dev.adapters.tracker.base import (
+from ralph_dev.core.errors import (
+    ConfigError,
     TrackerError,
     TrackerInputError,
     TrackerUnavailable,
 )
-from ralph_dev.core.config import ConfigError
 
 if TYPE_CHECKING:
     from ralph_dev.core.config import TrackerSettings
@@ -204,10 +204,6 @@ class LinearClient:
         self.hours: dict[str, dict[str, float]] = {}
         self.rate: dict[str, float] = {}
 
-    @property
-    def key_source(self) -> str:
-        return self._key.source
-
     def __repr__(self) -> str:
         return f"LinearClient({self.url!r}, key from {self._key.source})"
 
@@ -324,7 +320,7 @@ class LinearClient:
         return data
 
     def _auth_error(self) -> LinearAuthError:
-        log.error("linear_auth_failed", key_source=self._key.source)
+        log.error("linear_auth_failed", source=self._key.source)
         return LinearAuthError(
             f"Linear rejected {self._key}: create a personal API key under Linear → "
             f"Settings → Security & access, and put it in {self._key.source}"
@@ -337,7 +333,8 @@ class LinearClient:
         messages = []
         for err in errors:
             if isinstance(err, dict):
-                ext = err.get("extensions") if isinstance(err.get("extensions"), dict) else {}
+                found = err.get("extensions")
+                ext = found if isinstance(found, dict) else {}
                 codes.append(str(ext.get("code") or ext.get("type") or "").upper())
                 messages.append(self._scrub(str(err.get("message") or ""))[:200])
         text = "; ".join(m for m in messages if m) or "no message"

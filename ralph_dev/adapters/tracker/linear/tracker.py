@@ -31,11 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ralph_dev.adapters.tracker.base import (
-    TrackerError,
-    TrackerInputError,
-    UnknownIssue,
-)
 from ralph_dev.adapters.tracker.linear.client import (
     DEFAULT_URL,
     URL_ENV,
@@ -56,8 +51,14 @@ from ralph_dev.adapters.tracker.linear.parse import (
     entry_from_node,
     parsing,
 )
-from ralph_dev.adapters.tracker.local import find_cycle, format_cycle
-from ralph_dev.core.config import ConfigError, Labels
+from ralph_dev.core.config import Labels
+from ralph_dev.core.cycles import find_cycle, format_cycle
+from ralph_dev.core.errors import (
+    ConfigError,
+    TrackerError,
+    TrackerInputError,
+    UnknownIssue,
+)
 from ralph_dev.core.model import (
     IDENTIFIER_RE,
     Issue,
@@ -570,6 +571,26 @@ class LinearTracker:
         await self.client.execute("IssueRelationCreate", {"input": {
             "issueId": other.id, "relatedIssueId": issue.id, "type": "blocks"}})
         log.info("linear_blocker", issue=identifier, blocker=blocker)
+        return await self.get(identifier)
+
+    async def remove_blocker(self, identifier: str, blocker: str) -> Issue:
+        """Drop every "blocks" relation from ``blocker`` to ``identifier`` (none: no-op)."""
+        issue = await self.get(identifier)
+        after: str | None = None
+        doomed: list[str] = []
+        while True:
+            data = await self.client.execute("IssueBlockerRelations",
+                                             {"id": issue.id, "after": after})
+            with parsing("IssueBlockerRelations"):
+                relations = data["issue"]["inverseRelations"]
+                doomed += [rel["id"] for rel in relations["nodes"]
+                           if rel["type"] == "blocks" and rel["issue"]["identifier"] == blocker]
+                if not relations["pageInfo"]["hasNextPage"]:
+                    break
+                after = relations["pageInfo"]["endCursor"]
+        for relation in doomed:
+            await self.client.execute("IssueRelationDelete", {"id": relation})
+        log.info("linear_unblocked", issue=identifier, blocker=blocker, relations=len(doomed))
         return await self.get(identifier)
 
     def _check_batch(self, entries: Sequence[NewIssue]) -> dict[str, int]:

@@ -1,0 +1,187 @@
+"""jj's command line: the one place ralph-dev starts a ``jj`` process.
+
+Every call goes through :meth:`JjCli.run`, never a shell, with a timeout, and
+comes back as a :class:`JJResult`; :meth:`JJResult.check` is the separate
+"raise if it failed" step, whose :class:`JJError` carries the command and jj's
+own words. Finding the binary and the PATH every repo-touching process needs
+(jj's own git first: colocated repos) live here too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from ralph_dev.core.errors import CommandError
+
+log = structlog.get_logger(__name__)
+
+JJ_TIMEOUT = 120.0
+"""Seconds before a jj command is considered hung (they normally take < 0.1 s)."""
+
+
+class JJError(CommandError):
+    """A jj command failed or jj refused; carries the command for the log and the fix."""
+
+
+@dataclass(frozen=True)
+class JJResult:
+    argv: tuple[str, ...]
+    cwd: str
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def check(self) -> JJResult:
+        """Return self, or raise JJError with jj's own explanation."""
+        if self.returncode != 0:
+            detail = self.stderr.strip() or self.stdout.strip() or "no output"
+            raise JJError(
+                f"jj {' '.join(self.argv[1:])} failed (exit {self.returncode}) in {self.cwd}: "
+                f"{detail}",
+                command=self.argv,
+                stderr=self.stderr,
+                returncode=self.returncode,
+            )
+        return self
+
+    def lines(self) -> list[str]:
+        return [line for line in self.stdout.split("\n") if line]
+
+
+# --- binary discovery and PATH --------------------------------------------------
+
+
+def find_jj() -> str | None:
+    """The jj binary without reading settings: $RALPH_DEV_JJ, PATH, ~/.local/bin/jj."""
+    for candidate in (
+        os.environ.get("RALPH_DEV_JJ"),
+        shutil.which("jj"),
+        str(Path.home() / ".local/bin/jj"),
+    ):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def child_path(jj_bin: str | None = None, base: str | None = None) -> str:
+    """PATH for every process that touches the repo (jj itself, agents in panes).
+
+    A colocated workspace is also a git worktree using options the system git
+    may not know (after ``jj workspace add`` git 2.39 cannot open the repo at
+    all). Where jj was installed next to a git that works with it (its real
+    directory, symlinks followed), that directory goes first.
+    """
+    base = os.environ.get("PATH", os.defpath) if base is None else base
+    jj_bin = jj_bin or find_jj()
+    if not jj_bin:
+        return base
+    entries: list[str] = []
+    for directory in (Path(jj_bin).parent, Path(os.path.realpath(jj_bin)).parent):
+        git = directory / "git"
+        if git.is_file() and os.access(git, os.X_OK) and str(directory) not in entries:
+            entries.append(str(directory))
+    rest = [p for p in base.split(os.pathsep) if p and p not in entries]
+    return os.pathsep.join(entries + rest)
+
+
+class JjCli:
+    """jj run in one repository (or one of its workspaces) with a fixed author."""
+
+    def __init__(
+        self,
+        repo: Path,
+        *,
+        jj_bin: str | None = None,
+        user: tuple[str, str] = ("ralph-dev", "ralph-dev@localhost"),
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.repo = Path(repo)
+        self._jj_bin = jj_bin
+        self.user = user
+        self.environ = environ
+        """The environment jj runs in (None: this process's), PATH and author aside."""
+        self.calls = 0
+        """jj processes started by this instance (tests and benchmarks measure cost)."""
+
+    @property
+    def jj_bin(self) -> str:
+        found = self._jj_bin = self._jj_bin or find_jj()
+        if not found:
+            raise JJError(
+                "jj is not installed (looked at $RALPH_DEV_JJ, PATH and ~/.local/bin/jj): "
+                "install jj >= 0.46 or set RALPH_DEV_JJ to its path"
+            )
+        return found
+
+    def child_path(self) -> str:
+        return child_path(self.jj_bin)
+
+    def child_env(self) -> dict[str, str]:
+        env = dict(os.environ if self.environ is None else self.environ)
+        env["PATH"] = self.child_path()
+        env["JJ_USER"], env["JJ_EMAIL"] = self.user
+        return env
+
+    def run(self, *args: str, cwd: Path | None = None) -> JJResult:
+        """Run jj once (never through a shell); failures come back in the result."""
+        argv = (self.jj_bin, "--no-pager", "--color", "never", *args)
+        where = Path(cwd) if cwd is not None else self.repo
+        self.calls += 1
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(
+                argv,
+                cwd=where,
+                env=self.child_env(),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=JJ_TIMEOUT,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            missing = exc.filename or where
+            return JJResult(argv, str(where), 127, "", f"{missing}: does not exist")
+        except subprocess.TimeoutExpired:
+            return JJResult(argv, str(where), 124, "", f"timed out after {JJ_TIMEOUT:.0f}s")
+        except OSError as exc:
+            return JJResult(argv, str(where), 126, "", str(exc))
+        ms = round((time.monotonic() - started) * 1000)
+        log.debug("jj", args=list(args[:3]), cwd=str(where), rc=proc.returncode, ms=ms)
+        return JJResult(argv, str(where), proc.returncode, proc.stdout, proc.stderr)
+
+    def _read(self, *args: str) -> JJResult:
+        """A repo-level command (queries, bookmarks, forget) run from the repo root
+        with ``--ignore-working-copy``: the person's own working copy is never
+        snapshotted or updated by it."""
+        return self.run("--ignore-working-copy", *args).check()
+
+    def init_colocated(self, *, message: str, trunk: str) -> None:
+        """A new colocated repo in ``repo`` with its files committed and a trunk bookmark
+        (the demo's throwaway project)."""
+        self.repo.mkdir(parents=True, exist_ok=True)
+        self.run("git", "init", "--colocate").check()
+        self.run("commit", "-m", message).check()
+        self.run("bookmark", "create", trunk, "-r", "@-").check()
+
+    def log(self, revset: str, template: str) -> str:
+        """``jj log`` of ``revset`` with ``template``, read without touching any working copy."""
+        return self.run("--ignore-working-copy", "log", "--no-graph", "-r", revset,
+                        "-T", template).check().stdout
+
+    def version(self) -> str:
+        """``jj --version``'s first line (raises JJError when jj cannot run)."""
+        return self.run("--version").check().stdout.strip().splitlines()[0]

@@ -1,0 +1,415 @@
+"""Workers' jj workspaces: add, list, snapshot, describe, forget.
+
+Each worker gets its own jj workspace ``<workspace_root>/ISSUE`` created from
+trunk, so agents never see each other's half-done edits. Traps this is built
+around (see ``shared/notes/jj-on-debian12.md``):
+
+* A workspace goes *stale* when another workspace rewrites its ``@`` with
+  different content, so every command that rewrites a workspace's commits runs
+  inside that workspace, and a snapshot repairs a stale working copy first.
+* ``jj workspace forget`` leaves the directory; it is removed, but only once
+  the work is safe (in trunk, or kept under a bookmark).
+* Read-only queries from the repository root use ``--ignore-working-copy`` so
+  the person's own (default) working copy is never snapshotted behind their
+  back.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import structlog
+
+from ralph_dev.adapters.jj_cli import JjCli, JJError
+from ralph_dev.core.model import Workspace
+
+if TYPE_CHECKING:
+    pass
+
+log = structlog.get_logger(__name__)
+
+WORKSPACE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+BOOKMARK_PREFIX = "ralph/"
+TRUNK_WORKSPACE = "ralph-trunk"
+"""jj workspace where trunk is checked out to verify it after merges.
+
+It lives at ``<root>/.ralph-trunk``: the dot keeps it apart from every valid
+worker workspace name, and list_workspaces leaves it out.
+"""
+_FS = "\x1f"  # field separator in our templates (never in names we accept)
+_RS = "\x1e"  # list separator inside a field
+
+
+class InvalidWorkspaceName(JJError, ValueError):
+    """A workspace name that is not a plain ``[A-Za-z0-9._-]`` word inside the root."""
+
+
+def quote_revset(text: str) -> str:
+    """A revset/template string literal (names are validated, this is belt and braces)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_REFUSED_LINE = re.compile(r"^  (.+): \S+ \(\d+ bytes\)")
+
+
+def _refused_paths(stderr: str) -> list[str]:
+    """Paths from jj's "Refused to snapshot some files:" warning."""
+    refused: list[str] = []
+    inside = False
+    for line in stderr.splitlines():
+        if "Refused to snapshot some files" in line:
+            inside = True
+        elif inside and (found := _REFUSED_LINE.match(line)):
+            if found.group(1) not in refused:
+                refused.append(found.group(1))
+        else:
+            inside = False
+    return refused
+
+
+# --- the adapter ----------------------------------------------------------------
+
+
+class JJWorkspaces(JjCli):
+    """The project's repository and ralph-dev's workspaces in it: add, list, snapshot, forget."""
+
+    def __init__(
+        self,
+        repo: Path,
+        workspace_root: Path,
+        trunk: str = "main",
+        *,
+        jj_bin: str | None = None,
+        user: tuple[str, str] = ("ralph-dev", "ralph-dev@localhost"),
+    ) -> None:
+        super().__init__(repo, jj_bin=jj_bin, user=user)
+        self.workspace_root = Path(workspace_root)
+        self.trunk = trunk
+
+    # -- names and paths --
+
+    @property
+    def _trunk(self) -> str:
+        return quote_revset(self.trunk)
+
+    @staticmethod
+    def bookmark(name: str) -> str:
+        return BOOKMARK_PREFIX + name
+
+    def workspace_path(self, name: str) -> Path:
+        """``<root>/NAME``, refusing any name that could leave the root or confuse jj."""
+        if not isinstance(name, str) or not WORKSPACE_NAME_RE.fullmatch(name):
+            shown = name if isinstance(name, str) else repr(name)
+            raise InvalidWorkspaceName(
+                f"{shown[:40]!r} is not a usable workspace name: use letters, digits, '.', '_' "
+                "or '-', starting with a letter or digit (issue identifiers such as ENG-12 are)"
+            )
+        root = self.workspace_root.resolve()
+        path = (root / name).resolve()
+        if path.parent != root:
+            raise InvalidWorkspaceName(
+                f"workspace {name!r} would be at {path}, outside {root}: "
+                "remove the symlink or choose another name"
+            )
+        return path
+
+    # -- repo checks --
+
+    def check_repo(self) -> None:
+        """Raise with the fix unless the repo is a jj repo with the trunk bookmark."""
+        if not self.repo.is_dir():
+            raise JJError(
+                f"repository {self.repo} does not exist: create it, or fix `repo` in "
+                "ralph-dev's config"
+            )
+        result = self.run("--ignore-working-copy", "root")
+        if not result.ok:
+            is_git = (self.repo / ".git").exists()
+            fix = (
+                f"run `jj git init --colocate` in {self.repo}"
+                if is_git
+                else f"run `jj git init` in {self.repo}"
+            )
+            raise JJError(
+                f"{self.repo} is not a jj repository ({result.stderr.strip() or 'no .jj'}): {fix}",
+                command=result.argv,
+                stderr=result.stderr,
+                returncode=result.returncode,
+            )
+        found = self._read(
+            "bookmark", "list", "-T", f'if(name == {self._trunk}, name ++ "\\n")'
+        ).lines()
+        if self.trunk not in found:
+            raise JJError(
+                f"{self.repo} has no trunk bookmark {self.trunk!r}: run "
+                f"`jj bookmark create {self.trunk} -r @-` in {self.repo} (or set `trunk` in "
+                "ralph-dev's config to your main bookmark)"
+            )
+
+    # -- workspaces --
+
+    def _listed(self) -> dict[str, Path]:
+        out = self._read("workspace", "list", "-T", f'name ++ "{_FS}" ++ root ++ "\\n"')
+        found: dict[str, Path] = {}
+        for line in out.lines():
+            name, _, root = line.partition(_FS)
+            found[name] = Path(root)
+        return found
+
+    def add_workspace(self, name: str) -> Path:
+        """Create workspace NAME from trunk (or reuse it) and bookmark its change.
+
+        A reused workspace is snapshotted (and repaired if stale) so the new
+        agent starts from what is on disk. When ``ralph/NAME`` still holds
+        unmerged work (a canceled issue that came back), the new workspace
+        starts on top of that work instead of trunk.
+        """
+        path = self.workspace_path(name)
+        if not path.exists():
+            created = self._add_new_workspace(name, path)
+            if created is not None:
+                return created
+        listed = self._listed()
+        if name in listed:
+            if Path(os.path.realpath(listed[name])) != path:
+                raise JJError(
+                    f"jj already has a workspace {name!r} at {listed[name]}, not under "
+                    f"{self.workspace_root}: run `jj workspace forget {name}` in {self.repo} "
+                    "if it is no longer used"
+                )
+            if not path.is_dir():
+                raise JJError(
+                    f"workspace {name!r} is known to jj but {path} is gone: run "
+                    f"`jj workspace forget {name}` in {self.repo} (its commits stay in the repo)"
+                )
+            log.debug("jj_workspace_reused", workspace=name)
+            self._snapshot(path)
+            self._ensure_bookmark(name)
+            return path
+        if path.exists() and any(path.iterdir()):
+            raise JJError(
+                f"{path} exists and is not a jj workspace of {self.repo}: move it away "
+                "(it may hold someone's work) and try again"
+            )
+        created = self._add_new_workspace(name, path)
+        if created is None:
+            raise JJError(f"jj already has a workspace named {name!r}: run `jj workspace "
+                          f"forget {name}` in {self.repo} if it is no longer used")
+        return created
+
+    def _add_new_workspace(self, name: str, path: Path) -> Path | None:
+        """``jj workspace add`` from trunk (or a kept ``ralph/NAME``) and bookmark it.
+
+        The common case of every spawn, so it costs three jj calls. Returns None
+        when jj already knows a workspace of that name (the caller sorts it out).
+        """
+        path.parent.mkdir(parents=True, exist_ok=True)
+        bookmark = self.bookmark(name)
+        base = self._trunk
+        kept = f"present({quote_revset(bookmark)}) ~ ::{self._trunk}"
+        if self._count(None, kept):
+            base = quote_revset(bookmark)
+            log.info("jj_workspace_resumes_kept_change", workspace=name, bookmark=base)
+        add = ("workspace", "add", "--name", name, "-r", base, str(path))
+        result = self.run(*add, cwd=self.repo)
+        if not result.ok and "already registered worktree" in result.stderr:
+            self._prune_git_worktrees()
+            result = self.run(*add, cwd=self.repo)
+        if not result.ok and "already exists" in result.stderr:
+            return None
+        result.check()
+        if base != quote_revset(bookmark):  # a kept bookmark already points at the work
+            self._read("bookmark", "set", "--allow-backwards", bookmark,
+                       "-r", f"{quote_revset(name)}@")
+        log.info("jj_workspace_added", workspace=name, path=str(path))
+        return path
+
+    def _ensure_bookmark(self, name: str) -> None:
+        """Keep the worker's change reachable under ``ralph/NAME`` (follows rewrites)."""
+        bookmark = self.bookmark(name)
+        if not self._count(None, f"present({quote_revset(bookmark)})"):
+            self._read(
+                "bookmark", "set", "--allow-backwards", bookmark, "-r", f"{quote_revset(name)}@"
+            )
+
+    def _prune_git_worktrees(self) -> None:
+        """Drop git's record of worktrees whose directory is gone (colocated repos).
+
+        ``jj workspace forget`` cannot unregister the git worktree of a
+        directory someone already deleted, and git then refuses a new worktree
+        at that path. Run through ``jj util exec`` so jj stays the one tool
+        this module starts, with the same PATH (and so the same git).
+        """
+        if (self.repo / ".git").exists():
+            self.run("--ignore-working-copy", "util", "exec", "--", "git", "worktree", "prune")
+
+    def list_workspaces(self) -> list[Workspace]:
+        """ralph-dev's workspaces (those under the root) with what decide needs.
+
+        Costs one ``jj log`` over every workspace's ``@`` and its non-trunk
+        ancestors, whatever the number of workspaces.
+        """
+        template = (
+            f'commit_id ++ "{_FS}" ++ parents.map(|c| c.commit_id()).join(",") ++ "{_FS}" '
+            f'++ empty ++ "{_FS}" ++ conflict ++ "{_FS}" '
+            f'++ self.contained_in({quote_revset("::" + self._trunk)}) ++ "{_FS}" '
+            f'++ working_copies.map(|w| w.name() ++ "=" ++ w.root()).join("{_RS}") ++ "\\n"'
+        )
+        revset = f"working_copies() | ({self._trunk}..working_copies())"
+        out = self._read("log", "--no-graph", "-r", revset, "-T", template)
+        commits: dict[str, tuple[list[str], bool, bool, bool]] = {}
+        heads: dict[str, tuple[str, str]] = {}
+        for line in out.lines():
+            parts = line.split(_FS)
+            if len(parts) != 6:
+                continue
+            commit, parents, empty, conflict, in_trunk, wcs = parts
+            commits[commit] = (
+                [p for p in parents.split(",") if p],
+                empty == "true",
+                conflict == "true",
+                in_trunk == "true",
+            )
+            for wc in filter(None, wcs.split(_RS)):
+                wname, _, wc_root = wc.partition("=")
+                heads[wname] = (commit, wc_root)
+        root = self.workspace_root.resolve()
+        result: list[Workspace] = []
+        for wname, (commit, wroot) in sorted(heads.items()):
+            if wname in ("default", TRUNK_WORKSPACE):
+                continue
+            if Path(os.path.realpath(wroot)).parent != root:
+                continue
+            unmerged = conflicted = False
+            todo, seen = [commit], set()
+            while todo:
+                c = todo.pop()
+                if c in seen or c not in commits:
+                    continue
+                seen.add(c)
+                c_parents, c_empty, c_conflict, c_in_trunk = commits[c]
+                if c_in_trunk:
+                    continue
+                unmerged = unmerged or not c_empty
+                conflicted = conflicted or c_conflict
+                todo.extend(c_parents)
+            result.append(
+                Workspace(
+                    name=wname,
+                    path=wroot,
+                    has_unmerged_change=unmerged,
+                    conflicted=conflicted,
+                )
+            )
+        return result
+
+    def _require(self, name: str) -> Path:
+        path = self.workspace_path(name)
+        if name not in self._listed():
+            raise JJError(
+                f"there is no jj workspace {name!r} in {self.repo}: it was never added or "
+                "was forgotten"
+            )
+        if not path.is_dir():
+            raise JJError(
+                f"workspace {name!r} is known to jj but {path} is gone: run "
+                f"`jj workspace forget {name}` in {self.repo} (its commits stay in the repo)"
+            )
+        return path
+
+    def snapshot(self, name: str) -> list[str]:
+        """Record the worker's files in its change (hooks call this after edits).
+
+        Returns the paths jj refused to record (bigger than its
+        ``snapshot.max-new-file-size``); they exist only on disk.
+        """
+        return self._snapshot(self._require(name))
+
+    def _snapshot(self, path: Path) -> list[str]:
+        """Snapshot the working copy at ``path``, repairing it first if it is stale."""
+        result = self.run("util", "snapshot", cwd=path)
+        if not result.ok and "stale" in result.stderr:
+            log.info("jj_workspace_stale_repaired", workspace=path.name)
+            self.run("workspace", "update-stale", cwd=path).check()
+            result = self.run("util", "snapshot", cwd=path)
+        refused = _refused_paths(result.check().stderr)
+        if refused:
+            log.warning("jj_snapshot_refused", workspace=path.name, paths=refused[:10])
+        return refused
+
+    def _refuse_if_unrecorded(self, name: str, refused: list[str], doing: str) -> None:
+        if refused:
+            shown = ", ".join(refused[:5]) + (" …" if len(refused) > 5 else "")
+            raise JJError(
+                f"refusing to {doing} workspace {name}: jj did not record {shown} (too large "
+                f"for snapshot.max-new-file-size), so it would be lost; add it to .gitignore, "
+                f"remove it, or raise the limit with `jj config set --repo "
+                f"snapshot.max-new-file-size SIZE` in {self.repo}"
+            )
+
+    def describe(self, name: str, message: str) -> None:
+        """Set the description of the workspace's working change (snapshotting first)."""
+        path = self._require(name)
+        self._snapshot(path)
+        # `--message=…` so a message starting with '-' is never read as an option;
+        # NUL cannot pass through argv at all.
+        text = message.replace("\x00", "")
+        self.run("describe", "-r", "@", f"--message={text}", cwd=path).check()
+
+    def _count(self, path: Path | None, revset: str) -> int:
+        """How many commits ``revset`` holds, asked in workspace ``path`` (snapshotting
+        it) or, with None, from the repo root without touching any working copy."""
+        args = ("log", "--no-graph", "-r", revset, "-T", '"x\\n"')
+        if path is None:
+            return len(self._read(*args).lines())
+        return len(self.run(*args, cwd=path).check().lines())
+
+    def forget(self, name: str, *, keep_bookmark: bool = False) -> None:
+        """Forget the workspace and remove its directory once its work is safe.
+
+        Safe means: every non-empty change is in trunk, or ``keep_bookmark``
+        (a canceled issue) and the newest change is kept under ``ralph/NAME``.
+        Already forgotten is fine. A directory that jj does not know is left
+        alone: it may hold edits nobody snapshotted.
+        """
+        path = self.workspace_path(name)
+        if name not in self._listed():
+            if path.exists():
+                log.warning("jj_orphan_workspace_dir_kept", workspace=name, path=str(path))
+            return
+        bookmark = self.bookmark(name)
+        if path.is_dir():
+            self._refuse_if_unrecorded(name, self._snapshot(path), "forget")
+        revset_ws = f"{quote_revset(name)}@"
+        unmerged = self._count(None, f"({self._trunk}..{revset_ws}) ~ empty()")
+        if unmerged and not keep_bookmark:
+            raise JJError(
+                f"refusing to forget workspace {name}: it would lose work ({unmerged} change(s) "
+                f"not in {self.trunk}); merge it first, or forget it as canceled to keep the "
+                f"change under bookmark {bookmark}"
+            )
+        if unmerged:
+            heads = self._read(
+                "log", "--no-graph", "-r",
+                f'heads(({self._trunk}..{revset_ws}) ~ (empty() & description(exact:"")))',
+                "-T", 'commit_id ++ "\\n"',
+            ).lines()
+            self._read("bookmark", "set", "--allow-backwards", bookmark, "-r", heads[0])
+            if len(heads) > 1:
+                for i, extra in enumerate(heads[1:], start=2):
+                    extra_bookmark = f"{bookmark}-{i}"
+                    self._read("bookmark", "set", "--allow-backwards", extra_bookmark, "-r", extra)
+            log.info("jj_change_kept", workspace=name, bookmark=bookmark)
+        else:
+            self.run("--ignore-working-copy", "bookmark", "delete", bookmark)
+        self._read("workspace", "forget", name)
+        if path.exists():
+            shutil.rmtree(path)
+        else:
+            self._prune_git_worktrees()
+        log.info("jj_workspace_forgotten", workspace=name, kept=bool(unmerged))
+

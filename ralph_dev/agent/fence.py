@@ -1,0 +1,65 @@
+"""The tool fence: which Claude Code tools each role is offered and pre-approved.
+
+Tool names as Claude Code 2.1 offers them (seen in its requests). Every role
+may read, run commands (its `ralph-dev worker …` reports need Bash), load
+skills, keep a task list and look things up on the web; only execute and
+resolve workers edit files; nobody gets subagents or tools that wait for a
+person or schedule work outside ralph-dev.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ralph_dev.core.model import Role
+
+# Tool names as Claude Code 2.1 offers them (seen in its requests). Every role
+# may read, run commands (its `ralph-dev worker …` reports need Bash), load
+# skills, keep a task list and look things up on the web.
+COMMON_TOOLS = (
+    "Bash", "Read", "Skill", "WebFetch", "WebSearch",
+    "TaskCreate", "TaskGet", "TaskList", "TaskUpdate", "TaskOutput", "TaskStop",
+)
+
+
+EDIT_TOOLS = ("Edit", "Write", "NotebookEdit")
+
+
+# Never for a worker: subagents (a worker does not orchestrate) and tools that
+# wait for a person or schedule work outside ralph-dev.
+NEVER_TOOLS = (
+    "Agent", "AskUserQuestion", "SendMessage", "Workflow", "CronCreate", "CronDelete",
+    "CronList", "ScheduleWakeup", "EnterWorktree", "ExitWorktree", "EnterPlanMode",
+    "ExitPlanMode",
+)
+
+
+@dataclass(frozen=True)
+class ToolFence:
+    tools: tuple[str, ...]
+    """What the session offers the model at all (``--tools``)."""
+    allowed: tuple[str, ...]
+    """Pre-approved, so ``dontAsk`` runs them without asking (``--allowedTools``)."""
+    disallowed: tuple[str, ...]
+    """Denied outright (``--disallowedTools``), belt and braces."""
+
+
+def tool_fence(role: Role) -> ToolFence:
+    """Review, research and plan workers get no edit tools; nobody gets subagents.
+
+    A fence, not a jail: Bash can still write files. The skills tell
+    non-editing roles not to, and the tools they are offered make editing the
+    unnatural path.
+    """
+    tools = COMMON_TOOLS + (EDIT_TOOLS if role.may_edit else ())
+    disallowed = NEVER_TOOLS + (() if role.may_edit else EDIT_TOOLS)
+    return ToolFence(tools=tools, allowed=tools, disallowed=disallowed)
+
+
+SUPERVISOR_ALLOWED = (
+    "Read", "Skill",
+    "Bash(ralph-dev:*)", "Bash(jj workspace list:*)", "Bash(jj log:*)", "Bash(jj status:*)",
+    "Bash(tmux list-windows:*)", "Bash(tmux list-panes:*)",
+)
+"""The supervisor diagnoses and repairs through ralph-dev's own commands only: any
+other command is denied by ``dontAsk`` (never asked about)."""

@@ -1,0 +1,85 @@
+"""``ralph-dev init`` writing a project's table into the person's config.toml.
+
+tomlkit keeps the person's comments and layout elsewhere in the file; the
+write is atomic and refuses to replace a table without ``--force``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.errors import ConfigError
+from ralph_dev.core.fsutil import atomic_write_text
+from ralph_dev.core.paths import config_file
+
+
+def project_table(settings: ProjectSettings) -> dict[str, Any]:
+    """The TOML table ``init`` writes: only what differs from the defaults."""
+    out: dict[str, Any] = {"repo": str(settings.repo), "trunk": settings.trunk}
+    defaults = ProjectSettings(name=settings.name, repo=settings.repo)
+    for f in dataclasses.fields(ProjectSettings):
+        if f.name in ("name", "repo", "trunk"):
+            continue
+        value = getattr(settings, f.name)
+        if value == getattr(defaults, f.name):
+            continue
+        if dataclasses.is_dataclass(value):
+            section_default = getattr(defaults, f.name)
+            table = {
+                sf.name: _toml_value(getattr(value, sf.name))
+                for sf in dataclasses.fields(value)
+                if getattr(value, sf.name) != getattr(section_default, sf.name)
+            }
+            if table:
+                out[f.name] = table
+        else:
+            out[f.name] = _toml_value(value)
+    return out
+
+
+def _toml_value(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+def write_project(
+    settings: ProjectSettings, *, force: bool = False, path: Path | None = None
+) -> Path:
+    """Add (or with ``force`` replace) one ``[projects.NAME]`` table, atomically.
+
+    Uses tomlkit so a person's comments and layout elsewhere in the file survive.
+    """
+    import tomlkit
+
+    path = path or config_file()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    try:
+        tomllib.loads(text)
+        doc = tomlkit.parse(text)
+    except (tomllib.TOMLDecodeError, tomlkit.exceptions.TOMLKitError) as exc:
+        raise ConfigError(f"{path}: not valid TOML, fix it before running init: {exc}") from exc
+    projects = doc.get("projects")
+    if projects is None:
+        projects = tomlkit.table(is_super_table=True)
+        doc["projects"] = projects
+    if settings.name in projects and not force:
+        raise ConfigError(
+            f"{path}: project {settings.name!r} already exists; "
+            "use --force to replace its table"
+        )
+    projects[settings.name] = project_table(settings)
+    atomic_write_text(path, tomlkit.dumps(doc))
+    return path

@@ -1,0 +1,172 @@
+"""The ports: what the control layer needs from each outside system, as Protocols.
+
+Each consumer names exactly the capabilities it uses, so a narrow consumer
+(``ralph-dev plan`` only observes) can be handed a narrow adapter, and a wide
+one (the controller acts) cannot be built without every method it calls:
+there is no optional method that is probed for at run time. The adapters in
+``ralph_dev.adapters`` implement these structurally; mypy checks them where
+``control.wiring`` puts the pieces together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from ralph_dev.core.model import (
+    Issue,
+    Launch,
+    MergeResult,
+    NewIssue,
+    Role,
+    StateType,
+    Window,
+    Workspace,
+)
+
+# --- tmux: the process plane ------------------------------------------------------------
+
+
+class WindowLister(Protocol):
+    def list_windows(self) -> list[Window]:
+        """Every window of the project's session, with liveness, in one call."""
+        ...
+
+
+class Panes(WindowLister, Protocol):
+    """What the controller does to worker windows."""
+
+    def open_window(self, name: str, *, cwd: Path, command: Sequence[str],
+                    environment: Mapping[str, str], log_file: Path | None = None) -> Window: ...
+
+    def send_text(self, target: str, text: str) -> None: ...
+
+    def kill_window(self, target: str) -> None: ...
+
+
+class Session(Panes, Protocol):
+    """What the daemon needs besides: the session itself."""
+
+    def ensure_session(self, cwd: Path, environment: Mapping[str, str]) -> None: ...
+
+    def session_exists(self) -> bool: ...
+
+
+# --- jj: the code plane -----------------------------------------------------------------
+
+
+class WorkspaceLister(Protocol):
+    def list_workspaces(self) -> list[Workspace]:
+        """ralph-dev's workspaces with what decide needs (unmerged? conflicted?)."""
+        ...
+
+
+class Workspaces(WorkspaceLister, Protocol):
+    """Adding, merging and forgetting workers' workspaces."""
+
+    def add_workspace(self, name: str) -> Path: ...
+
+    def merge(self, name: str) -> MergeResult: ...
+
+    def forget(self, name: str, *, keep_bookmark: bool = False) -> None: ...
+
+    def snapshot(self, name: str) -> list[str]: ...
+
+
+class Trunk(Protocol):
+    """Trunk's commit and a checkout of it, for verifying trunk after merges."""
+
+    def trunk_commit(self) -> str: ...
+
+    def trunk_checkout(self) -> Path: ...
+
+
+class Publisher(Protocol):
+    """Pull-request mode: push a worker's change under its own bookmark."""
+
+    def publish(self, name: str, remote: str = "origin") -> MergeResult: ...
+
+
+class Repository(Workspaces, Trunk, Publisher, Protocol):
+    """Everything the controller does with the project's repository."""
+
+
+# --- the tracker ------------------------------------------------------------------------
+
+
+class TrackerReader(Protocol):
+    async def list_issues(self) -> list[Issue]:
+        """Every issue of the project, with blockers, parent/children, labels, comments."""
+        ...
+
+    async def refresh(self, identifiers: Sequence[str]) -> list[Issue]:
+        """Re-read just these issues (unknown ones are left out)."""
+        ...
+
+    async def get(self, identifier: str) -> Issue:
+        """One issue; raises ``UnknownIssue``."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+    def usage(self) -> Mapping[str, Any] | None:
+        """Requests and budget spent this hour (None: the tracker has no budget)."""
+        ...
+
+
+class TrackerWriter(Protocol):
+    async def set_state(self, identifier: str, *, name: str | None = None,
+                        type: StateType | None = None) -> Issue:
+        """Move an issue to the state called ``name``, or the first state of ``type``."""
+        ...
+
+    async def change_labels(self, identifier: str, *, add: Sequence[str] = (),
+                            remove: Sequence[str] = ()) -> Issue:
+        """Add and remove labels in one change (never replacing the whole set)."""
+        ...
+
+    async def add_labels(self, identifier: str, labels: Sequence[str]) -> Issue: ...
+
+    async def remove_labels(self, identifier: str, labels: Sequence[str]) -> Issue: ...
+
+    async def comment(self, identifier: str, body: str, *, by_ralph: bool = True,
+                      author: str | None = None) -> None:
+        """Add a comment. ``by_ralph`` marks ralph-dev's own words (never human feedback);
+        ``author`` names a person where the tracker lets us (the local one)."""
+        ...
+
+    async def create_issues(self, new: Sequence[NewIssue]) -> list[str]:
+        """Create issues (parents and blockers may point into the batch), all or nothing
+        where the tracker allows it; return their identifiers in order."""
+        ...
+
+
+class Blockers(Protocol):
+    async def add_blocker(self, identifier: str, blocker: str) -> Issue: ...
+
+    async def remove_blocker(self, identifier: str, blocker: str) -> Issue: ...
+
+
+class Tracker(TrackerReader, TrackerWriter, Blockers, Protocol):
+    """An issue tracker as ralph-dev uses it: the local one and Linear both are one."""
+
+
+# --- agents and pull requests ---------------------------------------------------------
+
+
+class AgentLauncher(Protocol):
+    """Prepares one worker's agent: prompt, environment, and the window's argv."""
+
+    def __call__(self, issue: Issue, role: Role, workspace: Path, model: str, *,
+                 attempt: int, feedback: str | None = None) -> Launch: ...
+
+
+class PullRequests(Protocol):
+    """Opens the pull request of a pushed ``ralph/ISSUE`` bookmark: (its URL, newly
+    opened?) — a retried tick finds the one it opened before."""
+
+    def open_pull_request(self, *, head: str, base: str, title: str,
+                          body: str) -> tuple[str, bool]: ...
