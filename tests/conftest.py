@@ -50,7 +50,7 @@ def find_jj() -> str | None:
     return None
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def jj_bin() -> str:
     found = find_jj()
     if found is None:

@@ -139,7 +139,7 @@ def test_dispatch_order_priority_then_sort_order_then_age_then_identifier() -> N
         issue(10, priority=3),
         issue(9, priority=3),
     ]
-    random.Random(4).shuffle(issues)  # noqa: S311 - a fixed shuffle, not crypto
+    random.Random(4).shuffle(issues)
     plan = run(world(issues=issues), settings(limits=Limits(max_workers=20)))
     assert [a.issue for a in plan.actions] == [
         "DEMO-3", "DEMO-5", "DEMO-4", "DEMO-6", "DEMO-7", "DEMO-9", "DEMO-10", "DEMO-2", "DEMO-1",
@@ -379,6 +379,30 @@ def test_a_ready_issue_tried_before_keeps_its_attempts_backoff_and_cap() -> None
     assert plan.actions[0].attempt == 2  # type: ignore[attr-defined]
     capped = world(issues=[issue(4)], records=[rec("DEMO-4", attempts=3)])
     assert steps(run(capped)) == [("hold", "DEMO-4")]
+
+
+def test_a_worker_lost_with_its_tmux_session_is_respawned_without_a_charge() -> None:
+    lost = rec("DEMO-4", attempts=3, last_failure_at=NOW - timedelta(seconds=1),
+               lost="its tmux session went away")
+    plan = run(world(issues=[issue(4, "started")], records=[lost]))
+    assert steps(plan) == [("spawn", "DEMO-4")]  # no backoff, no hold at the cap
+    spawn = plan.actions[0]
+    assert isinstance(spawn, Spawn) and spawn.attempt == 3
+    assert "no attempt charged" in spawn.reason and "tmux session" in spawn.reason
+
+
+def test_a_leftover_done_record_never_blocks_a_reopened_issue() -> None:
+    # the controller was killed between forgetting the workspace and deleting the record;
+    # later a person moved the issue back to Todo: it is dispatched as new work
+    leftover = rec("DEMO-4", attempts=2, done=True)
+    plan = run(world(issues=[issue(4, "todo")], records=[leftover]))
+    assert steps(plan) == [("spawn", "DEMO-4")]
+    assert plan.actions[0].attempt == 1  # type: ignore[attr-defined]
+    # with its done work still unmerged, the merge goes first
+    pending = run(world(issues=[issue(4, "todo")], records=[leftover],
+                        workspaces=[Workspace("DEMO-4", has_unmerged_change=True)]))
+    assert steps(pending)[:2] == [("merge", "DEMO-4"), ("forget", "DEMO-4")]
+    assert ("spawn", "DEMO-4") not in steps(pending)
 
 
 def test_orphans_come_before_new_dispatch_and_count_toward_limits() -> None:
@@ -671,7 +695,7 @@ def test_decide_is_deterministic_whatever_the_input_order() -> None:
     first = run(world(issues, windows, workspaces, records))
     assert first
     for seed in range(5):
-        rng = random.Random(seed)  # noqa: S311 - a fixed shuffle, not crypto
+        rng = random.Random(seed)
         shuffled = [list(x) for x in (issues, windows, workspaces, records)]
         for part in shuffled:
             rng.shuffle(part)

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING
 import structlog
 
 from ralph_dev.adapters.jj_cli import JJError
-from ralph_dev.adapters.jj_workspaces import TRUNK_WORKSPACE, JJWorkspaces
+from ralph_dev.adapters.jj_guard import (
+    INTENTS_DIR,
+    IntentStore,
+    MergeIntent,
+    MergeRefused,
+    foreign_paths,
+    refusal,
+)
+from ralph_dev.adapters.jj_workspaces import TRUNK_WORKSPACE, JJWorkspaces, quote_revset
 from ralph_dev.core.model import MergeResult
 
 if TYPE_CHECKING:
@@ -29,6 +37,10 @@ log = structlog.get_logger(__name__)
 
 class JJ(JJWorkspaces):
     """One project's repository: its workspaces, merges into trunk and trunk itself."""
+
+    @property
+    def intents(self) -> IntentStore:
+        return IntentStore(self.workspace_root / INTENTS_DIR)
 
     @classmethod
     def from_settings(cls, settings: ProjectSettings, **kwargs: object) -> JJ:
@@ -52,11 +64,21 @@ class JJ(JJWorkspaces):
 
         Everything that rewrites commits runs inside the workspace, so its
         working copy follows and no other workspace goes stale. A conflict
-        leaves the conflicted change in the workspace and trunk untouched.
+        leaves the conflicted change in the workspace and trunk untouched. The
+        head is returned only once the merge guard (``jj_guard``) has checked it.
         """
+        intent = self.intents.load(name)
+        fork = intent.fork if intent else self._fork_point(name)
         self._refuse_if_unrecorded(name, self._snapshot(path), verb)
+        if intent is None:
+            # recorded before anything is rewritten: what the issue's own work touches
+            own = self._changed(fork, f"{quote_revset(name)}@")
+            intent = MergeIntent(name=name, fork=fork, trunk=self.trunk_commit(),
+                                 paths=tuple(sorted(own)))
+            self.intents.save(intent)
         work = self._trunk + "..@"
         if self._count(path, f"({work}) ~ empty()") == 0:
+            self.intents.clear(name)
             return MergeResult(
                 merged=False,
                 detail=f"nothing to {verb}: {name} has no changes outside {self.trunk}",
@@ -66,6 +88,7 @@ class JJ(JJWorkspaces):
         conflicted = self._count(path, f"conflicts() & ({work})")
         if conflicted:
             log.info("jj_merge_conflict", workspace=name, commits=conflicted)
+            self.intents.clear(name)  # the rebase is done; a resolve worker's edits are its own
             return MergeResult(
                 merged=False,
                 conflicted=True,
@@ -81,7 +104,9 @@ class JJ(JJWorkspaces):
                 f"({', '.join(h[:12] for h in heads)}); join them into one change in "
                 f"{path} (e.g. `jj new {' '.join(h[:12] for h in heads)}`) and try again"
             )
-        # no nameless commits leave the workspace (they cannot be pushed): name them
+        self._guard(name, path, intent, heads[0])
+        # no nameless commits leave the workspace (they cannot be pushed): name them,
+        # now that the guard has checked they hold only this issue's work
         nameless = f'({work}) & description(exact:"") ~ empty()'
         if self._count(path, nameless):
             self.run("describe", "-r", nameless, "-m", name, cwd=path).check()
@@ -92,6 +117,32 @@ class JJ(JJWorkspaces):
             self.run("new", "-r", "@", cwd=path).check()
         return head
 
+    def _fork_point(self, name: str) -> str:
+        """Where the workspace's work left trunk's history, from jj's committed view
+        (``--ignore-working-copy``: nothing on disk is adopted by asking)."""
+        out = self._read("log", "--no-graph", "-r",
+                         f"heads(::{self._trunk} & ::{quote_revset(name)}@)", "-T", "commit_id")
+        return out.stdout.strip()
+
+    def _changed(self, old: str, new: str) -> set[str]:
+        """Paths whose content differs between two revisions."""
+        out = self._read("diff", "--from", old, "--to", new, "--name-only")
+        return set(out.lines())
+
+    def _guard(self, name: str, path: Path, intent: MergeIntent, head: str) -> None:
+        """Trunk moves only forward, and only by the issue's own paths; else refuse."""
+        trunk = self.trunk_commit()
+        if not self._count(None, f"{trunk} & ::{head}"):
+            raise MergeRefused(
+                f"refusing to move trunk for {name}: its rebased work ({head[:12]}) does not "
+                f"descend from trunk ({trunk[:12]}); trunk is untouched")
+        extra = foreign_paths(self._changed(trunk, head), intent)
+        if extra:
+            log.error("jj_merge_refused", workspace=name, trunk=trunk[:12], head=head[:12],
+                      foreign=extra[:20])
+            raise refusal(name, trunk_name=self.trunk, trunk=trunk, head=head, extra=extra,
+                          repo=self.repo, workspace=path)
+
     def merge(self, name: str) -> MergeResult:
         """Rebase the workspace's change(s) onto trunk and move trunk forward to them."""
         path = self._require(name)
@@ -99,6 +150,7 @@ class JJ(JJWorkspaces):
         if isinstance(head, MergeResult):
             return head
         self.run("bookmark", "set", self.trunk, "-r", head, cwd=path).check()
+        self.intents.clear(name)
         self.run("bookmark", "delete", self.bookmark(name), cwd=path)
         log.info("jj_merged", workspace=name, commit=head[:12], trunk=self.trunk)
         return MergeResult(
@@ -117,6 +169,7 @@ class JJ(JJWorkspaces):
         bookmark = self.bookmark(name)
         self.run("bookmark", "set", "--allow-backwards", bookmark, "-r", head, cwd=path).check()
         self.run("git", "push", "--remote", remote, "--bookmark", bookmark, cwd=path).check()
+        self.intents.clear(name)
         log.info("jj_published", workspace=name, commit=head[:12], remote=remote)
         return MergeResult(
             merged=True, commit=head, detail=f"{name} pushed as {bookmark} to {remote}"

@@ -31,6 +31,12 @@ class JJError(CommandError):
     """A jj command failed or jj refused; carries the command for the log and the fix."""
 
 
+class JJInterrupted(JJError):
+    """jj was killed or timed out: nothing is known to be wrong; the next try may work."""
+
+    retryable = True
+
+
 @dataclass(frozen=True)
 class JJResult:
     argv: tuple[str, ...]
@@ -43,8 +49,20 @@ class JJResult:
     def ok(self) -> bool:
         return self.returncode == 0
 
+    @property
+    def interrupted(self) -> bool:
+        """Killed by a signal (negative code) or by our timeout (124), not jj's verdict."""
+        return self.returncode < 0 or self.returncode == 124
+
     def check(self) -> JJResult:
         """Return self, or raise JJError with jj's own explanation."""
+        if self.interrupted:
+            how = "timed out" if self.returncode == 124 else f"killed by signal {-self.returncode}"
+            raise JJInterrupted(
+                f"jj {' '.join(self.argv[1:4])}… was interrupted ({how}) in {self.cwd}; "
+                "nothing is known to be wrong, the next attempt runs it again",
+                command=self.argv, stderr=self.stderr, returncode=self.returncode,
+            )
         if self.returncode != 0:
             detail = self.stderr.strip() or self.stdout.strip() or "no output"
             raise JJError(

@@ -127,6 +127,8 @@ class JJWorkspaces(JjCli):
                 "ralph-dev's config"
             )
         result = self.run("--ignore-working-copy", "root")
+        if result.interrupted or (not result.ok and "no jj repo" not in result.stderr):
+            result.check()  # interrupted, or jj could not read it: say what jj said
         if not result.ok:
             is_git = (self.repo / ".git").exists()
             fix = (
@@ -190,7 +192,11 @@ class JJWorkspaces(JjCli):
             self._snapshot(path)
             self._ensure_bookmark(name)
             return path
-        if path.exists() and any(path.iterdir()):
+        if path.exists() and self._pending("add", name).exists():
+            # our own `jj workspace add` died half-way: no agent ever ran there
+            log.warning("jj_half_made_workspace_removed", workspace=name, path=str(path))
+            shutil.rmtree(path)
+        elif path.exists() and any(path.iterdir()):
             raise JJError(
                 f"{path} exists and is not a jj workspace of {self.repo}: move it away "
                 "(it may hold someone's work) and try again"
@@ -215,6 +221,9 @@ class JJWorkspaces(JjCli):
             base = quote_revset(bookmark)
             log.info("jj_workspace_resumes_kept_change", workspace=name, bookmark=base)
         add = ("workspace", "add", "--name", name, "-r", base, str(path))
+        marker = self._pending("add", name)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()  # until the add is done: a directory left by a kill is ours to remove
         result = self.run(*add, cwd=self.repo)
         if not result.ok and "already registered worktree" in result.stderr:
             self._prune_git_worktrees()
@@ -225,8 +234,14 @@ class JJWorkspaces(JjCli):
         if base != quote_revset(bookmark):  # a kept bookmark already points at the work
             self._read("bookmark", "set", "--allow-backwards", bookmark,
                        "-r", f"{quote_revset(name)}@")
+        marker.unlink(missing_ok=True)
         log.info("jj_workspace_added", workspace=name, path=str(path))
         return path
+
+    def _pending(self, operation: str, name: str) -> Path:
+        """Present while ralph-dev's ``add`` or ``forget`` of NAME has not finished: a
+        directory such an operation leaves behind when killed is known to be ours."""
+        return self.workspace_root / ".ralph-pending" / operation / name
 
     def _ensure_bookmark(self, name: str) -> None:
         """Keep the worker's change reachable under ``ralph/NAME`` (follows rewrites)."""
@@ -377,9 +392,13 @@ class JJWorkspaces(JjCli):
         alone: it may hold edits nobody snapshotted.
         """
         path = self.workspace_path(name)
+        marker = self._pending("forget", name)
         if name not in self._listed():
-            if path.exists():
+            if path.exists() and marker.exists():
+                shutil.rmtree(path)  # our forget died after jj let go: its work was safe
+            elif path.exists():
                 log.warning("jj_orphan_workspace_dir_kept", workspace=name, path=str(path))
+            marker.unlink(missing_ok=True)
             return
         bookmark = self.bookmark(name)
         if path.is_dir():
@@ -406,10 +425,13 @@ class JJWorkspaces(JjCli):
             log.info("jj_change_kept", workspace=name, bookmark=bookmark)
         else:
             self.run("--ignore-working-copy", "bookmark", "delete", bookmark)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()  # the work is safe: a directory left by a kill is ours to remove
         self._read("workspace", "forget", name)
         if path.exists():
             shutil.rmtree(path)
         else:
             self._prune_git_worktrees()
+        marker.unlink(missing_ok=True)
         log.info("jj_workspace_forgotten", workspace=name, kept=bool(unmerged))
 

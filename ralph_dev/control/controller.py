@@ -210,6 +210,9 @@ class Controller:
                 failed_issues.add(action.issue)
                 result.failures.append((action, str(exc)))
                 self._record_failure(action, exc)
+                if isinstance(action, Merge) and isinstance(exc, RalphError) \
+                        and not exc.retryable:
+                    await self._hold_for_person(action.issue, exc)
             else:
                 details = {k: v for k, v in action.details().items()
                            if v not in (None, "", False)}
@@ -226,6 +229,20 @@ class Controller:
             "action_failed", issue=action.issue, action=action.kind, reason=action.reason,
             error=str(exc), retryable=exc.retryable if isinstance(exc, RalphError) else True,
         )
+
+    async def _hold_for_person(self, issue: str, exc: RalphError) -> None:
+        """A failure retrying cannot fix (a refused merge): label the issue for a person
+        and say on it what happened and how to go on; decide then leaves it alone."""
+        labels = self.settings.labels
+        try:
+            await self.tracker.add_labels(issue, [labels.user_input_needed])
+            await self.tracker.comment(
+                issue, f"ralph-dev stopped: {exc}\n\nWhen it is fixed, add the label "
+                       f"{labels.user_feedback_given!r} and ralph-dev tries again.")
+        except TrackerError as tracker_exc:  # the next tick fails the same way and retries
+            log.warning("hold_failed", issue=issue, error=str(tracker_exc))
+            return
+        self.store.append_event("hold", issue=issue, reason=str(exc)[:500])
 
     def write_heartbeat(self, observed: Observed, plan: Plan, *,
                         acting: str | None = None) -> None:
@@ -318,7 +335,7 @@ class Controller:
         workspace: Path = await asyncio.to_thread(self.jj.add_workspace, action.issue)
         record = self.store.update_record(
             action.issue, role=action.role, attempts=action.attempt, started_at=self.clock(),
-            done=False, blocked=False, nudged_at=None, iterations=0,
+            done=False, blocked=False, nudged_at=None, iterations=0, lost=None,
         )
         if issue.state_type in (StateType.UNSTARTED, StateType.BACKLOG, StateType.TRIAGE):
             await self.tracker.set_state(action.issue, type=StateType.STARTED)

@@ -10,7 +10,7 @@ import asyncio
 from datetime import datetime
 from typing import Any
 
-from ralph_dev.control.daemon import daemon_running
+from ralph_dev.control.processes import lock_holder
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import TrackerError
 from ralph_dev.core.model import CONTROLLER_WINDOW, Observed, Window, worker_windows
@@ -29,7 +29,7 @@ async def snapshot(settings: ProjectSettings, *, events: int = 10) -> dict[str, 
 
     store = StateStore(settings.paths)
     now = utcnow()
-    daemon_pid = daemon_running(settings.paths.daemon_pid)
+    daemon_pid = lock_holder(settings.paths.daemon_pid)
     windows: list[Window] = await asyncio.to_thread(tmux_for(settings).list_windows)
     controller = [w for w in windows if w.name == CONTROLLER_WINDOW]
     beat = store.read_heartbeat()

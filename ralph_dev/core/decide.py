@@ -289,8 +289,10 @@ class _World:
         if self.review_dispatch(issue):
             if ident in self.workspaces and rec is not None and rec.done:
                 return False  # the done path still has to merge and forget it first
-        elif issue.state_type != StateType.UNSTARTED or (rec is not None and rec.done):
+        elif issue.state_type != StateType.UNSTARTED:
             return False
+        elif rec is not None and rec.done and ident in self.workspaces:
+            return False  # reopened before its done work was merged: that goes first
         return self.blocker_of(issue) is None
 
 
@@ -488,6 +490,11 @@ class _Decider:
         """
         if has_window:
             self.emit(Kill(ident, f"{why}: closing its window"))
+        if self.world.feedback(ident):
+            self.resume(ident)  # a person answered the hold: the merge is tried again
+            return
+        if self.world.held(ident):
+            return  # a person must answer first (a refused merge is held for one)
         if not self.take_merge_slot():
             return  # trunk is verified after each merge: this one goes next tick
         change = "its change" if ws.has_unmerged_change else "whatever it holds"
@@ -541,10 +548,19 @@ class _Decider:
     def retry(
         self, ident: str, issue: Issue, role: Role, what: str, queue: list[_Candidate]
     ) -> None:
-        """Cap → Hold; backoff not elapsed → wait; else queue a spawn of attempt n+1."""
+        """Cap → Hold; backoff not elapsed → wait; else queue a spawn of attempt n+1.
+
+        A worker lost for a cause outside the issue (its tmux session went away) is
+        started again at once, as the same attempt: nothing is charged for it.
+        """
         rec = self.world.records.get(ident)
         attempts = self.attempts(ident)
         cap = self.settings.timing.max_attempts
+        if rec is not None and rec.lost:
+            queue.append(_Candidate(issue, role, max(attempts, 1),
+                                    f"{ident}: {what}; its worker was lost ({rec.lost[:120]}), "
+                                    f"no attempt charged ({max(attempts, 1)}/{cap})"))
+            return
         if attempts >= cap:
             self.hold(ident, what)
             return

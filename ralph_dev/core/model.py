@@ -175,7 +175,16 @@ class WorkerRecord:
     nudged_at: datetime | None = None
     iterations: int = 0
     last_activity: datetime | None = None
+    lost: str | None = None
+    """Why the worker went away for a cause outside the issue (its tmux session died):
+    the next spawn charges no attempt."""
     summary: str | None = None
+
+    @property
+    def running(self) -> bool:
+        """A worker was started and has neither finished, asked, nor failed since."""
+        return (self.started_at is not None and not self.done and not self.blocked
+                and (self.last_failure_at is None or self.last_failure_at <= self.started_at))
 
 
 @dataclass(frozen=True)
