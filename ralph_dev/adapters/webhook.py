@@ -127,6 +127,7 @@ class WebhookListener:
         max_skew: float = MAX_SKEW_S,
         deliveries: int = DELIVERIES_KEPT,
         min_interval: float = 1.0,
+        on_wake: Callable[[], None] | None = None,
     ) -> None:
         if not secret:
             raise WebhookError(f"the webhook signing secret is empty: set {SECRET_ENV}")
@@ -135,6 +136,8 @@ class WebhookListener:
         self.clock = clock
         self.max_skew = max_skew
         self.min_interval = min_interval
+        self.on_wake = on_wake
+        """Told before each wake (the tracker then polls even inside its poll interval)."""
         self.deliveries = Deliveries(deliveries)
         self.woken = 0
         self._last_wake: float | None = None
@@ -197,6 +200,8 @@ class WebhookListener:
         self._pending = None
         self._last_wake = time.monotonic()
         self.woken += 1
+        if self.on_wake is not None:
+            self.on_wake()
         self.wake.set()
 
     # -- HTTP -------------------------------------------------------------------
@@ -271,7 +276,9 @@ async def run_controller(controller: Any, settings: ProjectSettings, *,
     port = settings.tracker.webhook_port
     if port is not None:
         try:
-            listener = WebhookListener(secret_from_env(environ), wake)
+            tracker = getattr(controller, "tracker", None)
+            listener = WebhookListener(secret_from_env(environ), wake,
+                                       on_wake=getattr(tracker, "expect_changes", None))
             await listener.start(settings.tracker.webhook_host, port)
         except WebhookError as exc:
             listener = None

@@ -566,11 +566,14 @@ def poke_controller(store: StateStore) -> None:
 
 
 def human_feedback(issue: Issue) -> str | None:
-    """Comments people wrote after ralph-dev last spoke: what a resumed worker must read."""
+    """Comments people wrote after ralph-dev last spoke: what a resumed worker must read
+    (an integration's comments, such as GitHub's "Linked PR #42 opened", are not)."""
     newest: list[str] = []
     for comment in reversed(issue.comments):
         if comment.by_ralph:
             break
+        if comment.by_bot:
+            continue
         newest.append(f"{comment.author} ({comment.created_at:%Y-%m-%d %H:%M}): {comment.body}")
     return "\n\n".join(reversed(newest)) or None
 

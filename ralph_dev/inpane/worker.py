@@ -468,13 +468,15 @@ async def plan(w: Worker, path: Path) -> list[str]:
 
 
 async def feedback(w: Worker, *, show_all: bool = False) -> list[Comment]:
-    """Human comments newer than the worker's start or the last time they were shown."""
+    """Human comments newer than the worker's start or the last time they were shown
+    (neither ralph-dev's own nor an integration's such as GitHub's)."""
     issue_id = w.issue
     issue = await w.tracker.get(issue_id)
     since = None if show_all else _feedback_since(w)
     human = [
         c for c in issue.comments
-        if not c.by_ralph and (since is None or c.created_at is None or c.created_at > since)
+        if not c.by_ralph and not c.by_bot
+        and (since is None or c.created_at is None or c.created_at > since)
     ]
     if human:
         w.store.append_event(FEEDBACK_SHOWN_EVENT, issue=issue_id, count=len(human))

@@ -1,32 +1,38 @@
 """The Linear tracker: the tracker Protocol over Linear's GraphQL API (gql + aiohttp).
 
-This is the only module that talks to Linear. Every document it sends lives in
-``tracker/graphql/*.graphql`` (named operations only) and a test validates each
-one against Linear's published schema, so a typo fails in CI, not at 3 a.m.
+This is the only module that decides what to ask Linear. Every document it
+sends lives in ``graphql/*.graphql`` (named operations only) and a test
+validates each one against Linear's published schema, so a typo fails in CI,
+not at 3 a.m.
 
-Budget: Linear allows about 2,500 requests and 3,000,000 complexity points per
-hour per user. A full sync (every issue of the project, paginated so one query
-stays far under the 10,000-point cap) runs at start and every
-``full_sync_interval``; in between, ``list_issues`` costs ONE request (issues
-updated since the last poll minus an overlap, archived ones included, and new
-comments) merged into an in-memory cache. Relations have no change signal,
-which is why the full sync exists at all.
+Reading. A full sync (every issue of the project, in pages that stay under
+5,000 complexity points, then the rest of any connection a page cut short, then
+the state of blockers and sub-issues outside the project) runs at start and
+every ``full_sync_interval``; it is saved to a disk cache that short-lived
+processes start from. In between, ``list_issues`` polls at most every
+``poll_interval`` seconds (controller ticks in between read the cache; a write
+by another ralph-dev process of the project forces the next poll), and a poll
+is ONE request that downloads no issue text: which issues changed (id and
+updatedAt, over an overlapping window), which comments are new, and the newest
+relation changes of the workspace. Only what is actually new is then fetched
+(one more request). See ``benchmarks/linear_budget.py`` for what this costs.
 
-Failures: rate limiting (HTTP 400 + ``RATELIMITED``), 5xx, timeouts, refused
-connections and garbage answers are ``TrackerUnavailable`` (retryable): the
-client backs off with jitter and refuses calls until the backoff ends, so a
-controller ticking every few seconds does not hammer a struggling API. A
-rejected key is not retryable and names where the key came from, never the
-key itself.
+Writing. New issues go to the team's first "unstarted" state (Todo), or
+``tracker.linear_new_state``, in the parent's team, else ``tracker.linear_team``,
+else the project's only team. Labels change incrementally.
+
+Failures are the client's business (``client.py``): typed errors, backoff
+shared by every process of the project, never a secret in a message.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -35,6 +41,16 @@ from ralph_dev.adapters.tracker.base import (
     TrackerError,
     TrackerInputError,
     UnknownIssue,
+)
+from ralph_dev.adapters.tracker.linear.cache import (
+    CACHE_FILE,
+    PROJECT_FILE,
+    RATE_FILE,
+    IssueCache,
+    load_cache,
+    load_project,
+    save_json,
+    save_project,
 )
 from ralph_dev.adapters.tracker.linear.client import (
     DEFAULT_URL,
@@ -52,14 +68,20 @@ from ralph_dev.adapters.tracker.linear.parse import (
     LinearProject,
     LinearState,
     LinearTeam,
+    blockers_from,
+    children_from,
     comment_from_node,
     entry_from_node,
+    linear_time,
+    next_page,
+    parse_time,
     parsing,
 )
 from ralph_dev.adapters.tracker.local import find_cycle, format_cycle
 from ralph_dev.core.config import ConfigError, Labels
 from ralph_dev.core.model import (
     IDENTIFIER_RE,
+    Comment,
     Issue,
     NewIssue,
     StateType,
@@ -71,14 +93,37 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-PAGE_SIZE = 25
-"""Issues per page: ~115 points each (see fragments.graphql), ~2,900 per query."""
+PAGE_SIZE = 60
+"""Issues per full-sync page: IssueFields is about 71 points, so about 4,300 per query
+(under 5,000; Linear refuses anything over 10,000)."""
+BY_ID_PAGE = 50
+"""Issues per query when fetching known ids in full (polls, refresh)."""
+RELATED_PAGE = 100
+"""Issues per query when reading the state of blockers/children elsewhere (~7 points each)."""
+CONNECTION_PAGE = 50
+"""Blockers or children per follow-up query, for the rare issue with more than 10."""
 PROJECTS_PAGE = 100
 LABELS_PAGE = 250
+POLL_WINDOW = 100
+"""Issue changes one poll looks at; more means a full sync is cheaper and surer."""
+POLL_COMMENTS = 50
+POLL_RELATIONS = 25
+"""Newest relation changes of the workspace one poll looks at; all of them new means
+some may have been missed: then a full sync."""
 POLL_OVERLAP = timedelta(minutes=2)
+"""Changes Linear stamped this long before the newest one we hold are looked at again
+(their ids and stamps only): a write that became visible late is not missed."""
+SAVE_EVERY = timedelta(seconds=60)
+"""A long-lived process saves the disk cache after polls at most this often."""
 
 
-# --- the tracker -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class CreatePlan:
+    """Where one new issue goes, decided for the whole batch before anything is created."""
+
+    team: LinearTeam
+    state: LinearState
+    parent_id: str | None
 
 
 class LinearTracker:
@@ -89,32 +134,55 @@ class LinearTracker:
         client: LinearClient,
         project: str,
         *,
-        full_sync_interval: float = 300.0,
+        full_sync_interval: float = 1800.0,
+        poll_interval: float = 30.0,
         page_size: int = PAGE_SIZE,
         labels: Labels | None = None,
+        default_team: str | None = None,
+        new_state: str | None = None,
+        cache_file: Path | None = None,
     ) -> None:
         if not project or not str(project).strip():
             raise ConfigError("tracker.linear_project is empty: set a project id, slug or name")
         self.client = client
         self.project_ref = str(project).strip()
         self.full_sync_interval = full_sync_interval
+        self.poll_interval = poll_interval
         self.page_size = page_size
         self.label_settings = labels or Labels()
+        self.default_team = default_team
+        self.new_state = new_state
+        self.cache_file = cache_file
         self._project: LinearProject | None = None
+        self._project_read_at: datetime | None = None
         self._labels: list[LinearLabel] | None = None
-        self._cache: dict[str, Entry] | None = None
-        self._last_full: datetime | None = None
+        self._cache: IssueCache | None = None
+        self._disk_checked = False
+        self._polled_at: datetime | None = None
+        self._saved_at: datetime | None = None
+        self._dirty = False
+        self._expect_changes = False
+        self._labels_missing: set[str] = set()
+        """Label ids still unknown after the last reload (not reloaded for again)."""
         self.full_syncs = 0
         self.polls = 0
+        self.cached_reads = 0
 
     @classmethod
-    def from_settings(cls, settings: ProjectSettings, **client_args: Any) -> LinearTracker:
+    def from_settings(cls, settings: ProjectSettings, *, shared: bool = True,
+                      **client_args: Any) -> LinearTracker:
+        """``shared=False`` keeps no files (``init``, before the project exists)."""
         key = load_api_key(settings.tracker)
         url = os.environ.get(URL_ENV) or DEFAULT_URL
+        state_dir = settings.paths.state_dir
+        if shared:
+            client_args.setdefault("shared_state", state_dir / RATE_FILE)
         client = LinearClient(key, url, **client_args)
-        return cls(client, settings.tracker.linear_project or "",
-                   full_sync_interval=settings.tracker.full_sync_interval,
-                   labels=settings.labels)
+        t = settings.tracker
+        return cls(client, t.linear_project or "", full_sync_interval=t.full_sync_interval,
+                   poll_interval=t.linear_poll_interval, labels=settings.labels,
+                   default_team=t.linear_team, new_state=t.linear_new_state,
+                   cache_file=state_dir / CACHE_FILE if shared else None)
 
     def __repr__(self) -> str:
         return f"LinearTracker({self.project_ref!r}, {self.client!r})"
@@ -123,13 +191,31 @@ class LinearTracker:
     def clock(self) -> Callable[[], datetime]:
         return self.client.clock
 
+    @property
+    def project_file(self) -> Path | None:
+        return self.cache_file.with_name(PROJECT_FILE) if self.cache_file else None
+
     def usage(self) -> dict[str, Any]:
         """For ``status``: requests/complexity per hour, rate limit, sync counts."""
         out = self.client.usage()
-        out.update(full_syncs=self.full_syncs, polls=self.polls,
-                   last_full_sync=self._last_full.isoformat() if self._last_full else None,
-                   cached_issues=len(self._cache or {}))
+        cache = self._cache
+        out.update(full_syncs=self.full_syncs, polls=self.polls, cached_reads=self.cached_reads,
+                   last_full_sync=cache.synced_at.isoformat() if cache and cache.synced_at
+                   else None,
+                   cached_issues=len(cache.members()) if cache else 0)
         return out
+
+    def expect_changes(self) -> None:
+        """Something changed in Linear (a webhook said so): the next ``list_issues``
+        polls even if the last poll is younger than ``poll_interval``."""
+        self._expect_changes = True
+
+    def renamed(self) -> dict[str, str]:
+        """Earlier identifiers of the project's issues (before a team move) → current."""
+        cache = self._cache
+        if cache is None:
+            return {}
+        return {old: e.identifier for e in cache.members() for old in e.previous_identifiers}
 
     # --- project, teams, labels ------------------------------------------------------
 
@@ -140,9 +226,14 @@ class LinearTracker:
             return {"id": str(data["viewer"]["id"]), "name": str(data["viewer"]["name"])}
 
     async def project(self) -> LinearProject:
-        """The configured project, found by id, slug (or URL slug) or name."""
+        """The configured project, found by id, slug (or URL slug) or name; read from
+        ``linear-project.json`` when an earlier process recorded it."""
         if self._project is not None:
             return self._project
+        if self.project_file is not None:
+            self._project = load_project(self.project_file, self.project_ref)
+            if self._project is not None:
+                return self._project
         ref = self.project_ref
         candidates: list[tuple[str, str, str]] = []
         after: str | None = None
@@ -176,10 +267,15 @@ class LinearTracker:
                 f"no Linear project matches {ref!r} ({hint}); set tracker.linear_project "
                 "(or --linear-project) to a project id, slug or name"
             )
-        pid = found[0][0]
-        data = await self.client.execute("ProjectTeams", {"id": pid})
+        return await self._read_project(found[0][0])
+
+    async def _read_project(self, project_id: str) -> LinearProject:
+        """The project's teams and their workflow states (re-read at each full sync)."""
+        data = await self.client.execute("ProjectTeams", {"id": project_id})
         with parsing("ProjectTeams"):
             node = data["project"]
+            truncated = node["teams"]["pageInfo"]["hasNextPage"] or any(
+                t["states"]["pageInfo"]["hasNextPage"] for t in node["teams"]["nodes"])
             teams = tuple(
                 LinearTeam(
                     id=str(t["id"]), key=str(t["key"]), name=str(t["name"]),
@@ -191,26 +287,53 @@ class LinearTracker:
                 )
                 for t in node["teams"]["nodes"]
             )
-            self._project = LinearProject(str(node["id"]), str(node["name"]),
-                                          found[0][2], teams)
-        log.info("linear_project", project=self._project.name, teams=[t.key for t in teams])
-        return self._project
+            project = LinearProject(str(node["id"]), str(node["name"]), str(node["slugId"]),
+                                    teams)
+        if truncated:
+            raise LinearSetupError(
+                f"Linear project {project.name!r} has more than 25 teams or a team with more "
+                "than 50 workflow states; ralph-dev does not handle that many"
+            )
+        self._project = project
+        self._project_read_at = self.clock()
+        if self._cache is not None:
+            self._cache.project = project
+        if self.project_file is not None:
+            save_project(self.project_file, self.project_ref, project)
+        log.info("linear_project", project=project.name, teams=[t.key for t in teams])
+        return project
 
     def check_states(self, project: LinearProject) -> None:
-        """Every team needs a started and a completed state (ralph-dev moves issues there)."""
+        """Every team needs an unstarted, a started and a completed state (ralph-dev
+        dispatches from the first and moves issues to the others), and the configured
+        team and new-issue state must exist."""
         if not project.teams:
             raise LinearSetupError(
                 f"Linear project {project.name!r} has no teams; add a team to it in Linear"
             )
         for team in project.teams:
             types = {s.type for s in team.states}
-            missing = [t for t in ("started", "completed") if t not in types]
+            missing = [t for t in ("unstarted", "started", "completed") if t not in types]
             if missing:
                 raise LinearSetupError(
                     f"Linear team {team.name} ({team.key}) has no workflow state of type "
                     f"{' or '.join(missing)}; add one in Linear → Settings → Teams → "
                     f"{team.name} → Workflow"
                 )
+            if self.new_state and team.state(name=self.new_state, type=None) is None:
+                raise LinearSetupError(
+                    f"tracker.linear_new_state = {self.new_state!r}, but Linear team "
+                    f"{team.key} has no such state (its states: {team.describe_states()}); "
+                    "use a state name every team of the project has, or remove the setting"
+                )
+        if self.default_team and project.team(self.default_team) is None:
+            raise LinearSetupError(self._team_choices(project, f"tracker.linear_team = "
+                                                               f"{self.default_team!r} is not"))
+
+    def _team_choices(self, project: LinearProject, what: str) -> str:
+        keys = ", ".join(t.key for t in project.teams)
+        return (f"{what} a team of Linear project {project.name!r} (its teams: {keys}); set "
+                "tracker.linear_team to the key new issues without a parent go to")
 
     async def labels(self, *, reload: bool = False) -> list[LinearLabel]:
         if self._labels is not None and not reload:
@@ -229,8 +352,13 @@ class LinearTracker:
                 if not conn["pageInfo"]["hasNextPage"]:
                     break
                 after = conn["pageInfo"]["endCursor"]
-        self._labels = out
+        self._set_labels(out)
         return out
+
+    def _set_labels(self, labels: list[LinearLabel]) -> None:
+        self._labels = labels
+        if self._cache is not None:
+            self._cache.labels = {x.id: x for x in labels}
 
     def _pick_label(self, labels: Sequence[LinearLabel], name: str,
                     team_id: str) -> LinearLabel | None:
@@ -271,8 +399,7 @@ class LinearTracker:
             node = data["issueLabelCreate"]["issueLabel"]
             label = LinearLabel(str(node["id"]), str(node["name"]),
                                 (node.get("team") or {}).get("id"))
-        if self._labels is not None:
-            self._labels.append(label)
+        self._set_labels([*(self._labels or []), label])
         log.info("linear_label_created", label=name, team_label=team_id is not None)
         return label
 
@@ -293,45 +420,109 @@ class LinearTracker:
                 created.append(name)
         return created
 
+    # --- the cache ------------------------------------------------------------------
+
+    async def _open_cache(self) -> IssueCache:
+        """The cache: this process's, else the disk cache of the last full sync when it is
+        fresh, else an empty one that knows only what is read into it."""
+        if self._cache is not None:
+            return self._cache
+        project = await self.project()
+        cache = None
+        if self.cache_file is not None and not self._disk_checked:
+            self._disk_checked = True
+            cache = load_cache(self.cache_file, self.project_ref, project)
+            if cache is not None and self._labels is None:
+                self._labels = list(cache.labels.values())  # a stale list still names most
+            if cache is not None and not self._fresh(cache):
+                cache = None
+            if cache is not None:
+                log.info("linear_cache_loaded", issues=len(cache.members()),
+                         synced_at=cache.synced_at.isoformat() if cache.synced_at else None)
+                self._saved_at = self.clock()
+        self._cache = cache or IssueCache(project)
+        if self._labels is not None:
+            self._cache.labels = {x.id: x for x in self._labels}
+        return self._cache
+
+    def _fresh(self, cache: IssueCache) -> bool:
+        if cache.synced_at is None:
+            return False
+        age = (self.clock() - cache.synced_at).total_seconds()
+        return 0 <= age < self.full_sync_interval
+
+    def _save(self, *, force: bool = False) -> None:
+        cache = self._cache
+        if self.cache_file is None or cache is None or cache.synced_at is None:
+            return  # only a cache that started from a full sync is worth sharing
+        now = self.clock()
+        if not force and self._saved_at is not None and now - self._saved_at < SAVE_EVERY:
+            self._dirty = True
+            return
+        save_json(self.cache_file, cache.to_json(self.project_ref))
+        self._saved_at = now
+        self._dirty = False
+
+    async def _complete(self, cache: IssueCache, entries: Iterable[Entry]) -> None:
+        """Read what the entries' pages left out: the rest of long blocker/children lists,
+        and the state of what they point at outside the project (or archived)."""
+        for entry in entries:
+            while entry.blockers_after is not None:
+                data = await self.client.execute("IssueBlockers", {
+                    "id": entry.id, "first": CONNECTION_PAGE, "after": entry.blockers_after})
+                with parsing("IssueBlockers"):
+                    more, entry.blockers_after = blockers_from(
+                        data["issue"]["inverseRelations"])
+                entry.blockers = (*entry.blockers, *more)
+            while entry.children_after is not None:
+                data = await self.client.execute("IssueChildren", {
+                    "id": entry.id, "first": CONNECTION_PAGE, "after": entry.children_after})
+                with parsing("IssueChildren"):
+                    more, entry.children_after = children_from(data["issue"]["children"])
+                entry.children = (*entry.children, *more)
+        unknown = sorted(cache.unknown_references())
+        short: list[str] = []
+        for start in range(0, len(unknown), RELATED_PAGE):
+            chunk = unknown[start:start + RELATED_PAGE]
+            data = await self.client.execute("RelatedIssues", {"ids": chunk,
+                                                               "first": len(chunk)})
+            with parsing("RelatedIssues"):
+                found = [entry_from_node(n) for n in data["issues"]["nodes"]]
+            for entry in found:
+                if entry.project_id == cache.project.id and not entry.gone:
+                    short.append(entry.id)  # one of ours after all: read it in full
+                else:
+                    cache.store(entry)
+        if short:
+            await self._complete(cache, await self._fetch_full(cache, short))
+        missing = cache.unknown_label_ids()
+        if missing - self._labels_missing:  # a label made since we read the list
+            await self.labels(reload=True)
+            self._labels_missing = cache.unknown_label_ids()
+
+    async def _fetch_full(self, cache: IssueCache, ids: Sequence[str]) -> list[Entry]:
+        """These issues in full, stored; returns what Linear still has."""
+        fetched: list[Entry] = []
+        for start in range(0, len(ids), BY_ID_PAGE):
+            chunk = list(ids[start:start + BY_ID_PAGE])
+            data = await self.client.execute("IssuesByIds", {"ids": chunk, "first": len(chunk)})
+            with parsing("IssuesByIds"):
+                fetched += [entry_from_node(n) for n in data["issues"]["nodes"]]
+        for entry in fetched:
+            cache.store(entry)
+        return fetched
+
     # --- reading --------------------------------------------------------------------
 
-    def _issues(self) -> list[Issue]:
-        cache = self._cache or {}
-        children: dict[str, list[str]] = {}
-        for entry in cache.values():
-            if entry.issue.parent:
-                children.setdefault(entry.issue.parent, []).append(entry.issue.identifier)
-        out = []
-        for entry in cache.values():
-            out.append(self._materialize(entry, children))
-        out.sort(key=lambda i: (i.identifier.rsplit("-", 1)[0], int(i.identifier.rsplit("-")[1])))
-        return out
-
-    @staticmethod
-    def _materialize(entry: Entry, children: Mapping[str, list[str]]) -> Issue:
-        kids = sorted(children.get(entry.issue.identifier, ()),
-                      key=lambda x: int(x.rsplit("-", 1)[1]))
-        comments = tuple(sorted(entry.comments.values(), key=lambda c: c.created_at))
-        return replace(entry.issue, children=tuple(kids), comments=comments)
-
-    def _store(self, entry: Entry, project_id: str) -> None:
-        """Put a fresh issue into the cache (or drop it: archived, moved, odd identifier)."""
-        assert self._cache is not None
-        old = self._cache.get(entry.issue.id)
-        if old is not None:
-            fresh, entry.comments = entry.comments, dict(old.comments)
-            entry.add_comments(fresh)
-        if entry.gone or entry.project_id != project_id:
-            self._cache.pop(entry.issue.id, None)
-            return
-        if not IDENTIFIER_RE.fullmatch(entry.issue.identifier):
-            log.warning("linear_odd_identifier", identifier=entry.issue.identifier[:40])
-            return
-        self._cache[entry.issue.id] = entry
-
-    async def _full_sync(self, project: LinearProject) -> None:
+    async def _full_sync(self) -> IssueCache:
         started = self.clock()
-        fresh: dict[str, Entry] = {}
+        project = await self.project()
+        read_recently = (self._project_read_at is not None
+                         and started - self._project_read_at < timedelta(minutes=1))
+        if not read_recently:
+            project = await self._read_project(project.id)
+        fresh: list[Entry] = []
+        mark = None
         after: str | None = None
         while True:
             data = await self.client.execute(
@@ -339,102 +530,142 @@ class LinearTracker:
                 {"projectId": project.id, "first": self.page_size, "after": after})
             with parsing("ProjectIssues"):
                 conn = data["issues"]
-                entries = [entry_from_node(n) for n in conn["nodes"]]
+                fresh += [entry_from_node(n) for n in conn["nodes"]]
+                if after is None:
+                    marks = data["relationsMark"]["nodes"]
+                    mark = parse_time(marks[0]["updatedAt"]) if marks else None
                 more = bool(conn["pageInfo"]["hasNextPage"])
                 after = conn["pageInfo"]["endCursor"]
-            for entry in entries:
-                fresh[entry.issue.id] = entry
             if not more:
                 break
-        old = self._cache or {}
-        self._cache = {}
-        for entry in fresh.values():
-            if entry.issue.id in old:
-                fresh_comments, entry.comments = entry.comments, dict(old[entry.issue.id].comments)
-                entry.add_comments(fresh_comments)
-            self._store(entry, project.id)
-        self._last_full = started
+        old = self._cache
+        cache = IssueCache(project, labels=old.labels if old else {})
+        for entry in fresh:
+            held = old.entries.get(entry.id) if old is not None else None
+            if held is not None:
+                newest_comments, entry.comments = entry.comments, dict(held.comments)
+                entry.add_comments(newest_comments)
+            cache.store(entry)
+            cache.saw(entry.updated_at, *(c.created_at for c in entry.comments.values()))
+        cache.relations_mark = mark
+        self._cache = cache
+        await self._complete(cache, fresh)
+        cache.synced_at = cache.polled_at = self._polled_at = started
+        self._expect_changes = False
         self.full_syncs += 1
-        log.info("linear_full_sync", issues=len(self._cache))
+        log.info("linear_full_sync", issues=len(cache.members()),
+                 outside=len(cache.entries) - len(cache.members()))
+        self._save(force=True)
+        return cache
 
-    def _since(self) -> datetime:
-        """Poll window start: the newest change seen (Linear's own clock) minus an overlap."""
-        seen = [e.issue.updated_at for e in (self._cache or {}).values() if e.issue.updated_at]
-        seen += [c.created_at for e in (self._cache or {}).values() for c in e.comments.values()]
-        newest = max(seen) if seen else (self._last_full or self.clock())
-        return newest - POLL_OVERLAP
+    def _poll_due(self, cache: IssueCache, now: datetime) -> bool:
+        if self._polled_at is None or self._expect_changes:
+            return True  # this process has not looked yet, or was told to
+        if (now - self._polled_at).total_seconds() >= self.poll_interval:
+            return True
+        return self.client.writes_elsewhere_after(self._polled_at)
 
-    async def _poll(self, project: LinearProject) -> None:
-        since = self._since().isoformat().replace("+00:00", "Z")
-        issues_after: str | None = None
-        comments_after: str | None = None
-        while True:
-            data = await self.client.execute("ProjectChanges", {
-                "projectId": project.id, "since": since, "first": self.page_size,
-                "issuesAfter": issues_after, "commentsAfter": comments_after})
-            with parsing("ProjectChanges"):
-                iconn, cconn = data["issues"], data["comments"]
-                entries = [entry_from_node(n) for n in iconn["nodes"]]
-                comments = [((n.get("issue") or {}).get("id"), *comment_from_node(n))
-                            for n in cconn["nodes"]]
-                more_i = bool(iconn["pageInfo"]["hasNextPage"])
-                more_c = bool(cconn["pageInfo"]["hasNextPage"])
-                issues_after = iconn["pageInfo"]["endCursor"] or issues_after
-                comments_after = cconn["pageInfo"]["endCursor"] or comments_after
-            for entry in entries:
-                self._store(entry, project.id)
-            assert self._cache is not None
-            for issue_id, cid, comment in comments:
-                target = self._cache.get(str(issue_id))
-                if target is not None:
-                    target.add_comments({cid: comment})
-            if not (more_i or more_c):
-                break
+    async def _poll(self, cache: IssueCache) -> None:
+        """One request; a second only for what is new; a full sync when it overflows."""
+        started = self.clock()
+        since = (cache.newest or started) - POLL_OVERLAP
+        data = await self.client.execute("ProjectChanges", {
+            "projectId": cache.project.id, "watch": sorted(cache.referenced()),
+            "since": linear_time(since), "first": POLL_WINDOW, "commentsFirst": POLL_COMMENTS,
+            "relationsFirst": POLL_RELATIONS})
+        with parsing("ProjectChanges"):
+            changed = [(str(n["id"]), parse_time(n["updatedAt"]))
+                       for n in data["issues"]["nodes"]]
+            comments = [(str(n["id"]), str(n["issue"]["id"])) for n in data["comments"]["nodes"]]
+            comments_after = next_page(data["comments"])
+            relations = [(parse_time(n["updatedAt"]), str(n["relatedIssue"]["id"]))
+                         for n in data["issueRelations"]["nodes"]]
+            overflow = ["issues"] if data["issues"]["pageInfo"]["hasNextPage"] else []
+        while comments_after is not None:
+            data = await self.client.execute("ProjectComments", {
+                "projectId": cache.project.id, "since": linear_time(since),
+                "first": POLL_COMMENTS, "after": comments_after})
+            with parsing("ProjectComments"):
+                comments += [(str(n["id"]), str(n["issue"]["id"]))
+                             for n in data["comments"]["nodes"]]
+                comments_after = next_page(data["comments"])
+        mark = cache.relations_mark
+        newer = [(stamp, target) for stamp, target in relations if mark is None or stamp > mark]
+        if mark is not None and len(relations) == POLL_RELATIONS and len(newer) == len(relations):
+            overflow.append("relations")
+        if overflow:
+            log.info("linear_poll_overflow", parts=overflow)
+            await self._full_sync()
+            return
+        want = [i for i, stamp in changed
+                if i not in cache.entries or cache.entries[i].updated_at != stamp]
+        members = {e.id for e in cache.members()}
+        want += [target for _stamp, target in newer if target in members]  # relations moved
+        want = list(dict.fromkeys(want))
+        new_comments = [cid for cid, issue_id in comments
+                        if issue_id not in cache.entries
+                        or cid not in cache.entries[issue_id].comments]
+        if want or new_comments:
+            await self._details(cache, want, new_comments)
+        if relations:
+            cache.relations_mark = max([*(s for s, _t in relations),
+                                        *([mark] if mark else [])])
+        cache.saw(*(stamp for _issue_id, stamp in changed))
+        cache.polled_at = self._polled_at = started
+        self._expect_changes = False
         self.polls += 1
+        if want or new_comments:
+            cache.prune(recent=(cache.newest or started) - POLL_OVERLAP)
+            self._save()
+
+    async def _details(self, cache: IssueCache, ids: Sequence[str],
+                       comment_ids: Sequence[str]) -> None:
+        """The issues and comments a poll found new, in as few requests as the pages allow."""
+        fetched: list[Entry] = []
+        found: list[tuple[str, str, Comment]] = []
+        rounds = max(-(-len(ids) // BY_ID_PAGE), -(-len(comment_ids) // POLL_COMMENTS), 1)
+        for n in range(rounds):
+            chunk = list(ids[n * BY_ID_PAGE:(n + 1) * BY_ID_PAGE])
+            cchunk = list(comment_ids[n * POLL_COMMENTS:(n + 1) * POLL_COMMENTS])
+            data = await self.client.execute("PollDetails", {
+                "ids": chunk, "first": max(1, len(chunk)),
+                "commentIds": cchunk, "commentsFirst": max(1, len(cchunk))})
+            with parsing("PollDetails"):
+                fetched += [entry_from_node(node) for node in data["issues"]["nodes"]]
+                found += [(str(node["issue"]["id"]), *comment_from_node(node))
+                          for node in data["comments"]["nodes"]]
+        for entry in fetched:
+            cache.store(entry)
+        for issue_id, cid, comment in found:
+            cache.add_comment(issue_id, cid, comment)
+            cache.saw(comment.created_at)
+        await self._complete(cache, fetched)
 
     async def list_issues(self) -> list[Issue]:
-        project = await self.project()
+        """The project's issues, then the foreign blockers/children (``foreign=True``)."""
+        cache = await self._open_cache()
         now = self.clock()
-        due = (self._last_full is None
-               or (now - self._last_full).total_seconds() >= self.full_sync_interval)
-        if self._cache is None or due:
-            await self._full_sync(project)
+        if not self._fresh(cache):
+            cache = await self._full_sync()
+        elif self._poll_due(cache, now):
+            await self._poll(cache)
         else:
-            await self._poll(project)
-        return self._issues()
-
-    async def _ensure_cache(self) -> None:
-        if self._cache is None:
-            await self.list_issues()
-
-    def _find(self, identifier: str) -> Entry | None:
-        for entry in (self._cache or {}).values():
-            if entry.issue.identifier == identifier:
-                return entry
-        return None
+            self.cached_reads += 1
+        if self._dirty:
+            self._save()
+        return cache.issues()
 
     async def refresh(self, identifiers: Sequence[str]) -> list[Issue]:
+        """These issues read again (the project's, and blockers/children elsewhere that
+        the project's issues point at); unknown ones are left out."""
         wanted = [check_identifier(i) for i in identifiers]
         if not wanted:
             return []
-        project = await self.project()
-        await self._ensure_cache()
-        known = {e.issue.id: e.issue.identifier for i in wanted if (e := self._find(i))}
-        seen: set[str] = set()
-        ids = sorted(known)
-        entries: list[Entry] = []
-        for start in range(0, len(ids), self.page_size):  # a page per query: complexity cap
-            chunk = ids[start:start + self.page_size]
-            data = await self.client.execute("IssuesByIds", {"ids": chunk, "first": len(chunk)})
-            with parsing("IssuesByIds"):
-                entries += [entry_from_node(n) for n in data["issues"]["nodes"]]
-        if known:
-            for entry in entries:
-                seen.add(entry.issue.id)
-                self._store(entry, project.id)
-            assert self._cache is not None
-            for gone in set(known) - seen:  # deleted in Linear
-                self._cache.pop(gone, None)
+        cache = await self._open_cache()
+        known = {e.id: ident for ident in wanted if (e := cache.by_identifier(ident))}
+        fetched = await self._fetch_full(cache, sorted(known))
+        for gone in set(known) - {e.id for e in fetched}:  # deleted in Linear
+            cache.forget(gone)
         for identifier in wanted:
             if identifier in known.values():
                 continue
@@ -444,62 +675,89 @@ class LinearTracker:
                 continue
             with parsing("Issue"):
                 entry = entry_from_node(data["issue"])
-            self._store(entry, project.id)
-        result = self._issues()
-        by_ident = {i.identifier: i for i in result}
-        return [by_ident[i] for i in dict.fromkeys(wanted) if i in by_ident]
+            cache.store(entry)
+            fetched.append(entry)
+        await self._complete(cache, fetched)
+        by_ident = {i.identifier: i for i in cache.issues()}
+        asked = {e.identifier: e.identifier for e in fetched}
+        asked.update({old: e.identifier for e in fetched for old in e.previous_identifiers})
+        result = [by_ident.get(asked.get(i, i)) for i in dict.fromkeys(wanted)]
+        return [i for i in result if i is not None]
 
     async def get(self, identifier: str) -> Issue:
-        found = await self.refresh([identifier])
-        if not found:
-            name = self._project.name if self._project else self.project_ref
-            raise UnknownIssue(f"no issue {identifier} in Linear project {name!r}")
-        return found[0]
+        """One issue of the project, read now (with its 20 newest comments)."""
+        check_identifier(identifier)
+        cache = await self._open_cache()
+        held = cache.by_identifier(identifier)
+        name = self._project.name if self._project else self.project_ref
+        try:
+            data = await self.client.execute("Issue", {"id": held.id if held else identifier})
+        except LinearNotFound:
+            if held is not None:
+                cache.forget(held.id)
+            raise UnknownIssue(f"no issue {identifier} in Linear project {name!r}") from None
+        with parsing("Issue"):
+            entry = entry_from_node(data["issue"])
+        cache.store(entry)
+        await self._complete(cache, [entry])
+        if not cache.member(entry):
+            where = "is archived or in the trash" if entry.gone else "is not in it"
+            raise UnknownIssue(f"{identifier} {where} (Linear project {name!r})")
+        return next(i for i in cache.issues() if i.id == entry.id)
+
+    async def _ensure_full_view(self) -> IssueCache:
+        """Everything (for checks over the whole project, such as blocker cycles)."""
+        cache = await self._open_cache()
+        return cache if self._fresh(cache) else await self._full_sync()
 
     # --- writing --------------------------------------------------------------------
 
     async def _team_of(self, issue: Issue) -> LinearTeam:
         project = await self.project()
-        entry = self._find(issue.identifier)
-        for team in project.teams:
-            if (entry and team.id == entry.team_id) or team.key == issue.team:
-                return team
-        raise LinearSetupError(
-            f"{issue.identifier} belongs to team {issue.team}, which is not a team of Linear "
-            f"project {project.name!r}; add the team to the project in Linear"
-        )
+        cache = await self._open_cache()
+        entry = cache.entries.get(issue.id)
+        team = project.team(entry.team_id if entry else issue.team or "")
+        if team is None:
+            raise LinearSetupError(
+                f"{issue.identifier} belongs to team {issue.team}, which is not a team of "
+                f"Linear project {project.name!r}; add the team to the project in Linear"
+            )
+        return team
 
     async def _update(self, issue: Issue, patch: dict[str, Any]) -> Issue:
-        project = await self.project()
+        cache = await self._open_cache()
         try:
             data = await self.client.execute("IssueUpdate", {"id": issue.id, "input": patch})
         except LinearNotFound as exc:
             raise UnknownIssue(f"{issue.identifier}: {exc}") from None
         with parsing("IssueUpdate"):
             entry = entry_from_node(data["issueUpdate"]["issue"])
-        self._store(entry, project.id)
-        return self._materialize(entry, self._children())
-
-    def _children(self) -> dict[str, list[str]]:
-        children: dict[str, list[str]] = {}
-        for entry in (self._cache or {}).values():
-            if entry.issue.parent:
-                children.setdefault(entry.issue.parent, []).append(entry.issue.identifier)
-        return children
+        cache.store(entry)
+        await self._complete(cache, [entry])
+        self._dirty = True
+        return next((i for i in cache.issues() if i.id == entry.id), issue)
 
     async def set_state(
         self, identifier: str, *, name: str | None = None, type: StateType | None = None
     ) -> Issue:
+        """One request when the cache is fresh (the update returns the issue as it is
+        now); a cached "already there" is read again before nothing is done."""
         if (name is None) == (type is None):
             raise TrackerInputError("set_state needs exactly one of a state name or type")
-        issue = await self.get(identifier)
+        cache = await self._open_cache()
+        held = cache.by_identifier(identifier) if self._fresh(cache) else None
+        issue = next((i for i in cache.issues() if i.id == held.id), None) if held else None
+        if issue is None or issue.identifier != identifier:
+            issue = await self.get(identifier)
         team = await self._team_of(issue)
         state = team.state(name=name, type=type)
         if state is None:
-            have = ", ".join(f"{s.name} ({s.type})" for s in team.states)
             raise TrackerInputError(
-                f"team {team.key} has no state {name or type!s}; its states: {have}"
+                f"team {team.key} has no state {name or type!s}; its states: "
+                f"{team.describe_states()}"
             )
+        if issue.state_name == state.name and held is not None:
+            issue = await self.get(identifier)
         if issue.state_name == state.name:
             return issue
         log.info("linear_set_state", issue=identifier, state=state.name)
@@ -511,10 +769,11 @@ class LinearTracker:
         issue = await self.get(identifier)
         team = await self._team_of(issue)
         add_ids = await self._label_ids([x for x in add if x not in issue.labels], team.id)
-        entry = self._find(identifier)
-        on_issue = entry.label_ids if entry else {}
+        cache = await self._open_cache()
+        entry = cache.entries.get(issue.id)
         gone = {x.casefold() for x in remove}
-        remove_ids = [lid for lid, lname in on_issue.items() if lname.casefold() in gone]
+        remove_ids = [lid for lid in (entry.label_ids if entry else ())
+                      if lid in cache.labels and cache.labels[lid].name.casefold() in gone]
         if not add_ids and not remove_ids:
             return issue
         patch: dict[str, Any] = {}
@@ -540,26 +799,30 @@ class LinearTracker:
             raise TrackerInputError("a comment needs some text")
         if by_ralph and not body.startswith(RALPH_MARKER):
             body = RALPH_MARKER + body
-        entry = self._find(identifier)
+        cache = await self._open_cache()
+        entry = cache.by_identifier(identifier)
         try:
             data = await self.client.execute("CommentCreate", {
-                "input": {"issueId": entry.issue.id if entry else identifier, "body": body}})
+                "input": {"issueId": entry.id if entry else identifier, "body": body}})
         except LinearNotFound:
             raise UnknownIssue(f"no issue {identifier} in Linear") from None
         with parsing("CommentCreate"):
-            if not data["commentCreate"]["success"]:
+            payload = data["commentCreate"]
+            if not payload["success"]:
                 raise ValueError("commentCreate did not succeed")
+            cid, comment = comment_from_node(payload["comment"])
+            cache.add_comment(str(payload["comment"]["issue"]["id"]), cid, comment)
+        self._dirty = True
         log.info("linear_comment", issue=identifier, by_ralph=by_ralph)
 
     async def add_blocker(self, identifier: str, blocker: str) -> Issue:
         """Record that ``blocker`` blocks ``identifier``; refuses a cycle, naming it."""
+        cache = await self._ensure_full_view()
         issue = await self.get(identifier)
         other = await self.get(blocker)
         if blocker in issue.blocked_by:
             return issue
-        edges: dict[str, set[str]] = {}
-        for entry in (self._cache or {}).values():
-            edges[entry.issue.identifier] = set(entry.issue.blocked_by)
+        edges: dict[str, set[str]] = {i.identifier: set(i.blocked_by) for i in cache.issues()}
         edges.setdefault(identifier, set()).add(blocker)
         cycle = find_cycle(edges)
         if cycle:
@@ -596,13 +859,8 @@ class LinearTracker:
                             "of this batch") from None
         return refs
 
-    async def create_issues(self, new: Sequence[NewIssue]) -> list[str]:
-        """Create in parent-first order, then the "blocks" relations. Linear has no
-        transactions: on failure ``LinearPartialCreate`` lists what was created."""
-        entries = list(new)
-        if not entries:
-            return []
-        refs = self._check_batch(entries)
+    @staticmethod
+    def _parents_first(entries: Sequence[NewIssue], refs: dict[str, int]) -> list[int]:
         order: list[int] = []
         placed: set[int] = set()
         while len(order) < len(entries):
@@ -615,10 +873,68 @@ class LinearTracker:
                     progress = True
             if not progress:
                 raise TrackerInputError("parent refs form a cycle; nothing was created")
+        return order
+
+    def _default_team(self, project: LinearProject) -> LinearTeam:
+        """Where an issue without a parent goes: ``tracker.linear_team``, else the
+        project's only team; several teams and no setting is an error naming them."""
+        if self.default_team:
+            team = project.team(self.default_team)
+            if team is None:
+                raise LinearSetupError(self._team_choices(
+                    project, f"tracker.linear_team = {self.default_team!r} is not"))
+            return team
+        if len(project.teams) == 1:
+            return project.teams[0]
+        if not project.teams:
+            raise LinearSetupError(f"Linear project {project.name!r} has no teams; add one")
+        raise LinearSetupError(self._team_choices(
+            project, "a new issue without a parent needs a team, and there is more than one in"))
+
+    def _new_state(self, team: LinearTeam, asked: str | None) -> LinearState:
+        """The entry's own state, else ``tracker.linear_new_state``, else the team's first
+        "unstarted" state (Todo) — never Linear's default, which is a Backlog state that
+        ralph-dev would never dispatch from."""
+        name = asked or self.new_state
+        state = team.state(name=name, type=None if name else StateType.UNSTARTED)
+        if state is None:
+            setting = "" if asked else " (tracker.linear_new_state)"
+            wanted = repr(name) + setting if name else "of type unstarted"
+            raise TrackerInputError(f"team {team.key} has no state {wanted}; its states: "
+                                    f"{team.describe_states()}")
+        return state
+
+    async def _plan_creates(self, entries: Sequence[NewIssue], refs: dict[str, int],
+                            order: Sequence[int]) -> dict[int, CreatePlan]:
+        """Team, state and parent of every entry, checked before anything is created."""
         project = await self.project()
-        await self._ensure_cache()
-        default_team = project.teams[0] if project.teams else None
-        made: dict[int, tuple[str, str, LinearTeam]] = {}  # index → (uuid, identifier, team)
+        plans: dict[int, CreatePlan] = {}
+        for i in order:
+            entry = entries[i]
+            parent_id = None
+            if entry.parent and entry.parent in refs:
+                team = plans[refs[entry.parent]].team
+            elif entry.parent:
+                parent = await self.get(entry.parent)
+                parent_id = parent.id
+                team = await self._team_of(parent)
+            else:
+                team = self._default_team(project)
+            plans[i] = CreatePlan(team, self._new_state(team, entry.state), parent_id)
+        return plans
+
+    async def create_issues(self, new: Sequence[NewIssue]) -> list[str]:
+        """Create in parent-first order, then the "blocks" relations. Linear has no
+        transactions: on failure ``LinearPartialCreate`` lists what was created."""
+        entries = list(new)
+        if not entries:
+            return []
+        refs = self._check_batch(entries)
+        order = self._parents_first(entries, refs)
+        project = await self.project()
+        cache = await self._open_cache()
+        plans = await self._plan_creates(entries, refs, order)
+        made: dict[int, tuple[str, str]] = {}  # index → (uuid, identifier)
         done: list[str] = []
 
         def failed(i: int, exc: Exception) -> LinearPartialCreate:
@@ -628,38 +944,25 @@ class LinearTracker:
                 f"in Linear: {created} (fix the problem, then create only the rest)", done)
 
         for i in order:
-            entry = entries[i]
+            entry, plan = entries[i], plans[i]
             try:
-                team = default_team
-                parent_id = None
-                if entry.parent:
-                    if entry.parent in refs:
-                        parent_id, _ident, team = made[refs[entry.parent]]
-                    else:
-                        parent = await self.get(entry.parent)
-                        parent_id = parent.id
-                        team = await self._team_of(parent)
-                if team is None:
-                    raise LinearSetupError(f"Linear project {project.name!r} has no teams")
+                parent_id = made[refs[entry.parent]][0] if entry.parent in refs else \
+                    plan.parent_id
                 payload: dict[str, Any] = {
-                    "teamId": team.id, "title": entry.title.strip(),
-                    "description": entry.description, "priority": entry.priority,
-                    "projectId": project.id,
+                    "teamId": plan.team.id, "stateId": plan.state.id,
+                    "title": entry.title.strip(), "description": entry.description,
+                    "priority": entry.priority, "projectId": project.id,
                 }
                 if parent_id:
                     payload["parentId"] = parent_id
                 if entry.labels:
-                    payload["labelIds"] = await self._label_ids(entry.labels, team.id)
-                if entry.state:
-                    state = team.state(name=entry.state, type=None)
-                    if state is None:
-                        raise TrackerInputError(f"team {team.key} has no state {entry.state!r}")
-                    payload["stateId"] = state.id
+                    payload["labelIds"] = await self._label_ids(entry.labels, plan.team.id)
                 data = await self.client.execute("IssueCreate", {"input": payload})
                 with parsing("IssueCreate"):
-                    node = data["issueCreate"]["issue"]
-                    made[i] = (str(node["id"]), str(node["identifier"]), team)
-                done.append(made[i][1])
+                    created = entry_from_node(data["issueCreate"]["issue"])
+                cache.store(created)
+                made[i] = (created.id, created.identifier)
+                done.append(created.identifier)
             except TrackerError as exc:
                 if not done:
                     raise
@@ -675,9 +978,15 @@ class LinearTracker:
                         "issueId": blocker_id, "relatedIssueId": made[i][0], "type": "blocks"}})
                 except TrackerError as exc:
                     raise failed(i, exc) from None
-        created = [made[i][1] for i in range(len(entries))]
-        log.info("linear_issues_created", count=len(created), first=created[0])
-        return created
+        created_ids = [made[i][1] for i in range(len(entries))]
+        log.info("linear_issues_created", count=len(created_ids), first=created_ids[0],
+                 teams=sorted({plans[i].team.key for i in order}),
+                 states=sorted({plans[i].state.name for i in order}))
+        return created_ids
 
     async def close(self) -> None:
-        """Nothing to release: every call opens and closes its own HTTP session."""
+        """Save what a poll or write added to the disk cache; every call opens and closes
+        its own HTTP session, so there is nothing else to release."""
+        if self._dirty:
+            self._save(force=True)
+
