@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fake_linear import Clock, FakeLinear, World
@@ -301,3 +303,32 @@ async def test_fake_stamps_real_time_strictly_increasing(world: World) -> None:
     comments = (await world.tracker().get(a)).comments
     assert [c.body for c in comments] == ["one", "two"]
     assert started <= comments[0].created_at < comments[1].created_at
+
+
+async def test_a_webhook_or_another_process_writing_makes_the_next_tick_poll(
+    tmp_path: Path,
+) -> None:
+    from ralph_dev.adapters.webhook import WebhookListener
+
+    with FakeLinear() as fake:
+        team = fake.add_team("ENG")
+        project = fake.add_project("Alpha", [team])
+        world = World(fake, team, project, Clock(), [], state_dir=tmp_path)
+        (a,) = seed(world, 1)
+        controller = world.tracker()
+        await controller.list_issues()
+        world.clock.advance(10)
+        quiet = len(fake.requests)
+        await controller.list_issues()
+        assert len(fake.requests) == quiet  # inside the poll interval: the cache
+        await world.tracker().comment(a, "worker note")  # another process writes
+        world.clock.advance(10)
+        issue = (await controller.list_issues())[0]
+        assert "ProjectChanges" in fake.operations()[quiet:]
+        assert [c.body for c in issue.comments] == [RALPH_MARKER + "worker note"]
+        listener = WebhookListener("secret", asyncio.Event(), on_wake=controller.expect_changes)
+        listener.poke()  # a person changed something; Linear told us
+        world.clock.advance(10)
+        before = len(fake.requests)
+        await controller.list_issues()
+        assert fake.operations()[before:] == ["ProjectChanges"]

@@ -126,3 +126,24 @@ async def test_every_document_is_served_by_the_fake_with_no_error() -> None:
     assert set(client.operations()) <= sent, set(client.operations()) - sent
     assert fake.unimplemented == []
     assert all("Entity not found" in body for body in errors), errors
+
+
+async def test_the_fake_fails_loudly_on_what_it_does_not_serve() -> None:
+    """A field of Linear's schema the fake has no resolver for is an error in the answer
+    AND fails the test when the fake stops: never a silent null."""
+    import aiohttp
+
+    fake = FakeLinear().start()
+    try:
+        fake.add_team("ENG")
+        async with aiohttp.ClientSession() as session, session.post(
+            fake.url, json={"query": "query Q { viewer { id email } }", "operationName": "Q"},
+            headers={"Authorization": fake.api_key},
+        ) as response:
+            body = await response.json()
+        assert body["data"] is None
+        assert body["errors"][0]["extensions"]["code"] == "FAKE_NOT_IMPLEMENTED"
+        assert "User.email" in body["errors"][0]["message"]
+    finally:
+        with pytest.raises(AssertionError, match=r"User\.email"):
+            fake.stop()

@@ -36,7 +36,9 @@ class UnknownIssue(TrackerInputError):
 @runtime_checkable
 class Tracker(Protocol):
     async def list_issues(self) -> list[Issue]:
-        """Every issue of the project, with blockers, parent/children, labels, comments."""
+        """Every issue of the project, with blockers, parent/children, labels, comments;
+        then any blocker or sub-issue that lives outside the project (another Linear
+        project), marked ``foreign``: there only so its state counts, never acted on."""
 
     async def refresh(self, identifiers: Sequence[str]) -> list[Issue]:
         """Re-read just these issues (unknown ones are left out)."""

@@ -2,12 +2,16 @@
 
 Every document it sends lives in ``graphql/*.graphql`` (named operations only)
 and a test validates each one against Linear's published schema, so a typo
-fails in CI, not at 3 a.m. Failures come back typed: rate limiting
-(HTTP 400 + ``RATELIMITED``), 5xx, timeouts, refused connections and garbage
-answers are ``LinearUnavailable`` (retryable) and start a backoff with jitter
-during which calls are refused, so a controller ticking every few seconds does
-not hammer a struggling API; a rejected key is not retryable and names where
-the key came from, never the key itself.
+fails in CI, not at 3 a.m. Failures come back typed: 5xx, timeouts, refused
+connections and garbage answers are ``LinearUnavailable`` (retryable) and start
+a backoff with jitter during which calls are refused at once, so a controller
+ticking every few seconds neither hammers a struggling API nor blocks on it.
+Rate limiting (HTTP 400 + ``RATELIMITED``) waits what Linear asks
+(``Retry-After``, else what the dry bucket needs), never more than 5 minutes.
+A rejected key is not retryable, backs off too (60 s doubling to 30 min, said
+once), and the message names where the key came from, never the key itself.
+The backoff and the last rate-limit headers are shared with every other
+ralph-dev process of the project through a small file in its state dir.
 """
 
 from __future__ import annotations
@@ -329,10 +333,12 @@ class LinearClient:
     def writes_elsewhere_after(self, moment: datetime | None) -> bool:
         """Did another client of the project (another process) write to Linear after
         ``moment``? Its change may not be in our cache yet."""
-        data = self.shared.read()
-        last = data.get("last_write")
-        return (isinstance(last, int | float) and data.get("last_writer") != self.instance
-                and (moment is None or last > moment.timestamp()))
+        writers = self.shared.read().get("writers")
+        if not isinstance(writers, dict):
+            return False
+        return any(isinstance(when, int | float) and who != self.instance
+                   and (moment is None or when > moment.timestamp())
+                   for who, when in writers.items())
 
     # -- shared backoff ---------------------------------------------------------------
 
@@ -385,8 +391,12 @@ class LinearClient:
             log.warning("linear_slow_down", gap_s=round(self.min_gap, 1), **{
                 k: v for k, v in self.rate.items() if k.endswith("remaining")})
         shared: dict[str, Any] = {"rate": dict(self.rate), "rate_at": now.timestamp()}
-        if is_mutation(operation):
-            shared.update(last_write=now.timestamp(), last_writer=self.instance)
+        if is_mutation(operation):  # each process's last write, for the last hour
+            writers = self.shared.read().get("writers")
+            recent = {who: when for who, when in
+                      (writers if isinstance(writers, dict) else {}).items()
+                      if isinstance(when, int | float) and now.timestamp() - when < 3600}
+            shared["writers"] = {**recent, self.instance: now.timestamp()}
         self.shared.update(**shared)
 
     def _fail(self, reason: str, *, at_least: float = 0.0, kind: str = "outage",
@@ -483,7 +493,9 @@ class LinearClient:
             self.failures = self.auth_failures = 0
             self.backoff_until = None
             self.backoff_reason = self.backoff_kind = ""
-            self._share_backoff()
+            until = self.shared.read().get("backoff_until")
+            if not isinstance(until, int | float) or until <= self.clock().timestamp():
+                self._share_backoff()  # a backoff another process started just now stays
 
     def _auth_message(self) -> str:
         return (f"Linear rejected {self._key}: create a personal API key under Linear → "

@@ -164,6 +164,9 @@ class LinearTracker:
         self._expect_changes = False
         self._labels_missing: set[str] = set()
         """Label ids still unknown after the last reload (not reloaded for again)."""
+        self._unreadable: set[str] = set()
+        """Blockers/children Linear did not return when asked (not asked again until the
+        next full sync); they stay unfinished for a decision, which is the safe side."""
         self.full_syncs = 0
         self.polls = 0
         self.cached_reads = 0
@@ -480,7 +483,8 @@ class LinearTracker:
                 with parsing("IssueChildren"):
                     more, entry.children_after = children_from(data["issue"]["children"])
                 entry.children = (*entry.children, *more)
-        unknown = sorted(cache.unknown_references())
+        unknown = sorted(cache.unknown_references() - self._unreadable)
+        self._unreadable.update(unknown)  # until Linear returns them (deleted, no access)
         short: list[str] = []
         for start in range(0, len(unknown), RELATED_PAGE):
             chunk = unknown[start:start + RELATED_PAGE]
@@ -489,6 +493,7 @@ class LinearTracker:
             with parsing("RelatedIssues"):
                 found = [entry_from_node(n) for n in data["issues"]["nodes"]]
             for entry in found:
+                self._unreadable.discard(entry.id)
                 if entry.project_id == cache.project.id and not entry.gone:
                     short.append(entry.id)  # one of ours after all: read it in full
                 else:
@@ -539,6 +544,7 @@ class LinearTracker:
             if not more:
                 break
         old = self._cache
+        self._unreadable.clear()
         cache = IssueCache(project, labels=old.labels if old else {})
         for entry in fresh:
             held = old.entries.get(entry.id) if old is not None else None
@@ -576,6 +582,7 @@ class LinearTracker:
         with parsing("ProjectChanges"):
             changed = [(str(n["id"]), parse_time(n["updatedAt"]))
                        for n in data["issues"]["nodes"]]
+            archived = {str(n["id"]) for n in data["issues"]["nodes"] if n["archivedAt"]}
             comments = [(str(n["id"]), str(n["issue"]["id"])) for n in data["comments"]["nodes"]]
             comments_after = next_page(data["comments"])
             relations = [(parse_time(n["updatedAt"]), str(n["relatedIssue"]["id"]))
@@ -597,8 +604,10 @@ class LinearTracker:
             log.info("linear_poll_overflow", parts=overflow)
             await self._full_sync()
             return
-        want = [i for i, stamp in changed
-                if i not in cache.entries or cache.entries[i].updated_at != stamp]
+        held, watched = cache.entries, cache.referenced()
+        want = [i for i, stamp in changed  # archived and nothing of ours: nothing to read
+                if (i not in held and (i not in archived or i in watched))
+                or (i in held and held[i].updated_at != stamp)]
         members = {e.id for e in cache.members()}
         want += [target for _stamp, target in newer if target in members]  # relations moved
         want = list(dict.fromkeys(want))
@@ -679,9 +688,8 @@ class LinearTracker:
             fetched.append(entry)
         await self._complete(cache, fetched)
         by_ident = {i.identifier: i for i in cache.issues()}
-        asked = {e.identifier: e.identifier for e in fetched}
-        asked.update({old: e.identifier for e in fetched for old in e.previous_identifiers})
-        result = [by_ident.get(asked.get(i, i)) for i in dict.fromkeys(wanted)]
+        renamed = {old: e.identifier for e in fetched for old in e.previous_identifiers}
+        result = [by_ident.get(renamed.get(i, i)) for i in dict.fromkeys(wanted)]
         return [i for i in result if i is not None]
 
     async def get(self, identifier: str) -> Issue:
