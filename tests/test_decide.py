@@ -381,6 +381,18 @@ def test_a_ready_issue_tried_before_keeps_its_attempts_backoff_and_cap() -> None
     assert steps(run(capped)) == [("hold", "DEMO-4")]
 
 
+def test_issues_of_other_projects_are_seen_but_never_acted_on() -> None:
+    # Linear returns blockers, children and parents living in other projects as foreign
+    plan = run(world(issues=[
+        issue(9, "todo", foreign=True),                      # never dispatched
+        issue(7, "todo"), issue(8, "todo", parent="DEMO-7", foreign=True),  # a parent
+        issue(6, blocked_by=("DEMO-5",)), issue(5, "done", foreign=True),  # unblocks
+    ]))
+    assert steps(plan) == [("spawn", "DEMO-6")]
+    counts = issue_counts(world(issues=[issue(9, "todo", foreign=True), issue(1)]), settings())
+    assert counts["total"] == 1
+
+
 def test_a_worker_lost_with_its_tmux_session_is_respawned_without_a_charge() -> None:
     lost = rec("DEMO-4", attempts=3, last_failure_at=NOW - timedelta(seconds=1),
                lost="its tmux session went away")

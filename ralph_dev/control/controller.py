@@ -134,6 +134,8 @@ def human_feedback(issue: Issue) -> str | None:
     """Comments people wrote after ralph-dev last spoke: what a resumed worker must read."""
     newest: list[str] = []
     for comment in reversed(issue.comments):
+        if comment.by_bot:
+            continue  # an integration's words ("GitHub: Linked PR #42") are not a person's
         if comment.by_ralph:
             break
         newest.append(f"{comment.author} ({comment.created_at:%Y-%m-%d %H:%M}): {comment.body}")

@@ -59,8 +59,19 @@ class TrackerSettings:
     linear_project: str | None = None
     """Linear project id, slug or name."""
     linear_api_key_file: Path | None = None
-    full_sync_interval: float = 300.0
-    """Seconds between full Linear re-reads (relations have no change signal)."""
+    linear_team: str | None = None
+    """Key of the Linear team new issues without a parent go to (needed when the
+    project has several teams; an issue with a parent goes to the parent's team)."""
+    linear_new_state: str | None = None
+    """State new issues are created in (a name every team has); default: each team's
+    first state of type "unstarted" (Todo), where ralph-dev dispatches from."""
+    full_sync_interval: float = 1800.0
+    """Seconds between full Linear re-reads (a safety net: polls see issue, comment
+    and relation changes; what they cannot, such as an issue moved out of the
+    project, waits for this)."""
+    linear_poll_interval: float = 30.0
+    """Seconds between Linear polls; controller ticks in between reuse what the last
+    poll saw (a write by another ralph-dev process of the project forces a poll)."""
     webhook_port: int | None = None
     webhook_host: str = "127.0.0.1"
 
@@ -258,6 +269,17 @@ def _validate(settings: ProjectSettings, where: str) -> None:
         raise bad("tracker.key", "must be 1-10 capital letters/digits starting with a letter")
     if settings.tracker.kind == "linear" and not settings.tracker.linear_project:
         raise bad("tracker.linear_project", "is required when tracker.kind = 'linear'")
+    if settings.tracker.linear_team is not None and not KEY_RE.fullmatch(
+            settings.tracker.linear_team):
+        raise bad("tracker.linear_team", f"{settings.tracker.linear_team!r} is not a team key "
+                  "(1-10 capital letters/digits starting with a letter, e.g. ENG)")
+    if settings.tracker.linear_new_state is not None and not (
+            settings.tracker.linear_new_state.strip()):
+        raise bad("tracker.linear_new_state", "is empty: name a workflow state such as 'Todo', "
+                  "or remove the setting")
+    for key in ("full_sync_interval", "linear_poll_interval"):
+        if getattr(settings.tracker, key) <= 0:
+            raise bad(f"tracker.{key}", "must be greater than 0")
     if settings.agent.runner == "command" and not settings.agent.command:
         raise bad("agent.command", "is required when agent.runner = 'command'")
     if settings.limits.max_workers < 1:

@@ -281,6 +281,8 @@ class _World:
     def dispatchable(self, issue: Issue) -> bool:
         """Ready for a first worker, limits aside (the rule 6 list)."""
         ident = issue.identifier
+        if issue.foreign:
+            return False  # another project's: seen only as a blocker, child or parent
         if issue.state_type.finished or self.held(ident) or self.feedback(ident):
             return False
         if ident in self.windows or self.kids(ident):
@@ -338,7 +340,8 @@ def blocked_issues(observed: Observed, settings: ProjectSettings) -> tuple[Issue
     found = [
         issue
         for issue in world.issues.values()
-        if not issue.state_type.finished and world.blocker_of(issue) is not None
+        if not issue.foreign and not issue.state_type.finished
+        and world.blocker_of(issue) is not None
     ]
     return tuple(sorted(found, key=dispatch_key))
 
@@ -349,6 +352,8 @@ def issue_counts(observed: Observed, settings: ProjectSettings) -> dict[str, int
     counts = dict.fromkeys(("ready", "blocked", "in_progress", "held", "done", "total"), 0)
     ready = {issue.identifier for issue in _ready(world)}
     for ident, issue in world.issues.items():
+        if issue.foreign:
+            continue
         counts["total"] += 1
         if issue.state_type.finished:
             counts["done"] += 1
@@ -418,7 +423,9 @@ class _Decider:
         w = self.world
         issue = w.issues.get(ident)
         rec = w.records.get(ident)
-        if issue is not None and issue.state_type in (StateType.CANCELED, StateType.DUPLICATE):
+        if issue is not None and issue.foreign:
+            self.unknown(ident)  # another project's issue: never ours to act on
+        elif issue is not None and issue.state_type in (StateType.CANCELED, StateType.DUPLICATE):
             self.canceled(ident, issue)
         elif rec is not None and rec.done:
             self.done(ident, issue)

@@ -85,6 +85,9 @@ class Comment:
     created_at: datetime
     by_ralph: bool = False
     """True when ralph-dev (or one of its workers) wrote it: never human feedback."""
+    by_bot: bool = False
+    """True when no person wrote it (an integration such as GitHub posting "Linked PR
+    #42 opened", or an external user): never human feedback either."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,9 @@ class Issue:
     id: str = ""
     """The tracker's own id (Linear UUID); the identifier for the local tracker."""
     team: str | None = None
+    foreign: bool = False
+    """Not an issue of the project: a blocker or sub-issue that lives elsewhere (another
+    Linear project), listed only so its state counts. Never dispatched or acted on."""
 
 
 @dataclass(frozen=True)
