@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
 import tomllib
 import types
 import typing
@@ -250,6 +251,37 @@ class MergeSettings:
 
 
 @dataclass(frozen=True)
+class WebSettings:
+    """The dashboard, state API and metrics the daemon serves."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    """Loopback by default; any other address needs an access token."""
+    port: int = 0
+    """0 = any free port (the URL shows in ``ralph-dev status``); a fixed port for
+    Prometheus to scrape."""
+    token_file: Path | None = None
+    """A file (chmod 600) holding the access token; or set ``RALPH_DEV_WEB_TOKEN``."""
+
+
+@dataclass(frozen=True)
+class NotifySettings:
+    """Telling a person when the swarm needs them (the daemon sends these)."""
+
+    urls: tuple[str, ...] = ()
+    """Apprise URLs (``ntfy://…``, ``mailto://…``, ``json://…``): where messages go."""
+    command: str | None = None
+    """A command run per message with the message as JSON on stdin; split like a
+    shell line, never run by one."""
+    on_merge: bool = False
+    """Also tell about each merge (not only when a person is needed)."""
+    cooldown: float = 900.0
+    """Seconds after a cause cleared during which it coming back is not told again."""
+    max_per_hour: int = 20
+    """Messages per hour at most; the rest are counted and mentioned in the next one."""
+
+
+@dataclass(frozen=True)
 class ProjectSettings:
     name: str
     repo: Path
@@ -270,6 +302,8 @@ class ProjectSettings:
     timing: Timing = field(default_factory=Timing)
     labels: Labels = field(default_factory=Labels)
     merge: MergeSettings = field(default_factory=MergeSettings)
+    web: WebSettings = field(default_factory=WebSettings)
+    notify: NotifySettings = field(default_factory=NotifySettings)
 
     @property
     def paths(self) -> ProjectPaths:
@@ -308,6 +342,8 @@ _SECTIONS: dict[str, type] = {
     "timing": Timing,
     "labels": Labels,
     "merge": MergeSettings,
+    "web": WebSettings,
+    "notify": NotifySettings,
 }
 
 
@@ -439,6 +475,26 @@ def _validate(settings: ProjectSettings, where: str) -> None:
         raise bad("timing.retry_cap", "must not be smaller than timing.retry_base")
     if settings.agent.iteration_cap < 1:
         raise bad("agent.iteration_cap", "must be at least 1")
+    if not 0 <= settings.web.port <= 65535:
+        raise bad("web.port", "must be between 0 (any free port) and 65535")
+    if not settings.web.host.strip():
+        raise bad("web.host", "must not be empty (127.0.0.1 serves this machine only)")
+    if settings.notify.cooldown < 0:
+        raise bad("notify.cooldown", "must not be negative")
+    if settings.notify.max_per_hour < 1:
+        raise bad("notify.max_per_hour", "must be at least 1")
+    for n, url in enumerate(settings.notify.urls):
+        if not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://.", url):
+            # the URL itself is not shown: it may hold a password or token
+            raise bad(f"notify.urls[{n}]", "is not an apprise URL (expected SCHEME://…, "
+                                           "e.g. ntfy://topic or mailto://user:pass@host)")
+    if settings.notify.command is not None:
+        try:
+            argv = shlex.split(settings.notify.command)
+        except ValueError as exc:
+            raise bad("notify.command", f"cannot be split into words ({exc})") from None
+        if not argv:
+            raise bad("notify.command", "is empty: name a program, or remove the key")
 
 
 # Environment overrides: RALPH_DEV_<SECTION>_<KEY> for scalar settings, plus a

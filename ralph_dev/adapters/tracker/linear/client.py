@@ -16,7 +16,6 @@ import asyncio
 import functools
 import os
 import random
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -40,6 +39,7 @@ from ralph_dev.adapters.tracker.base import (
     TrackerUnavailable,
 )
 from ralph_dev.core.config import ConfigError
+from ralph_dev.core.fsutil import read_owner_only_file
 
 if TYPE_CHECKING:
     from ralph_dev.core.config import TrackerSettings
@@ -127,23 +127,7 @@ def load_api_key(tracker: TrackerSettings, env: Mapping[str, str] | None = None)
             "'/path/to/key' in the project's config (a file only you can read)"
         )
     path = Path(path).expanduser()
-    try:
-        mode = path.stat().st_mode
-    except OSError as exc:
-        raise ConfigError(
-            f"Linear API key file {path}: {exc.strerror}; create it or fix "
-            "tracker.linear_api_key_file"
-        ) from exc
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigError(
-            f"Linear API key file {path} can be read by other users; run: chmod 600 {path}"
-        )
-    try:
-        value = path.read_text().strip()
-    except OSError as exc:
-        raise ConfigError(f"cannot read Linear API key file {path}: {exc.strerror}") from exc
-    if not value:
-        raise ConfigError(f"Linear API key file {path} is empty; put the key in it")
+    value = read_owner_only_file(path, "Linear API key file", "tracker.linear_api_key_file")
     return ApiKey(value, f"the file {path}")
 
 
