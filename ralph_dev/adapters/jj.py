@@ -116,6 +116,18 @@ class JJResult:
 
 
 @dataclass(frozen=True)
+class TrunkChange:
+    """One change on trunk as the dashboard shows it: what, when, and its diff stat."""
+
+    commit: str
+    title: str
+    time: str
+    added: int
+    removed: int
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class MergeResult:
     merged: bool
     conflicted: bool = False
@@ -809,3 +821,30 @@ class JJ:
             "-T", 'description ++ "\\x00"',
         )
         return [d.strip() for d in out.stdout.split("\x00")[:-1]]
+
+    def trunk_changes(self, limit: int = 10) -> list[TrunkChange]:
+        """Trunk's newest changes with their diff stat (for the dashboard); one jj call,
+        read without touching any working copy."""
+        stat = "self.diff().stat()"
+        template = (
+            f'commit_id ++ "{_FS}" ++ description.first_line() ++ "{_FS}" '
+            f'++ committer.timestamp().format("%Y-%m-%dT%H:%M:%S%:z") ++ "{_FS}" '
+            f'++ {stat}.total_added() ++ "{_FS}" '
+            f'++ {stat}.total_removed() ++ "{_FS}" '
+            f'++ self.diff().files().map(|f| f.path()).join("{_RS}") ++ "\\n"'
+        )
+        out = self._read("log", "--no-graph", "-r", f"::{self._trunk} ~ root()",
+                         "--limit", str(max(1, int(limit))), "-T", template)
+        changes = []
+        for line in out.lines():
+            parts = line.split(_FS)
+            if len(parts) != 6:
+                continue
+            commit, title, when, added, removed, files = parts
+            changes.append(TrunkChange(
+                commit=commit, title=title, time=when,
+                added=int(added) if added.isdigit() else 0,
+                removed=int(removed) if removed.isdigit() else 0,
+                files=tuple(f for f in files.split(_RS) if f),
+            ))
+        return changes

@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,6 +29,7 @@ from typing import Any, Protocol
 import structlog
 
 from ralph_dev.adapters.tracker.base import Tracker, TrackerError
+from ralph_dev.control.metrics import TickHistogram
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide import decide
 from ralph_dev.core.errors import RalphError
@@ -149,6 +151,7 @@ class Controller:
         self.tick_number = 0
         self.stopping = False
         self.tracker_error = ""
+        self.tick_seconds = TickHistogram()  # published in the heartbeat for /metrics
 
     # -- observe ------------------------------------------------------------
 
@@ -202,6 +205,7 @@ class Controller:
 
     async def tick(self) -> TickResult:
         self.tick_number += 1
+        started = time.monotonic()
         structlog.contextvars.bind_contextvars(tick=self.tick_number)
         try:
             try:
@@ -244,6 +248,7 @@ class Controller:
                 else:
                     self.store.append_event(action.kind, issue=action.issue, reason=action.reason,
                                             **_action_details(action))
+            self.tick_seconds.observe(time.monotonic() - started)
             self.write_heartbeat(observed, plan)
             return result
         finally:
@@ -260,6 +265,7 @@ class Controller:
             tracker_ok=observed.tracker_ok,
             tracker_usage=self.tracker.usage() if hasattr(self.tracker, "usage") else None,
             acting=acting,
+            tick_seconds=self.tick_seconds.as_json(),
         )
 
     # -- act ----------------------------------------------------------------
