@@ -241,6 +241,8 @@ class Daemon:
     async def run(self) -> None:
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+        from ralph_dev.control.services import DaemonServices
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -248,6 +250,8 @@ class Daemon:
         with daemon_lock(self.store.paths.daemon_pid):
             self.store.append_event("daemon_started", pid=os.getpid())
             scheduler = AsyncIOScheduler(job_defaults={"max_instances": 1, "coalesce": True})
+            # dashboard, state API, metrics and notifications, beside the health loop
+            services = DaemonServices(self.settings, self.store, self.tmux)
             try:
                 from ralph_dev.agent.launch import public_env
 
@@ -264,8 +268,10 @@ class Daemon:
                     seconds=self.settings.timing.health_interval, id="health",
                 )
                 scheduler.start()
+                await services.start()
                 await self.stop_event.wait()
             finally:
+                await services.stop()
                 with contextlib.suppress(Exception):
                     scheduler.pause()
                     scheduler.shutdown(wait=False)
