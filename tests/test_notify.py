@@ -256,3 +256,32 @@ def test_notify_test_command_sends_one_and_names_failures(xdg: Path, receiver: R
     failed = run(f"json://ralph:{SECRET}@127.0.0.1:1/notify")
     assert failed.returncode == 1 and "FAIL json://ralph:****@127.0.0.1:1/notify" in failed.stderr
     assert SECRET not in failed.stderr + failed.stdout
+
+
+@pytest.mark.slow
+def test_the_daemon_tells_when_a_worker_asks(tmp_path: Path, jj_bin: str, tmux_socket: str,
+                                             receiver: Receiver) -> None:
+    from swarm_kit import Swarm, wait_for
+
+    swarm = Swarm.create(tmp_path / "swarm", jj_bin, tmux_socket)
+    try:
+        config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+        config.write_text(config.read_text() + (
+            f'\n[projects.demo.notify]\nurls = ["json://ralph:{SECRET}@127.0.0.1:'
+            f'{receiver.port}/notify"]\n'))
+        swarm.script = {"*": "work:0.5", "DEMO-1": "block"}
+        swarm.write_script()
+        swarm.import_plan('[[task]]\ntitle = "Pick a database"\n[[task]]\ntitle = "B"\n')
+        swarm.start()
+        wait_for(lambda: receiver.messages, 120, "a notification")
+        held = receiver.messages[0]
+        assert held["title"] == "ralph-dev demo: DEMO-1 needs you"
+        assert "Which database should this use? (scripted question)" in held["message"]
+        assert "Pick a database" in held["message"] and "http://127.0.0.1:" in held["message"]
+        wait_for(lambda: swarm.issue("DEMO-2")["state_type"] == "completed", 120, "DEMO-2")
+        assert len(receiver.messages) == 1  # merges are not told unless on_merge
+        state = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo"
+        for path in [*(state / "logs").iterdir(), state / "events.jsonl", state / "notify.json"]:
+            assert SECRET not in path.read_text(errors="replace"), path
+    finally:
+        swarm.teardown()

@@ -132,7 +132,10 @@ class Notifier:
             self.sent = [str(t) for t in data.get("sent", [])]
             self.held_back = int(data.get("held_back", 0))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            self.offset = self.store.events_size()  # first start: history is not news
+            # first start: history is not news; remembered at once, so what happens
+            # from now on is told even if this daemon stops before the next event
+            self.offset = self.store.events_size()
+            self._save()
 
     def _save(self) -> None:
         data = {"offset": self.offset, "open": self.open, "cleared": self.cleared,
