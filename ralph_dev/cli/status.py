@@ -36,7 +36,13 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
            interval: float) -> None:
     """What needs you, then daemon, controller, trunk, issues, workers and recent events
     (all projects by default). Times are local, with the zone shown."""
-    from ralph_dev.control.status import SCHEMA_VERSION, StateSources, render, snapshot
+    from ralph_dev.control.status import (
+        SCHEMA_VERSION,
+        StateSources,
+        render,
+        snapshot,
+        tracker_ttl,
+    )
 
     if watch and as_json:
         raise click.UsageError("--watch redraws the terminal view; use --json without it")
@@ -66,7 +72,7 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
         return
 
     async def watch_loop() -> None:
-        sources = [StateSources(s) for s in settings]
+        sources = [StateSources(s, issues_ttl=tracker_ttl(s)) for s in settings]
         try:
             while True:
                 text = "\n\n".join(render(d) for d in await documents(sources))

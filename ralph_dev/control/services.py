@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 
 from ralph_dev.control.metrics import EventCounts, render_metrics
-from ralph_dev.control.status import StateSources, heartbeat_health, snapshot
+from ralph_dev.control.status import StateSources, heartbeat_health, snapshot, tracker_ttl
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.state import StateStore, utcnow
@@ -76,9 +76,8 @@ class DaemonServices:
         self.settings = settings
         self.store = store
         self.tmux = tmux
-        issues_ttl = 1.0 if settings.tracker.kind == "local" else max(
-            30.0, settings.timing.poll_interval)  # a dashboard must not spend Linear's budget
-        self.sources = StateSources(settings, tmux=tmux, issues_ttl=issues_ttl, trunk_ttl=60.0)
+        self.sources = StateSources(settings, tmux=tmux, issues_ttl=tracker_ttl(settings),
+                                    trunk_ttl=60.0)
         self.counts = EventCounts()
         self.counts_offset = 0
         self._caught_up = False
@@ -111,8 +110,9 @@ class DaemonServices:
                 await task
         if self.web is not None:
             await self.web.stop()
-            (self.store.paths.state_dir / "web.json").unlink(missing_ok=True)
-        await self.sources.close()
+        (self.store.paths.state_dir / "web.json").unlink(missing_ok=True)
+        with contextlib.suppress(Exception):  # the daemon still has to stop its controller
+            await self.sources.close()
 
     def _every(self, interval: float, job: Callable[[], Awaitable[Any]], failed: str) -> None:
         async def loop() -> None:

@@ -96,6 +96,15 @@ def readable_text(text: str, limit: int = QUESTION_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def tracker_ttl(settings: ProjectSettings) -> float:
+    """How long a long-lived reader (the dashboard, ``status --watch``) may reuse one
+    answer of the tracker: a second locally; for Linear at least 30 s, so watching the
+    swarm does not spend the budget the controller needs."""
+    if settings.tracker.kind == "local":
+        return 1.0
+    return max(30.0, settings.timing.poll_interval)
+
+
 class StateSources:
     """Where the document's facts come from, with the caching a long-lived reader needs.
 

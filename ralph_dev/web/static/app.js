@@ -177,9 +177,14 @@ function addEvents(events) {
     const key = JSON.stringify(event);
     if (eventKeys.has(key)) continue;
     eventKeys.add(key);
-    list.prepend(eventItem(event));
+    const item = eventItem(event);
+    item.dataset.key = key;
+    list.prepend(item);
   }
-  while (list.children.length > EVENTS_KEPT) list.lastChild.remove();
+  while (list.children.length > EVENTS_KEPT) {
+    eventKeys.delete(list.lastChild.dataset.key);
+    list.lastChild.remove();
+  }
 }
 
 function render(doc) {
