@@ -14,7 +14,7 @@ from ralph_dev.core.decide import (
     backoff_seconds,
     blocked_issues,
     decide,
-    issue_counts,
+    issue_columns,
     model_for,
     nudge_message,
     ready_issues,
@@ -389,8 +389,8 @@ def test_issues_of_other_projects_are_seen_but_never_acted_on() -> None:
         issue(6, blocked_by=("DEMO-5",)), issue(5, "done", foreign=True),  # unblocks
     ]))
     assert steps(plan) == [("spawn", "DEMO-6")]
-    counts = issue_counts(world(issues=[issue(9, "todo", foreign=True), issue(1)]), settings())
-    assert counts["total"] == 1
+    columns = issue_columns(world(issues=[issue(9, "todo", foreign=True), issue(1)]), settings())
+    assert list(columns) == ["DEMO-1"]
 
 
 def test_a_worker_lost_with_its_tmux_session_is_respawned_without_a_charge() -> None:
@@ -693,8 +693,9 @@ def test_counts_for_status() -> None:
                 issue(4, "done"), issue(5, labels={"ralph:hold"}), issue(6, "canceled")],
         windows=[win("DEMO-3")],
     )
-    assert issue_counts(obs, settings()) == {
-        "ready": 1, "blocked": 1, "in_progress": 1, "held": 1, "done": 2, "total": 6,
+    assert issue_columns(obs, settings()) == {
+        "DEMO-1": ("ready", None), "DEMO-2": ("blocked", "DEMO-1"), "DEMO-3": ("running", None),
+        "DEMO-4": ("done", None), "DEMO-5": ("held", None), "DEMO-6": ("done", None),
     }
 
 

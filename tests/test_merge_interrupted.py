@@ -61,13 +61,13 @@ DRIVER = textwrap.dedent("""\
 
 
 def drive(jj: JJ, jj_bin: str, tmp: Path, step: str, name: str, *, kill_at: int = 0,
-          during: bool = False) -> tuple[int, int]:
+          during: bool = False, delay: float = 0.03) -> tuple[int, int]:
     """Run one step in its own process through the killing wrapper: (exit code, jj calls)."""
     state = tmp / f"calls-{step}-{kill_at}-{during}"
     state.write_text("0")
     wrapper = tmp / f"jj-{step}-{kill_at}-{during}"
     wrapper.write_text(WRAPPER.format(python=sys.executable, state=str(state), jj=jj_bin,
-                                      kill_at=kill_at, during=during, delay=0.03))
+                                      kill_at=kill_at, during=during, delay=delay))
     wrapper.chmod(0o755)
     git = Path(jj.child_path().split(":")[0]) / "git"
     if git.exists():  # keep jj's own git first on the wrapped jj's PATH too
@@ -153,9 +153,10 @@ def test_add_and_forget_killed_at_every_step_recover(tmp_path: Path, jj_bin: str
     code, calls = drive(fresh(), jj_bin, tmp_path, step, name)
     assert code == 0 and calls >= 2
     for kill_at in range(1, calls + 1):
-        for during in (False, True):
+        for during, delay in ((False, 0.0), (True, 0.01), (True, 0.03)):
             jj = fresh()
-            code, _ = drive(jj, jj_bin, tmp_path, step, name, kill_at=kill_at, during=during)
+            code, _ = drive(jj, jj_bin, tmp_path, step, name, kill_at=kill_at, during=during,
+                            delay=delay)
             assert code == -9
             if step == "add":
                 path = jj.add_workspace(name)  # the next tick: reused or made, either way usable

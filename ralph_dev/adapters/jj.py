@@ -26,8 +26,14 @@ from ralph_dev.adapters.jj_guard import (
     foreign_paths,
     refusal,
 )
-from ralph_dev.adapters.jj_workspaces import TRUNK_WORKSPACE, JJWorkspaces, quote_revset
-from ralph_dev.core.model import MergeResult
+from ralph_dev.adapters.jj_workspaces import (
+    FIELD_SEP,
+    LIST_SEP,
+    TRUNK_WORKSPACE,
+    JJWorkspaces,
+    quote_revset,
+)
+from ralph_dev.core.model import MergeResult, TrunkChange
 
 if TYPE_CHECKING:
     from ralph_dev.core.config import ProjectSettings
@@ -224,3 +230,30 @@ class JJ(JJWorkspaces):
             "-T", 'description ++ "\\x00"',
         )
         return [d.strip() for d in out.stdout.split("\x00")[:-1]]
+
+    def trunk_changes(self, limit: int = 10) -> list[TrunkChange]:
+        """Trunk's newest changes with their diff stat (for the dashboard); one jj call,
+        read without touching any working copy."""
+        stat = "self.diff().stat()"
+        template = (
+            f'commit_id ++ "{FIELD_SEP}" ++ description.first_line() ++ "{FIELD_SEP}" '
+            f'++ committer.timestamp().format("%Y-%m-%dT%H:%M:%S%:z") ++ "{FIELD_SEP}" '
+            f'++ {stat}.total_added() ++ "{FIELD_SEP}" '
+            f'++ {stat}.total_removed() ++ "{FIELD_SEP}" '
+            f'++ self.diff().files().map(|f| f.path()).join("{LIST_SEP}") ++ "\\n"'
+        )
+        out = self._read("log", "--no-graph", "-r", f"::{self._trunk} ~ root()",
+                         "--limit", str(max(1, int(limit))), "-T", template)
+        changes = []
+        for line in out.lines():
+            parts = line.split(FIELD_SEP)
+            if len(parts) != 6:
+                continue
+            commit, title, when, added, removed, files = parts
+            changes.append(TrunkChange(
+                commit=commit, title=title, time=when,
+                added=int(added) if added.isdigit() else 0,
+                removed=int(removed) if removed.isdigit() else 0,
+                files=tuple(f for f in files.split(LIST_SEP) if f),
+            ))
+        return changes

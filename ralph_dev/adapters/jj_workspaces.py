@@ -40,8 +40,8 @@ TRUNK_WORKSPACE = "ralph-trunk"
 It lives at ``<root>/.ralph-trunk``: the dot keeps it apart from every valid
 worker workspace name, and list_workspaces leaves it out.
 """
-_FS = "\x1f"  # field separator in our templates (never in names we accept)
-_RS = "\x1e"  # list separator inside a field
+FIELD_SEP = "\x1f"  # field separator in our templates (never in names we accept)
+LIST_SEP = "\x1e"  # list separator inside a field
 
 
 class InvalidWorkspaceName(JJError, ValueError):
@@ -155,10 +155,10 @@ class JJWorkspaces(JjCli):
     # -- workspaces --
 
     def _listed(self) -> dict[str, Path]:
-        out = self._read("workspace", "list", "-T", f'name ++ "{_FS}" ++ root ++ "\\n"')
+        out = self._read("workspace", "list", "-T", f'name ++ "{FIELD_SEP}" ++ root ++ "\\n"')
         found: dict[str, Path] = {}
         for line in out.lines():
-            name, _, root = line.partition(_FS)
+            name, _, root = line.partition(FIELD_SEP)
             found[name] = Path(root)
         return found
 
@@ -171,6 +171,8 @@ class JJWorkspaces(JjCli):
         starts on top of that work instead of trunk.
         """
         path = self.workspace_path(name)
+        if self._pending("add", name).exists():
+            self._roll_back_add(name, path)
         if not path.exists():
             created = self._add_new_workspace(name, path)
             if created is not None:
@@ -192,11 +194,7 @@ class JJWorkspaces(JjCli):
             self._snapshot(path)
             self._ensure_bookmark(name)
             return path
-        if path.exists() and self._pending("add", name).exists():
-            # our own `jj workspace add` died half-way: no agent ever ran there
-            log.warning("jj_half_made_workspace_removed", workspace=name, path=str(path))
-            shutil.rmtree(path)
-        elif path.exists() and any(path.iterdir()):
+        if path.exists() and any(path.iterdir()):
             raise JJError(
                 f"{path} exists and is not a jj workspace of {self.repo}: move it away "
                 "(it may hold someone's work) and try again"
@@ -238,6 +236,18 @@ class JJWorkspaces(JjCli):
         log.info("jj_workspace_added", workspace=name, path=str(path))
         return path
 
+    def _roll_back_add(self, name: str, path: Path) -> None:
+        """Undo an add that was killed half-way (its marker is still there): jj may have
+        registered the workspace and written only part of its files, and snapshotting
+        that would record trunk's missing files as deleted. No agent ever ran there, so
+        the workspace is forgotten and its directory removed; the caller adds it anew."""
+        log.warning("jj_half_made_workspace_rolled_back", workspace=name, path=str(path))
+        self.run("--ignore-working-copy", "workspace", "forget", name)  # unknown is fine
+        if path.exists():
+            shutil.rmtree(path)
+        self._prune_git_worktrees()
+        self._pending("add", name).unlink(missing_ok=True)
+
     def _pending(self, operation: str, name: str) -> Path:
         """Present while ralph-dev's ``add`` or ``forget`` of NAME has not finished: a
         directory such an operation leaves behind when killed is known to be ours."""
@@ -269,17 +279,18 @@ class JJWorkspaces(JjCli):
         ancestors, whatever the number of workspaces.
         """
         template = (
-            f'commit_id ++ "{_FS}" ++ parents.map(|c| c.commit_id()).join(",") ++ "{_FS}" '
-            f'++ empty ++ "{_FS}" ++ conflict ++ "{_FS}" '
-            f'++ self.contained_in({quote_revset("::" + self._trunk)}) ++ "{_FS}" '
-            f'++ working_copies.map(|w| w.name() ++ "=" ++ w.root()).join("{_RS}") ++ "\\n"'
+            f'commit_id ++ "{FIELD_SEP}" '
+            f'++ parents.map(|c| c.commit_id()).join(",") ++ "{FIELD_SEP}" '
+            f'++ empty ++ "{FIELD_SEP}" ++ conflict ++ "{FIELD_SEP}" '
+            f'++ self.contained_in({quote_revset("::" + self._trunk)}) ++ "{FIELD_SEP}" '
+            f'++ working_copies.map(|w| w.name() ++ "=" ++ w.root()).join("{LIST_SEP}") ++ "\\n"'
         )
         revset = f"working_copies() | ({self._trunk}..working_copies())"
         out = self._read("log", "--no-graph", "-r", revset, "-T", template)
         commits: dict[str, tuple[list[str], bool, bool, bool]] = {}
         heads: dict[str, tuple[str, str]] = {}
         for line in out.lines():
-            parts = line.split(_FS)
+            parts = line.split(FIELD_SEP)
             if len(parts) != 6:
                 continue
             commit, parents, empty, conflict, in_trunk, wcs = parts
@@ -289,7 +300,7 @@ class JJWorkspaces(JjCli):
                 conflict == "true",
                 in_trunk == "true",
             )
-            for wc in filter(None, wcs.split(_RS)):
+            for wc in filter(None, wcs.split(LIST_SEP)):
                 wname, _, wc_root = wc.partition("=")
                 heads[wname] = (commit, wc_root)
         root = self.workspace_root.resolve()

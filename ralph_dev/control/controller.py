@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +26,7 @@ from pathlib import Path
 import structlog
 
 from ralph_dev.control.merging import MergeLane
+from ralph_dev.control.metrics import TickHistogram
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide import decide
 from ralph_dev.core.errors import RalphError, TrackerError
@@ -168,6 +170,7 @@ class Controller:
         self.stopping = False
         self.merges = MergeLane(settings, jj=jj, tracker=tracker, store=self.store,
                                 pull_requests=pull_requests, beat=self._beat_while)
+        self.tick_seconds = TickHistogram()  # published in the heartbeat for /metrics
 
     def _beat_while(self, acting: str) -> None:
         self.store.write_heartbeat(tick=self.tick_number, acting=acting)
@@ -176,6 +179,7 @@ class Controller:
 
     async def tick(self) -> TickResult:
         self.tick_number += 1
+        started = time.monotonic()
         structlog.contextvars.bind_contextvars(tick=self.tick_number)
         try:
             try:
@@ -188,6 +192,7 @@ class Controller:
             plan = decide(observed, self.settings, self.clock())
             result = TickResult(self.tick_number, plan, observed)
             await self._carry_out(plan, observed, result)
+            self.tick_seconds.observe(time.monotonic() - started)
             self.write_heartbeat(observed, plan)
             return result
         finally:
@@ -257,6 +262,7 @@ class Controller:
             tracker_ok=observed.tracker_ok,
             tracker_usage=self.tracker.usage(),
             acting=acting,
+            tick_seconds=self.tick_seconds.as_json(),
         )
 
     # -- act ----------------------------------------------------------------

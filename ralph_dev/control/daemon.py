@@ -194,7 +194,8 @@ class Daemon:
 
     async def spawn_supervisor(self, why: str) -> None:
         """Hand an unhealthy swarm to the supervisor agent, once per crash loop."""
-        from ralph_dev.control.status import render, snapshot
+        from ralph_dev.control.status import snapshot
+        from ralph_dev.control.status_text import render
 
         if self._supervisor is not None and self._supervisor.poll() is None:
             return  # one supervisor at a time
@@ -208,6 +209,8 @@ class Daemon:
     async def run(self) -> None:
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+        from ralph_dev.control.services import DaemonServices
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -215,6 +218,8 @@ class Daemon:
         with daemon_lock(self.store.paths.daemon_pid):
             self.store.append_event("daemon_started", pid=os.getpid())
             scheduler = AsyncIOScheduler(job_defaults={"max_instances": 1, "coalesce": True})
+            # dashboard, state API, metrics and notifications, beside the health loop
+            services = DaemonServices(self.settings, self.store, self.tmux)
             try:
                 await asyncio.to_thread(self.ensure_session)
                 healthy, why = await asyncio.to_thread(self.controller_health)
@@ -228,8 +233,10 @@ class Daemon:
                     seconds=self.settings.timing.health_interval, id="health",
                 )
                 scheduler.start()
+                await services.start()
                 await self.stop_event.wait()
             finally:
+                await services.stop()
                 with contextlib.suppress(Exception):
                     scheduler.pause()
                     scheduler.shutdown(wait=False)

@@ -17,17 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ralph_dev.core.config_rules import validate
 from ralph_dev.core.errors import ConfigError, UnknownProject
 from ralph_dev.core.model import Role
 from ralph_dev.core.paths import ProjectPaths, check_project_name, config_file
 from ralph_dev.core.typed_toml import coerce
-
-KEY_RE = re.compile(r"[A-Z][A-Z0-9]{0,9}")
-
-
-
-
-
 
 # --- XDG paths -----------------------------------------------------------------
 
@@ -164,6 +158,37 @@ class MergeSettings:
 
 
 @dataclass(frozen=True)
+class WebSettings:
+    """The dashboard, state API and metrics the daemon serves."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    """Loopback by default; any other address needs an access token."""
+    port: int = 0
+    """0 = any free port (the URL shows in ``ralph-dev status``); a fixed port for
+    Prometheus to scrape."""
+    token_file: Path | None = None
+    """A file (chmod 600) holding the access token; or set ``RALPH_DEV_WEB_TOKEN``."""
+
+
+@dataclass(frozen=True)
+class NotifySettings:
+    """Telling a person when the swarm needs them (the daemon sends these)."""
+
+    urls: tuple[str, ...] = ()
+    """Apprise URLs (``ntfy://…``, ``mailto://…``, ``json://…``): where messages go."""
+    command: str | None = None
+    """A command run per message with the message as JSON on stdin; split like a
+    shell line, never run by one."""
+    on_merge: bool = False
+    """Also tell about each merge (not only when a person is needed)."""
+    cooldown: float = 900.0
+    """Seconds after a cause cleared during which it coming back is not told again."""
+    max_per_hour: int = 20
+    """Messages per hour at most; the rest are counted and mentioned in the next one."""
+
+
+@dataclass(frozen=True)
 class ProjectSettings:
     name: str
     repo: Path
@@ -184,6 +209,8 @@ class ProjectSettings:
     timing: Timing = field(default_factory=Timing)
     labels: Labels = field(default_factory=Labels)
     merge: MergeSettings = field(default_factory=MergeSettings)
+    web: WebSettings = field(default_factory=WebSettings)
+    notify: NotifySettings = field(default_factory=NotifySettings)
 
     @property
     def paths(self) -> ProjectPaths:
@@ -222,6 +249,8 @@ _SECTIONS: dict[str, type] = {
     "timing": Timing,
     "labels": Labels,
     "merge": MergeSettings,
+    "web": WebSettings,
+    "notify": NotifySettings,
 }
 
 
@@ -253,56 +282,6 @@ def _build(cls: type, raw: Mapping[str, Any], where: str, **fixed: Any) -> Any:
     return cls(**values)
 
 
-def _validate(settings: ProjectSettings, where: str) -> None:
-    """Rules that types alone cannot express."""
-
-    def bad(key: str, problem: str) -> ConfigError:
-        return ConfigError(f"{where}.{key}: {problem}")
-
-    if not settings.repo.is_absolute():
-        raise bad("repo", f"must be an absolute path, got {str(settings.repo)!r}")
-    if settings.workspace_root is not None and not settings.workspace_root.is_absolute():
-        raise bad("workspace_root", "must be an absolute path")
-    if not re.fullmatch(r"[A-Za-z0-9._/-]+", settings.trunk):
-        raise bad("trunk", f"{settings.trunk!r} is not a usable bookmark name")
-    if settings.tracker.key and not KEY_RE.fullmatch(settings.tracker.key):
-        raise bad("tracker.key", "must be 1-10 capital letters/digits starting with a letter")
-    if settings.tracker.kind == "linear" and not settings.tracker.linear_project:
-        raise bad("tracker.linear_project", "is required when tracker.kind = 'linear'")
-    if settings.tracker.linear_team is not None and not KEY_RE.fullmatch(
-            settings.tracker.linear_team):
-        raise bad("tracker.linear_team", f"{settings.tracker.linear_team!r} is not a team key "
-                  "(1-10 capital letters/digits starting with a letter, e.g. ENG)")
-    if settings.tracker.linear_new_state is not None and not (
-            settings.tracker.linear_new_state.strip()):
-        raise bad("tracker.linear_new_state", "is empty: name a workflow state such as 'Todo', "
-                  "or remove the setting")
-    for key in ("full_sync_interval", "linear_poll_interval"):
-        if getattr(settings.tracker, key) <= 0:
-            raise bad(f"tracker.{key}", "must be greater than 0")
-    if settings.agent.runner == "command" and not settings.agent.command:
-        raise bad("agent.command", "is required when agent.runner = 'command'")
-    if settings.limits.max_workers < 1:
-        raise bad("limits.max_workers", "must be at least 1")
-    for role, cap in settings.limits.per_role.items():
-        if role not in {r.value for r in Role}:
-            raise bad(f"limits.per_role.{role}", f"unknown role (roles: {', '.join(Role)})")
-        if cap < 0:
-            raise bad(f"limits.per_role.{role}", "must not be negative")
-    for role in settings.agent.models:
-        if role not in {r.value for r in Role}:
-            raise bad(f"agent.models.{role}", f"unknown role (roles: {', '.join(Role)})")
-    t = settings.timing
-    for key in ("poll_interval", "stall_timeout", "restart_timeout", "retry_base",
-                "retry_cap", "health_interval", "heartbeat_stale", "crash_loop_window"):
-        if getattr(t, key) <= 0:
-            raise bad(f"timing.{key}", "must be greater than 0")
-    if t.max_attempts < 1:
-        raise bad("timing.max_attempts", "must be at least 1")
-    if t.retry_cap < t.retry_base:
-        raise bad("timing.retry_cap", "must not be smaller than timing.retry_base")
-    if settings.agent.iteration_cap < 1:
-        raise bad("agent.iteration_cap", "must be at least 1")
 
 
 # Environment overrides: RALPH_DEV_<SECTION>_<KEY> for scalar settings, plus a
@@ -424,7 +403,7 @@ def build_project(name: str, raw: Mapping[str, Any]) -> ProjectSettings:
     """Typed, validated settings from one raw ``[projects.NAME]`` table."""
     where = f"projects.{name}"
     settings: ProjectSettings = _build(ProjectSettings, raw, where, name=name)
-    _validate(settings, where)
+    validate(settings, where)
     return settings
 
 

@@ -49,12 +49,13 @@ from ralph_dev.core.model import (
 )
 
 __all__ = [
+    "COLUMNS",
     "NUDGE_MESSAGE",
     "backoff_seconds",
     "blocked_issues",
     "decide",
     "dispatch_key",
-    "issue_counts",
+    "issue_columns",
     "model_for",
     "nudge_message",
     "ready_issues",
@@ -346,26 +347,38 @@ def blocked_issues(observed: Observed, settings: ProjectSettings) -> tuple[Issue
     return tuple(sorted(found, key=dispatch_key))
 
 
-def issue_counts(observed: Observed, settings: ProjectSettings) -> dict[str, int]:
-    """Counts for ``status``: ready, blocked, in progress, held, done, total."""
+COLUMNS = ("held", "ready", "running", "blocked", "waiting", "done")
+"""Where ``status`` and the dashboard put each issue: held (a person must act), ready
+(dispatch takes it when a slot frees), running (started or has a live worker), blocked
+(an unsettled blocker), waiting (anything else unfinished: a parent waiting for its
+children, a backlog state, a finished worker waiting for its merge), done (finished)."""
+
+
+def issue_columns(observed: Observed, settings: ProjectSettings
+                  ) -> dict[str, tuple[str, str | None]]:
+    """Each issue's column (one of ``COLUMNS``) and, for a blocked one, the first
+    unsettled issue that blocks it (its own blocker or an ancestor's)."""
     world = _World.build(observed, settings)
-    counts = dict.fromkeys(("ready", "blocked", "in_progress", "held", "done", "total"), 0)
     ready = {issue.identifier for issue in _ready(world)}
+    columns: dict[str, tuple[str, str | None]] = {}
     for ident, issue in world.issues.items():
         if issue.foreign:
             continue
-        counts["total"] += 1
+        blocker = None
         if issue.state_type.finished:
-            counts["done"] += 1
+            column = "done"
         elif world.held(ident):
-            counts["held"] += 1
+            column = "held"
         elif ident in ready:
-            counts["ready"] += 1
+            column = "ready"
         elif world.live(ident) or issue.state_type == StateType.STARTED:
-            counts["in_progress"] += 1
-        elif world.blocker_of(issue) is not None:
-            counts["blocked"] += 1
-    return counts
+            column = "running"
+        elif (blocker := world.blocker_of(issue)) is not None:
+            column = "blocked"
+        else:
+            column = "waiting"
+        columns[ident] = (column, blocker)
+    return columns
 
 
 # --- decide ----------------------------------------------------------------------

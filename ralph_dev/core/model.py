@@ -325,6 +325,18 @@ class MergeResult:
 
 
 @dataclass(frozen=True)
+class TrunkChange:
+    """One change on trunk as people see it: what, when, and its diff stat."""
+
+    commit: str
+    title: str
+    time: str
+    added: int
+    removed: int
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Launch:
     """What the tmux adapter needs to start one agent in a window."""
 

@@ -31,6 +31,10 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def to_iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
 def from_iso(value: Any) -> datetime | None:
     if not value:
         return None
@@ -174,12 +178,67 @@ class StateStore:
             return
         with handle:
             for line in handle:
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(entry, dict) and "event" in entry:
+                entry = _event_from_line(line)
+                if entry is not None:
                     yield entry
+
+    def recent_events(self, count: int, *, chunk: int = 65536) -> list[dict[str, Any]]:
+        """The newest ``count`` events, oldest first, read from the end of the log (a
+        months-long log costs no more than a fresh one)."""
+        if count <= 0:
+            return []
+        try:
+            handle = self.paths.events_file.open("rb")
+        except FileNotFoundError:
+            return []
+        with handle:
+            position = os.fstat(handle.fileno()).st_size
+            data = b""
+            events: list[dict[str, Any]] = []
+            while position > 0 and len(events) < count:
+                step = min(chunk, position)
+                position -= step
+                handle.seek(position)
+                data = handle.read(step) + data
+                lines = data.decode("utf-8", "replace").splitlines()
+                if position > 0:
+                    lines = lines[1:]  # the first line may be cut in half
+                events = [e for line in lines if (e := _event_from_line(line)) is not None]
+        return events[-count:]
+
+    def events_size(self) -> int:
+        """The events log's length in bytes: where a reader that wants only news starts."""
+        try:
+            return self.paths.events_file.stat().st_size
+        except OSError:
+            return 0
+
+    def read_events_from(self, offset: int, *, max_bytes: int = 4 << 20
+                         ) -> tuple[list[dict[str, Any]], int]:
+        """Events appended since byte ``offset``, and the offset to continue from.
+
+        Long-lived readers (the daemon's metrics, notifier and dashboard, ``events -f``)
+        poll with this instead of re-reading the whole log. A line still being
+        written (no newline yet) is left for the next call; a log that shrank
+        (replaced or truncated) is read again from its start. At most ``max_bytes``
+        are read per call, so catching up on a long history never holds it all.
+        """
+        try:
+            handle = self.paths.events_file.open("rb")
+        except FileNotFoundError:
+            return [], 0
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            if offset > size:
+                offset = 0
+            handle.seek(offset)
+            chunk = handle.read(max_bytes)
+        end = chunk.rfind(b"\n") + 1
+        if end == 0 and len(chunk) == max_bytes:
+            return [], offset + len(chunk)  # one absurdly long line: skip it, never stall
+        events = [entry for line in chunk[:end].decode("utf-8", "replace").splitlines()
+                  if (entry := _event_from_line(line)) is not None]
+        return events, offset + end
 
     # -- heartbeat --
 
@@ -211,3 +270,12 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, tuple | list | set | frozenset):
         return [_jsonable(v) for v in value]
     return value
+
+
+def _event_from_line(line: str) -> dict[str, Any] | None:
+    """One events-log line as an event; None for a torn or corrupt line."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) and "event" in entry else None

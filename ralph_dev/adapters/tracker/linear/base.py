@@ -73,7 +73,7 @@ SAVE_EVERY = timedelta(seconds=60)
 
 
 class LinearBase:
-    """The issues of one Linear project, behind ``tracker.base.Tracker``."""
+    """The issues of one Linear project, behind ``core.ports.Tracker``."""
 
     def __init__(
         self,
