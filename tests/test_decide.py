@@ -26,6 +26,7 @@ from ralph_dev.core.model import (
     Issue,
     Nudge,
     Observed,
+    Pause,
     Plan,
     Reap,
     Restart,
@@ -391,6 +392,24 @@ def test_issues_of_other_projects_are_seen_but_never_acted_on() -> None:
     assert steps(plan) == [("spawn", "DEMO-6")]
     columns = issue_columns(world(issues=[issue(9, "todo", foreign=True), issue(1)]), settings())
     assert list(columns) == ["DEMO-1"]
+
+
+def test_a_pause_starts_nothing_charges_nothing_and_quiets_waiting_workers() -> None:
+    setup = Pause(kind="setup", cause="claude is not installed", fix="install it")
+    obs = world(issues=[issue(1), issue(2, "started"), issue(3, "started")],
+                records=[rec("DEMO-2", attempts=3),
+                         rec("DEMO-3", nudged_at=NOW - timedelta(hours=1))],
+                windows=[win("DEMO-3", output_changed_at=NOW - timedelta(hours=2))])
+    unpaused = steps(run(obs))
+    assert ("spawn", "DEMO-1") in unpaused and ("hold", "DEMO-2") in unpaused
+    assert ("restart", "DEMO-3") in unpaused
+    paused = steps(run(dataclasses.replace(obs, pauses=(setup,))))
+    assert paused == []  # no dispatch, no hold at the cap, no restart
+    limit = Pause(kind="usage_limit", cause="usage limit", quiet_workers=True)
+    silent = world(issues=[issue(3, "started")], records=[rec("DEMO-3")],
+                   windows=[win("DEMO-3", output_changed_at=NOW - timedelta(hours=2))])
+    assert steps(run(silent)) == [("nudge", "DEMO-3")]
+    assert steps(run(dataclasses.replace(silent, pauses=(limit,)))) == []
 
 
 def test_a_worker_lost_with_its_tmux_session_is_respawned_without_a_charge() -> None:

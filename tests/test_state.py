@@ -207,3 +207,21 @@ def test_heartbeat_round_trip_and_garbage(store: StateStore) -> None:
     assert store.read_heartbeat() is None
     store.paths.heartbeat_file.write_text('{"time": "not a time"}')
     assert store.read_heartbeat() is None
+
+
+def test_pauses_are_kept_one_per_kind_and_said_once(xdg: Path) -> None:
+    from ralph_dev.core.model import Pause
+
+    store = StateStore(ProjectPaths("demo"))
+    assert store.load_pauses() == ()
+    limit = Pause(kind="usage_limit", cause="usage limit until 12:51", quiet_workers=True)
+    assert store.set_pause(limit) is True
+    assert store.set_pause(limit) is False  # the same again: no second event
+    (stored,) = store.load_pauses()
+    assert stored.cause == limit.cause and stored.quiet_workers and stored.since is not None
+    assert store.clear_pause("usage_limit", why="reset passed") is True
+    assert store.clear_pause("usage_limit", why="again") is False
+    kinds = [e["event"] for e in store.iter_events()]
+    assert kinds == ["swarm_paused", "swarm_resumed"]
+    store.paths.pauses_file.write_text("{broken")
+    assert store.load_pauses() == ()  # unreadable is no pause, never a crash

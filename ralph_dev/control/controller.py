@@ -128,6 +128,7 @@ async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceListe
         records=store.load_records(),
         tracker_ok=not tracker_error,
         trunk_red=store.paths.trunk_red_file.exists(),
+        pauses=store.load_pauses(),
     )
     return observed, tracker_error
 
@@ -172,6 +173,13 @@ class Controller:
                                 pull_requests=pull_requests, beat=self._beat_while)
         self.tick_seconds = TickHistogram()  # published in the heartbeat for /metrics
 
+    def _end_pauses_due(self) -> None:
+        """A pause with a stated end (a usage limit's reset) ends by itself then."""
+        now = self.clock()
+        for pause in self.store.load_pauses():
+            if pause.until is not None and pause.until <= now:
+                self.store.clear_pause(pause.kind, why="its stated end has passed")
+
     def _beat_while(self, acting: str) -> None:
         self.store.write_heartbeat(tick=self.tick_number, acting=acting)
 
@@ -186,6 +194,7 @@ class Controller:
                 await self.merges.recheck_red_trunk()
             except (RalphError, OSError) as exc:
                 self.store.append_event("trunk_recheck_failed", error=str(exc))
+            self._end_pauses_due()
             observed, tracker_error = await observe(self.tracker, self.tmux, self.jj, self.store)
             if tracker_error:
                 self.store.append_event("tracker_unavailable", error=tracker_error)

@@ -415,6 +415,15 @@ class _Decider:
     def trunk_red(self) -> bool:
         return self.world.observed.trunk_red
 
+    @property
+    def paused(self) -> bool:
+        """A cause outside any issue stops every start; no attempt is charged meanwhile."""
+        return bool(self.world.observed.pauses)
+
+    @property
+    def workers_waiting(self) -> bool:
+        return any(p.quiet_workers for p in self.world.observed.pauses)
+
     def emit(self, *actions: Action) -> None:
         self.actions.extend(actions)
 
@@ -573,6 +582,8 @@ class _Decider:
         A worker lost for a cause outside the issue (its tmux session went away) is
         started again at once, as the same attempt: nothing is charged for it.
         """
+        if self.paused:
+            return  # nothing starts, nothing is held at the cap, while the swarm is paused
         rec = self.world.records.get(ident)
         attempts = self.attempts(ident)
         cap = self.settings.timing.max_attempts
@@ -675,6 +686,8 @@ class _Decider:
 
     def live_worker(self, ident: str, issue: Issue) -> None:
         """Stuck detection: nudge once after stall_timeout, restart after restart_timeout."""
+        if self.workers_waiting:
+            return  # waiting out a usage limit or an outage with everyone else: not stuck
         w = self.world
         timing = self.settings.timing
         rec = w.records.get(ident)
@@ -700,7 +713,7 @@ class _Decider:
                             message=nudge_message(ident)))
             return
         since = _seconds(self.now, nudged)
-        if since <= timing.restart_timeout or not self.tracker_ok:
+        if since <= timing.restart_timeout or not self.tracker_ok or self.paused:
             return
         attempts = self.attempts(ident)
         cap = timing.max_attempts
@@ -723,7 +736,7 @@ class _Decider:
     # -- spawns under limits ------------------------------------------------------
 
     def spawns(self) -> None:
-        if not self.tracker_ok:
+        if not self.tracker_ok or self.paused:
             return
         w = self.world
         s = self.settings

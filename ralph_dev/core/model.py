@@ -194,6 +194,29 @@ class WorkerRecord:
 
 
 @dataclass(frozen=True)
+class Pause:
+    """Dispatch is paused for a cause outside any one issue; nobody is charged for it.
+
+    Set and cleared by the controller (``StateStore.set_pause``/``clear_pause``),
+    one per ``kind``: a setup error (agent binary missing, jj missing, repository
+    unusable, tracker key refused) until a check passes again; a usage limit or an
+    API outage until ``until`` (the stated reset) or a probe succeeds.
+    """
+
+    kind: str
+    cause: str
+    """What happened, in words a person reads in ``status`` and the events."""
+    fix: str = ""
+    """What a person can do about it ("" when it ends by itself)."""
+    since: datetime | None = None
+    until: datetime | None = None
+    """When it is expected to end by itself (a usage limit's stated reset), if known."""
+    quiet_workers: bool = False
+    """Running workers are waiting on the same cause (a usage limit): do not nudge or
+    restart them while it lasts."""
+
+
+@dataclass(frozen=True)
 class Observed:
     """Everything one controller tick saw; the only input of ``decide``."""
 
@@ -205,6 +228,8 @@ class Observed:
     """False when the tracker could not be read this tick: dispatch is skipped."""
     trunk_red: bool = False
     """True while trunk's verify command fails: no further merges."""
+    pauses: tuple[Pause, ...] = ()
+    """Active swarm-wide pauses: no worker is started (or restarted) while any lasts."""
 
 
 # --- actions -----------------------------------------------------------------

@@ -9,6 +9,7 @@ interleave within a line.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import json
@@ -21,7 +22,7 @@ from typing import Any
 import structlog
 
 from ralph_dev.core.fsutil import atomic_write_text
-from ralph_dev.core.model import Role, WorkerRecord, check_identifier
+from ralph_dev.core.model import Pause, Role, WorkerRecord, check_identifier
 from ralph_dev.core.paths import ProjectPaths
 
 log = structlog.get_logger(__name__)
@@ -239,6 +240,63 @@ class StateStore:
         events = [entry for line in chunk[:end].decode("utf-8", "replace").splitlines()
                   if (entry := _event_from_line(line)) is not None]
         return events, offset + end
+
+    # -- swarm-wide pauses --
+
+    def load_pauses(self) -> tuple[Pause, ...]:
+        """The pauses in force (``pauses.json``); unreadable means none, never a crash."""
+        try:
+            raw = json.loads(self.paths.pauses_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return ()
+        pauses = []
+        for kind, data in (raw.items() if isinstance(raw, dict) else ()):
+            if isinstance(data, dict):
+                pauses.append(Pause(kind=str(kind), cause=str(data.get("cause", "")),
+                                    fix=str(data.get("fix", "")), since=from_iso(data.get("since")),
+                                    until=from_iso(data.get("until")),
+                                    quiet_workers=bool(data.get("quiet_workers"))))
+        return tuple(pauses)
+
+    def set_pause(self, pause: Pause) -> bool:
+        """Pause dispatch for ``pause.kind`` (replacing an older one of that kind); one
+        ``swarm_paused`` event when it starts or its cause changes. True when new."""
+        with self._pauses_locked():
+            current = {p.kind: p for p in self.load_pauses()}
+            old = current.get(pause.kind)
+            if old is not None and (old.cause, old.until) == (pause.cause, pause.until):
+                return False
+            since = old.since if old is not None else (pause.since or utcnow())
+            current[pause.kind] = dataclasses.replace(pause, since=since)
+            self._save_pauses(current)
+        self.append_event("swarm_paused", kind=pause.kind, cause=pause.cause, fix=pause.fix,
+                          until=pause.until)
+        return old is None
+
+    def clear_pause(self, kind: str, *, why: str) -> bool:
+        """End the pause of ``kind``: one ``swarm_resumed`` event. True when there was one."""
+        with self._pauses_locked():
+            current = {p.kind: p for p in self.load_pauses()}
+            ended = current.pop(kind, None)
+            if ended is None:
+                return False
+            self._save_pauses(current)
+        self.append_event("swarm_resumed", kind=kind, cause=ended.cause, why=why)
+        return True
+
+    def _save_pauses(self, pauses: Mapping[str, Pause]) -> None:
+        data = {kind: {"cause": p.cause, "fix": p.fix, "since": to_iso(p.since),
+                       "until": to_iso(p.until), "quiet_workers": p.quiet_workers}
+                for kind, p in pauses.items()}
+        atomic_write_text(self.paths.pauses_file, json.dumps(data, indent=1) + "\n")
+
+    @contextlib.contextmanager
+    def _pauses_locked(self) -> Iterator[None]:
+        lock = self.paths.state_dir / ".pauses.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with lock.open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
 
     # -- heartbeat --
 
