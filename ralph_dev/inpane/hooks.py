@@ -29,6 +29,7 @@ from typing import IO, Any
 import structlog
 
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.jsonsafe import parse_json
 from ralph_dev.core.model import Issue, Role
 from ralph_dev.core.paths import check_project_name, state_home
 from ralph_dev.core.state import StateStore, utcnow
@@ -65,8 +66,9 @@ def read_payload(stream: IO[str] | None = None) -> dict[str, Any]:
         if stream is None or stream.isatty():
             return {}
         text = stream.read(PAYLOAD_LIMIT)
-        data = json.loads(text) if text.strip() else {}
-    except (OSError, ValueError, UnicodeDecodeError):
+        data = parse_json(text) if text.strip() else {}
+    except (OSError, ValueError, UnicodeDecodeError):  # TooDeep too: the Stop hook then
+        # sees no payload and keeps the agent working (it fails safe)
         return {}
     return data if isinstance(data, dict) else {}
 
