@@ -301,3 +301,20 @@ def test_terminal_escapes_in_issue_text_are_blanked(project: Path) -> None:
     # --json keeps the data exactly (JSON escapes it).
     data = json.loads(ok("issue", "show", "DEMO-1", "--json"))
     assert data["title"] == "evil \x1b]2;pwned\x07 title"
+
+
+def test_labels_with_control_characters_are_refused_and_never_shown_raw(project: Path) -> None:
+    evil = "x\x1b]2;pwned\x07"
+    refused("issue", "add", "demo", "t", "--label", evil, match="no control characters")
+    assert json.loads(ok("issue", "list", "demo", "--json")) == []  # nothing half-made
+    ok("issue", "add", "demo", "t", "--label", "backend")
+    refused("issue", "label", "DEMO-1", "+" + evil, match="no control characters")
+    # a label made elsewhere (Linear's UI, an older version) is blanked when shown
+    import sqlite3
+
+    with sqlite3.connect(project) as db:
+        db.execute("INSERT INTO labels (issue, label) VALUES (1, ?)", ("\x1b[2Jwipe",))
+    for out in (ok("issue", "list", "demo"), ok("issue", "show", "DEMO-1"),
+                ok("issue", "label", "DEMO-1", "+frontend")):
+        assert "\x1b" not in out and "\x07" not in out, out
+        assert " [2Jwipe" in out

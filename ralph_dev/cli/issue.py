@@ -117,7 +117,7 @@ def _table(issues: list[Issue]) -> str:
                 issue.identifier,
                 issue.state_name,
                 str(issue.priority),
-                ",".join(sorted(issue.labels)) or "-",
+                _labels(issue, ",") or "-",
                 ",".join(issue.blocked_by) or "-",
                 _one_line(issue.title),
             )
@@ -132,6 +132,11 @@ def _table(issues: list[Issue]) -> str:
 def _one_line(text: str) -> str:
     """Control characters from issue text must not steer the terminal."""
     return "".join(ch if ch.isprintable() else " " for ch in text)
+
+
+def _labels(issue: Issue, separator: str = ", ") -> str:
+    """Labels as shown to people: made in Linear's UI they may hold control characters."""
+    return separator.join(_one_line(label) for label in sorted(issue.labels))
 
 
 def _printable(text: str) -> str:
@@ -171,7 +176,7 @@ def show(cli: CliContext, identifier: str, as_json: bool) -> None:
         f"{issue.identifier}  {_one_line(issue.title)}",
         f"state:      {issue.state_name} ({issue.state_type.value})",
         f"priority:   {issue.priority} (sort order {issue.sort_order:g})",
-        f"labels:     {', '.join(sorted(issue.labels)) or '-'}",
+        f"labels:     {_labels(issue) or '-'}",
         f"parent:     {issue.parent or '-'}",
         f"children:   {', '.join(issue.children) or '-'}",
         f"blocked by: {', '.join(issue.blocked_by) or '-'}",
@@ -221,7 +226,7 @@ def label(cli: CliContext, identifier: str, changes: tuple[str, ...]) -> None:
         (add if token[0] == "+" else remove).append(token[1:])
     _, tracker = _tracker_for_issue(cli, identifier)
     issue = run(_closing(tracker, tracker.change_labels(identifier, add=add, remove=remove)))
-    click.echo(f"{issue.identifier}: {', '.join(sorted(issue.labels)) or '(no labels)'}")
+    click.echo(f"{issue.identifier}: {_labels(issue) or '(no labels)'}")
 
 
 @issue_group.command(name="comment")

@@ -32,6 +32,10 @@ class InvalidIdentifier(RalphError, ValueError):
     """Raised for text that is not an issue identifier."""
 
 
+class InvalidLabel(RalphError, ValueError):
+    """Raised for a label name people's terminals cannot show safely."""
+
+
 def check_identifier(text: str) -> str:
     """Return ``text`` if it is a well-formed identifier, else raise with the fix."""
     if not isinstance(text, str) or not IDENTIFIER_RE.fullmatch(text):
@@ -43,6 +47,27 @@ def check_identifier(text: str) -> str:
             "(capital letters/digits, a dash, a number)"
         )
     return text
+
+
+MAX_LABEL_LENGTH = 80
+"""Linear's limit; the local tracker keeps the same so a plan moves between them."""
+
+
+def check_label(label: object) -> str:
+    """``label`` stripped, if people's terminals can show it as it is; else raise with the fix.
+
+    Labels are printed in ``issue list/show/label`` and ``status``: one holding an
+    escape sequence could retitle a pane or clear a screen, so control characters
+    are refused at the door (and blanked when shown, for labels made elsewhere).
+    """
+    if not isinstance(label, str) or not label.strip():
+        raise InvalidLabel(f"label {label!r} is empty; give a name such as 'backend'")
+    label = label.strip()
+    if len(label) > MAX_LABEL_LENGTH or not label.isprintable():
+        shown = label if len(label) <= 40 else label[:37] + "..."
+        raise InvalidLabel(f"label {shown!r} is not usable: at most {MAX_LABEL_LENGTH} "
+                           "printable characters on one line (no control characters)")
+    return label
 
 
 class StateType(StrEnum):

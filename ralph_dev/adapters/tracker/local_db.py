@@ -32,8 +32,10 @@ from ralph_dev.core.errors import (
 from ralph_dev.core.model import (
     IDENTIFIER_RE,
     InvalidIdentifier,
+    InvalidLabel,
     StateType,
     check_identifier,
+    check_label,
 )
 
 log = structlog.get_logger(__name__)
@@ -52,7 +54,6 @@ DEFAULT_STATES: tuple[tuple[str, StateType], ...] = (
     ("Canceled", StateType.CANCELED),
 )
 DEFAULT_NEW_STATE = "Todo"
-MAX_LABEL_LENGTH = 80
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -376,16 +377,7 @@ class TrackerDb:
 
     @staticmethod
     def _check_labels(labels: Iterable[str]) -> list[str]:
-        out = []
-        for label in labels:
-            if not isinstance(label, str) or not label.strip():
-                raise TrackerInputError(f"label {label!r} is empty; give a name such as 'backend'")
-            label = label.strip()
-            if len(label) > MAX_LABEL_LENGTH or any(ch in label for ch in "\n\r\t\0"):
-                shown = label if len(label) <= 40 else label[:37] + "..."
-                raise TrackerInputError(
-                    f"label {shown!r} is not usable: at most {MAX_LABEL_LENGTH} characters "
-                    "on one line"
-                )
-            out.append(label)
-        return out
+        try:
+            return [check_label(label) for label in labels]
+        except InvalidLabel as exc:
+            raise TrackerInputError(str(exc)) from None
