@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.tracker.local import LocalTracker
@@ -338,6 +338,37 @@ def test_plan_is_refused_for_an_execute_worker(project: Project, tmp_path: Path)
                                 env=project.env(issue))
     assert result.exit_code != 0 and "only a plan worker" in result.stderr
     assert not project.tracker.get_sync(issue).children
+
+
+def plan_text(count: int, labels: str = "") -> str:
+    return "".join(f'[[task]]\nref = "t{i}"\ntitle = "Task {i}"\n{labels}\n' for i in range(count))
+
+
+def test_plans_are_capped_and_cannot_speak_for_a_person(xdg: Path, jj_bin: str,
+                                                        tmp_path: Path) -> None:
+    project = make_project(xdg, jj_bin, extra="[projects.demo.limits]\n"
+                                               "plan_issues = 3\nplan_issues_per_hour = 5")
+    first, second, third = (project.issue(f"Phase {n}") for n in range(3))
+    for issue in (first, second, third):
+        project.spawn(issue, Role.PLAN)
+    plan_file = tmp_path / "plan.toml"
+
+    def plan(issue: str, text: str) -> Result:
+        plan_file.write_text(text)
+        return CliRunner().invoke(main, ["worker", "plan", issue, "--file", str(plan_file)],
+                                  env=project.env(issue, Role.PLAN))
+
+    too_big = plan(first, plan_text(4))
+    assert too_big.exit_code != 0 and "at most 3 may be created by one plan" in too_big.stderr
+    steering = plan(first, plan_text(1, 'labels = ["user-feedback-given"]'))
+    assert steering.exit_code != 0 and "only a person may set" in steering.stderr
+    assert not project.tracker.get_sync(first).children  # nothing half-made
+    assert plan(first, plan_text(3, 'labels = ["ralph:research"]')).exit_code == 0
+    assert plan(second, plan_text(2)).exit_code == 0  # 5 this hour: the cap
+    over = plan(third, plan_text(1))
+    assert over.exit_code != 0 and "at most 5 an hour" in over.stderr
+    refused = [e for e in project.store.iter_events() if e["event"] == "plan_refused"]
+    assert len(refused) == 3 and refused[-1]["issue"] == third
 
 
 # --- hostile issue text --------------------------------------------------------------------

@@ -98,6 +98,10 @@ class Limits:
     max_workers: int = 3
     per_role: Mapping[str, int] = field(default_factory=dict)
     """Caps per role, e.g. ``{plan = 1}``; a role not named is capped only globally."""
+    plan_issues: int = 50
+    """The most issues one plan worker's plan may create."""
+    plan_issues_per_hour: int = 200
+    """The most issues plan workers may create in any hour, all plans together."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,12 @@ class Labels:
             self.hold,
             self.phase,
         )
+
+    def person_only(self) -> tuple[str, ...]:
+        """Labels that speak for a person (a hold, an answer, a question): never set by a
+        plan or an agent. Role labels (plan, research, review, phase) a plan may use."""
+        return (self.user_input_needed, self.user_feedback_given, self.agent_feedback_given,
+                self.agent_input_needed, self.hold)
 
 
 @dataclass(frozen=True)

@@ -370,6 +370,11 @@ class TrackerDb:
             edges.setdefault(self._ident(row[1]), set()).add(self._ident(row[0]))
         return edges
 
+    def _parents(self, conn: sqlite3.Connection) -> dict[str, str]:
+        """Existing sub-issues as identifier → its parent's identifier."""
+        return {self._ident(row[0]): self._ident(row[1]) for row in
+                conn.execute("SELECT number, parent FROM issues WHERE parent IS NOT NULL")}
+
     def _touch(self, conn: sqlite3.Connection, number: int) -> None:
         conn.execute(
             "UPDATE issues SET updated_at = ? WHERE number = ?", (iso(utc_now()), number)
