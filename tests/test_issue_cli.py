@@ -61,8 +61,9 @@ def project(xdg: Path) -> Path:
 def test_add_list_show(project: Path) -> None:
     assert ok("issue", "add", "demo", "Schema", "--label", "backend", "--priority", "2",
               "-d", "Tables\nand indexes") == "DEMO-1\n"
-    assert ok("issue", "add", "demo", "API", "--blocked-by", "DEMO-1", "--parent", "DEMO-1",
+    assert ok("issue", "add", "demo", "API", "--blocked-by", "DEMO-1",
               "--label", "a", "--label", "b") == "DEMO-2\n"
+    assert ok("issue", "add", "demo", "Docs", "--parent", "DEMO-1") == "DEMO-3\n"
     assert project.is_file()
     table = ok("issue", "list", "demo")
     lines = table.splitlines()
@@ -70,16 +71,19 @@ def test_add_list_show(project: Path) -> None:
     assert lines[1].split() == ["DEMO-1", "Todo", "2", "backend", "-", "Schema"]
     assert lines[2].split() == ["DEMO-2", "Todo", "0", "a,b", "DEMO-1", "API"]
     data = json.loads(ok("issue", "list", "demo", "--json"))
-    assert [d["identifier"] for d in data] == ["DEMO-1", "DEMO-2"]
-    assert data[0]["children"] == ["DEMO-2"] and data[1]["parent"] == "DEMO-1"
+    assert [d["identifier"] for d in data] == ["DEMO-1", "DEMO-2", "DEMO-3"]
+    assert data[0]["children"] == ["DEMO-3"] and data[2]["parent"] == "DEMO-1"
     assert data[1]["blocked_by"] == ["DEMO-1"] and data[1]["labels"] == ["a", "b"]
     assert data[0]["description"] == "Tables\nand indexes"
     assert data[0]["state_type"] == "unstarted"
     shown = ok("issue", "show", "DEMO-2")
     assert "DEMO-2  API" in shown and "blocked by: DEMO-1" in shown
-    assert "parent:     DEMO-1" in shown
+    assert "parent:     DEMO-1" in ok("issue", "show", "DEMO-3")
     one = json.loads(ok("issue", "show", "DEMO-1", "--json"))
     assert one["title"] == "Schema" and one["priority"] == 2
+    # a sub-issue blocked by its own parent would wait forever: refused by name
+    refused("issue", "add", "demo", "Loop", "--parent", "DEMO-1", "--blocked-by", "DEMO-1",
+            match="dependency cycle DEMO-1 → 'Loop' → DEMO-1")
 
 
 def test_empty_list(project: Path) -> None:

@@ -371,6 +371,24 @@ def test_plans_are_capped_and_cannot_speak_for_a_person(xdg: Path, jj_bin: str,
     assert len(refused) == 3 and refused[-1]["issue"] == third
 
 
+def test_files_holding_issue_text_are_private(project: Project) -> None:
+    """Tracker, events and records hold issue text: 0600 in 0700 dirs, even where an
+    older version had left them open."""
+    from ralph_dev.core.paths import data_home, state_home
+
+    issue = project.issue("Private matters")
+    project.spawn(issue)
+    project.store.append_event("probe", issue=issue)
+    paths = project.settings.paths
+    for path in (paths.tracker_db, paths.events_file, project.store.record_path(issue)):
+        assert path.stat().st_mode & 0o777 == 0o600, path
+    for directory in (state_home(), data_home(), paths.state_dir, paths.data_dir):
+        assert directory.stat().st_mode & 0o777 == 0o700, directory
+    paths.state_dir.chmod(0o755)  # as an older version left it
+    StateStore(paths)
+    assert paths.state_dir.stat().st_mode & 0o777 == 0o700
+
+
 # --- hostile issue text --------------------------------------------------------------------
 
 

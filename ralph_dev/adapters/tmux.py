@@ -317,8 +317,9 @@ class Tmux:
         if len(words) == 1:
             words = ["env", "--", *words]  # one word would go through `sh -c`
         env_args = environment_args(environment)
-        if log_file is not None:
-            log_file.parent.mkdir(parents=True, exist_ok=True)
+        if log_file is not None:  # the pane prints issue text: made private before tmux appends
+            log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            log_file.touch(mode=0o600)
         created = self.run(
             "new-window", "-d", "-t", f"{self._session_target}:", "-n", name,
             "-c", escape_format(str(cwd)), "-P", "-F", "#{window_id} #{pane_id}",

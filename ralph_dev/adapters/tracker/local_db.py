@@ -185,7 +185,9 @@ class TrackerDb:
                 f"{self.db_path} is not a file; remove it or point the project elsewhere"
             )
         try:
-            self.db_path.parent.mkdir(parents=True, exist_ok=True)
+            self.db_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not self.db_path.exists():  # issue text: private (SQLite's -wal/-shm follow)
+                os.close(os.open(self.db_path, os.O_WRONLY | os.O_CREAT, 0o600))
         except OSError as exc:
             raise TrackerDatabaseError(
                 f"cannot create the tracker directory {self.db_path.parent}: {exc.strerror}"
