@@ -600,6 +600,13 @@ def test_supervisor_launch(xdg: Path, recorder: Path, tmp_path: Path,
     assert argv[1] == "-p"
     assert argv[argv.index("--tools") + 1] == "Bash,Read,Skill"
     allowed = argv[argv.index("--allowedTools") + 1].split(",")
-    assert "Bash(ralph-dev:*)" in allowed and "Bash" not in allowed
+    assert "Bash(ralph-dev status:*)" in allowed and "Bash(ralph-dev stop:*)" in allowed
+    # no prefix that covers init, issue writes, service, worker or --config (issue 12)
+    assert not [rule for rule in allowed if rule.startswith("Bash(ralph-dev")
+                and rule.split("ralph-dev", 1)[1].split(":", 1)[0].strip().split(" ")[0]
+                not in {"status", "doctor", "events", "plan", "logs", "issue", "stop", "start"}]
+    assert {"Bash(ralph-dev issue list:*)", "Bash(ralph-dev issue show:*)"} == {
+        rule for rule in allowed if rule.startswith("Bash(ralph-dev issue")}
+    assert "Bash" not in allowed and "Bash(ralph-dev:*)" not in allowed
     assert {"Edit", "Write", "Agent"} <= set(argv[argv.index("--disallowedTools") + 1].split(","))
     assert argv[-1] == text
