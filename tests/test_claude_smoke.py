@@ -249,7 +249,10 @@ def test_supervisor_runs_ralph_dev_commands_only(world: World, tmp_path: Path,
     from ralph_dev.agent.supervisor import build_supervisor_launch
 
     marker = tmp_path / "supervisor-wrote-this"
-    steps = [bash("ralph-dev --version"), bash(f"touch {marker}"),
+    project = world.settings.name
+    steps = [bash(f"ralph-dev status {project}"),
+             bash(f"ralph-dev init {project} --force --repo {tmp_path} --verify true"),
+             bash("ralph-dev issue state DEMO-1 Canceled"), bash(f"touch {marker}"),
              [Text("Diagnosis: all healthy.")]]
 
     def brain(request: dict[str, Any]) -> list[Any]:
@@ -276,7 +279,10 @@ def test_supervisor_runs_ralph_dev_commands_only(world: World, tmp_path: Path,
         assert "ralph-dev:ralph-dev-supervisor" in opening
         assert "controller heartbeat stale $(id)" in opening
         results = tool_results(main[-1])
-        assert "0.1.0" in results[0]  # ralph-dev ran
-        assert "denied" in results[1] and "don't ask mode" in results[1]
-        assert not marker.exists()  # anything else was denied without asking
+        assert "denied" not in results[0] and project in results[0]  # a read ran
+        # init (which rewrites the verify command), issue writes and anything else:
+        # denied without asking (issue 12)
+        for refused in results[1:4]:
+            assert "denied" in refused and "don't ask mode" in refused, refused
+        assert not marker.exists()
         assert api.errors == []
