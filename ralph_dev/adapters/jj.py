@@ -95,11 +95,13 @@ class JJ(JJWorkspaces):
     def merge(self, name: str) -> MergeResult:
         """Rebase the workspace's change(s) onto trunk and move trunk forward to them."""
         path = self._require(name)
+        self.import_from_git(path)  # trunk may have moved in the person's git
         head = self._rebased_head(name, path, "merge")
         if isinstance(head, MergeResult):
             return head
         self.run("bookmark", "set", self.trunk, "-r", head, cwd=path).check()
         self.run("bookmark", "delete", self.bookmark(name), cwd=path)
+        self.export_to_git(path)
         log.info("jj_merged", workspace=name, commit=head[:12], trunk=self.trunk)
         return MergeResult(
             merged=True, commit=head, detail=f"{name} merged into {self.trunk} at {head[:12]}"
@@ -138,17 +140,12 @@ class JJ(JJWorkspaces):
         path = (self.workspace_root / f".{TRUNK_WORKSPACE}").resolve()
         listed = self._listed()
         if TRUNK_WORKSPACE in listed and not path.is_dir():
-            self._read("workspace", "forget", TRUNK_WORKSPACE)  # someone deleted it
-            self._prune_git_worktrees()
+            self._workspace_forget(TRUNK_WORKSPACE)  # someone deleted it
             del listed[TRUNK_WORKSPACE]
         if TRUNK_WORKSPACE not in listed:
             if path.exists():
                 shutil.rmtree(path)  # ours: a scratch checkout left by a forgotten workspace
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.run(
-                "workspace", "add", "--name", TRUNK_WORKSPACE, "-r", self._trunk, str(path),
-                cwd=self.repo,
-            ).check()
+            self._workspace_add(TRUNK_WORKSPACE, path, self._trunk).check()
             return path
         self._snapshot(path)
         scratch = f"@ ~ ::{self._trunk}"

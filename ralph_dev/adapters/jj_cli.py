@@ -5,6 +5,12 @@ comes back as a :class:`JJResult`; :meth:`JJResult.check` is the separate
 "raise if it failed" step, whose :class:`JJError` carries the command and jj's
 own words. Finding the binary and the PATH every repo-touching process needs
 (jj's own git first: colocated repos) live here too.
+
+The person's own checkout is theirs: any jj command run anywhere but in one of
+ralph-dev's workspaces gets ``--ignore-working-copy`` here, whoever wrote the
+call, so jj never snapshots their files, rewrites their ``@`` or (in a
+colocated repo) resets their git index and HEAD. Only the person's explicit
+``ralph-dev init --colocate`` (and the demo making its own repo) touch it.
 """
 
 from __future__ import annotations
@@ -104,12 +110,13 @@ class JjCli:
         repo: Path,
         *,
         jj_bin: str | None = None,
-        user: tuple[str, str] = ("ralph-dev", "ralph-dev@localhost"),
+        user: tuple[str, str] | None = ("ralph-dev", "ralph-dev@localhost"),
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.repo = Path(repo)
         self._jj_bin = jj_bin
         self.user = user
+        """Author of the commits jj makes (None: the person's own jj settings)."""
         self.environ = environ
         """The environment jj runs in (None: this process's), PATH and author aside."""
         self.calls = 0
@@ -131,13 +138,25 @@ class JjCli:
     def child_env(self) -> dict[str, str]:
         env = dict(os.environ if self.environ is None else self.environ)
         env["PATH"] = self.child_path()
-        env["JJ_USER"], env["JJ_EMAIL"] = self.user
+        if self.user is not None:
+            env["JJ_USER"], env["JJ_EMAIL"] = self.user
         return env
 
-    def run(self, *args: str, cwd: Path | None = None) -> JJResult:
-        """Run jj once (never through a shell); failures come back in the result."""
-        argv = (self.jj_bin, "--no-pager", "--color", "never", *args)
+    def owns_checkout(self, where: Path) -> bool:
+        """Whether jj may snapshot and update the working copy at ``where``: only in
+        ralph-dev's own workspaces (which this class has none of)."""
+        return False
+
+    def run(self, *args: str, cwd: Path | None = None, touch_checkout: bool = False) -> JJResult:
+        """Run jj once (never through a shell); failures come back in the result.
+
+        Outside ralph-dev's workspaces jj runs with ``--ignore-working-copy``
+        unless ``touch_checkout`` says the person asked for it.
+        """
         where = Path(cwd) if cwd is not None else self.repo
+        if not (touch_checkout or self.owns_checkout(where) or "--ignore-working-copy" in args):
+            args = ("--ignore-working-copy", *args)
+        argv = (self.jj_bin, "--no-pager", "--color", "never", *args)
         self.calls += 1
         started = time.monotonic()
         try:
@@ -164,18 +183,27 @@ class JjCli:
         return JJResult(argv, str(where), proc.returncode, proc.stdout, proc.stderr)
 
     def _read(self, *args: str) -> JJResult:
-        """A repo-level command (queries, bookmarks, forget) run from the repo root
-        with ``--ignore-working-copy``: the person's own working copy is never
-        snapshotted or updated by it."""
+        """A query run from the repo root, which never touches the person's working copy
+        (see :meth:`run`); repo-level *writes* run in a workspace of ralph-dev's own,
+        because in a colocated repo any jj transaction at the root also resets the
+        person's git index."""
         return self.run("--ignore-working-copy", *args).check()
 
     def init_colocated(self, *, message: str, trunk: str) -> None:
         """A new colocated repo in ``repo`` with its files committed and a trunk bookmark
         (the demo's throwaway project)."""
         self.repo.mkdir(parents=True, exist_ok=True)
-        self.run("git", "init", "--colocate").check()
-        self.run("commit", "-m", message).check()
-        self.run("bookmark", "create", trunk, "-r", "@-").check()
+        self.colocate()
+        self.run("commit", "-m", message, touch_checkout=True).check()
+        self.run("bookmark", "create", trunk, "-r", "@-", touch_checkout=True).check()
+
+    def colocate(self) -> None:
+        """``jj git init --colocate`` in ``repo``: git stays as it is, jj moves in beside it.
+
+        jj snapshots the files there into the new working-copy commit (that is
+        what making a jj repo means), so the person asks for it explicitly.
+        """
+        self.run("git", "init", "--colocate", touch_checkout=True).check()
 
     def log(self, revset: str, template: str) -> str:
         """``jj log`` of ``revset`` with ``template``, read without touching any working copy."""

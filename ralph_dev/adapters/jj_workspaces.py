@@ -9,9 +9,8 @@ around (see ``shared/notes/jj-on-debian12.md``):
   inside that workspace, and a snapshot repairs a stale working copy first.
 * ``jj workspace forget`` leaves the directory; it is removed, but only once
   the work is safe (in trunk, or kept under a bookmark).
-* Read-only queries from the repository root use ``--ignore-working-copy`` so
-  the person's own (default) working copy is never snapshotted behind their
-  back.
+* The person's own working copy is never snapshotted, and no jj write runs in
+  it: repo-level writes run in ralph-dev's base workspace (``jj_home``).
 """
 
 from __future__ import annotations
@@ -24,11 +23,15 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from ralph_dev.adapters.jj_cli import JjCli, JJError
+from ralph_dev.adapters.jj_cli import JJError
+from ralph_dev.adapters.jj_home import JjHome
+from ralph_dev.core.errors import WorkspaceHookFailed
 from ralph_dev.core.model import Workspace
 
 if TYPE_CHECKING:
-    pass
+    from collections.abc import Callable
+
+    WorkspaceHook = Callable[[Path], None]
 
 log = structlog.get_logger(__name__)
 
@@ -38,7 +41,7 @@ TRUNK_WORKSPACE = "ralph-trunk"
 """jj workspace where trunk is checked out to verify it after merges.
 
 It lives at ``<root>/.ralph-trunk``: the dot keeps it apart from every valid
-worker workspace name, and list_workspaces leaves it out.
+worker workspace name, and list_workspaces leaves it out (like every dotted one).
 """
 _FS = "\x1f"  # field separator in our templates (never in names we accept)
 _RS = "\x1e"  # list separator inside a field
@@ -74,7 +77,7 @@ def _refused_paths(stderr: str) -> list[str]:
 # --- the adapter ----------------------------------------------------------------
 
 
-class JJWorkspaces(JjCli):
+class JJWorkspaces(JjHome):
     """The project's repository and ralph-dev's workspaces in it: add, list, snapshot, forget."""
 
     def __init__(
@@ -86,8 +89,7 @@ class JJWorkspaces(JjCli):
         jj_bin: str | None = None,
         user: tuple[str, str] = ("ralph-dev", "ralph-dev@localhost"),
     ) -> None:
-        super().__init__(repo, jj_bin=jj_bin, user=user)
-        self.workspace_root = Path(workspace_root)
+        super().__init__(repo, workspace_root, jj_bin=jj_bin, user=user)
         self.trunk = trunk
 
     # -- names and paths --
@@ -152,25 +154,18 @@ class JJWorkspaces(JjCli):
 
     # -- workspaces --
 
-    def _listed(self) -> dict[str, Path]:
-        out = self._read("workspace", "list", "-T", f'name ++ "{_FS}" ++ root ++ "\\n"')
-        found: dict[str, Path] = {}
-        for line in out.lines():
-            name, _, root = line.partition(_FS)
-            found[name] = Path(root)
-        return found
-
-    def add_workspace(self, name: str) -> Path:
+    def add_workspace(self, name: str, *, after_create: WorkspaceHook | None = None) -> Path:
         """Create workspace NAME from trunk (or reuse it) and bookmark its change.
 
         A reused workspace is snapshotted (and repaired if stale) so the new
         agent starts from what is on disk. When ``ralph/NAME`` still holds
         unmerged work (a canceled issue that came back), the new workspace
-        starts on top of that work instead of trunk.
+        starts on top of that work instead of trunk. ``after_create`` runs in a
+        workspace this call created (see :meth:`_prepare`).
         """
         path = self.workspace_path(name)
         if not path.exists():
-            created = self._add_new_workspace(name, path)
+            created = self._add_new_workspace(name, path, after_create)
             if created is not None:
                 return created
         listed = self._listed()
@@ -188,64 +183,82 @@ class JJWorkspaces(JjCli):
                 )
             log.debug("jj_workspace_reused", workspace=name)
             self._snapshot(path)
-            self._ensure_bookmark(name)
+            self._ensure_bookmark(name, path)
             return path
         if path.exists() and any(path.iterdir()):
             raise JJError(
                 f"{path} exists and is not a jj workspace of {self.repo}: move it away "
                 "(it may hold someone's work) and try again"
             )
-        created = self._add_new_workspace(name, path)
+        created = self._add_new_workspace(name, path, after_create)
         if created is None:
             raise JJError(f"jj already has a workspace named {name!r}: run `jj workspace "
                           f"forget {name}` in {self.repo} if it is no longer used")
         return created
 
-    def _add_new_workspace(self, name: str, path: Path) -> Path | None:
+    def _add_new_workspace(self, name: str, path: Path,
+                           after_create: WorkspaceHook | None) -> Path | None:
         """``jj workspace add`` from trunk (or a kept ``ralph/NAME``) and bookmark it.
 
         The common case of every spawn, so it costs three jj calls. Returns None
         when jj already knows a workspace of that name (the caller sorts it out).
         """
-        path.parent.mkdir(parents=True, exist_ok=True)
         bookmark = self.bookmark(name)
         base = self._trunk
         kept = f"present({quote_revset(bookmark)}) ~ ::{self._trunk}"
         if self._count(None, kept):
             base = quote_revset(bookmark)
             log.info("jj_workspace_resumes_kept_change", workspace=name, bookmark=base)
-        add = ("workspace", "add", "--name", name, "-r", base, str(path))
-        result = self.run(*add, cwd=self.repo)
-        if not result.ok and "already registered worktree" in result.stderr:
-            self._prune_git_worktrees()
-            result = self.run(*add, cwd=self.repo)
+        result = self._workspace_add(name, path, base)
         if not result.ok and "already exists" in result.stderr:
             return None
         result.check()
-        if base != quote_revset(bookmark):  # a kept bookmark already points at the work
-            self._read("bookmark", "set", "--allow-backwards", bookmark,
-                       "-r", f"{quote_revset(name)}@")
+        resumed = base == quote_revset(bookmark)  # a kept bookmark already points at the work
+        if not resumed:
+            self.run("bookmark", "set", "--allow-backwards", bookmark,
+                     "-r", f"{quote_revset(name)}@", cwd=path).check()
         log.info("jj_workspace_added", workspace=name, path=str(path))
+        if after_create is not None:
+            self._prepare(name, path, after_create, drop_bookmark=not resumed)
         return path
 
-    def _ensure_bookmark(self, name: str) -> None:
+    def _prepare(self, name: str, path: Path, after_create: WorkspaceHook, *,
+                 drop_bookmark: bool) -> None:
+        """Run ``after_create`` in the new workspace; on any failure remove the workspace
+        again, so the next spawn starts over and runs it anew.
+
+        The workspace's ``@`` is a fresh, empty change: anything the hook wrote that
+        jj would track (a copied ``.env`` missing from .gitignore) would be merged
+        into trunk, so that is a failure too.
+        """
+        try:
+            after_create(path)
+            tracked = self.run("diff", "--name-only", "-r", "@", cwd=path).check().lines()
+            if tracked:
+                shown = ", ".join(tracked[:5]) + (" …" if len(tracked) > 5 else "")
+                raise WorkspaceHookFailed(
+                    f"the after_create hook wrote files jj tracks in workspace {name} ({shown}); "
+                    "they would be merged into trunk: add them to .gitignore (or have the hook "
+                    "write only ignored files)", retryable=False)
+        except BaseException:
+            try:
+                base = self.base()
+                self.run("abandon", "-r", f"{quote_revset(name)}@", cwd=base).check()
+                self._workspace_forget(name)
+                if drop_bookmark:
+                    self.run("bookmark", "delete", self.bookmark(name), cwd=base).check()
+                shutil.rmtree(path)
+                log.info("jj_workspace_discarded", workspace=name, reason="after_create failed")
+            except (JJError, OSError) as exc:  # the hook's failure is the one to report
+                log.warning("jj_workspace_discard_failed", workspace=name, error=str(exc))
+            raise
+
+    def _ensure_bookmark(self, name: str, path: Path) -> None:
         """Keep the worker's change reachable under ``ralph/NAME`` (follows rewrites)."""
         bookmark = self.bookmark(name)
         if not self._count(None, f"present({quote_revset(bookmark)})"):
-            self._read(
-                "bookmark", "set", "--allow-backwards", bookmark, "-r", f"{quote_revset(name)}@"
-            )
-
-    def _prune_git_worktrees(self) -> None:
-        """Drop git's record of worktrees whose directory is gone (colocated repos).
-
-        ``jj workspace forget`` cannot unregister the git worktree of a
-        directory someone already deleted, and git then refuses a new worktree
-        at that path. Run through ``jj util exec`` so jj stays the one tool
-        this module starts, with the same PATH (and so the same git).
-        """
-        if (self.repo / ".git").exists():
-            self.run("--ignore-working-copy", "util", "exec", "--", "git", "worktree", "prune")
+            self.run("bookmark", "set", "--allow-backwards", bookmark,
+                     "-r", f"{quote_revset(name)}@", cwd=path).check()
 
     def list_workspaces(self) -> list[Workspace]:
         """ralph-dev's workspaces (those under the root) with what decide needs.
@@ -280,10 +293,9 @@ class JJWorkspaces(JjCli):
         root = self.workspace_root.resolve()
         result: list[Workspace] = []
         for wname, (commit, wroot) in sorted(heads.items()):
-            if wname in ("default", TRUNK_WORKSPACE):
-                continue
-            if Path(os.path.realpath(wroot)).parent != root:
-                continue
+            real = Path(os.path.realpath(wroot))
+            if wname == "default" or real.parent != root or real.name.startswith("."):
+                continue  # the person's, someone else's, or ralph-dev's base and trunk
             unmerged = conflicted = False
             todo, seen = [commit], set()
             while todo:
@@ -368,13 +380,16 @@ class JJWorkspaces(JjCli):
             return len(self._read(*args).lines())
         return len(self.run(*args, cwd=path).check().lines())
 
-    def forget(self, name: str, *, keep_bookmark: bool = False) -> None:
+    def forget(self, name: str, *, keep_bookmark: bool = False,
+               before_remove: WorkspaceHook | None = None) -> None:
         """Forget the workspace and remove its directory once its work is safe.
 
         Safe means: every non-empty change is in trunk, or ``keep_bookmark``
         (a canceled issue) and the newest change is kept under ``ralph/NAME``.
         Already forgotten is fine. A directory that jj does not know is left
-        alone: it may hold edits nobody snapshotted.
+        alone: it may hold edits nobody snapshotted. ``before_remove`` runs in
+        the directory once it is sure to go (it must not raise). Everything in
+        the directory goes with it, build outputs jj ignores included.
         """
         path = self.workspace_path(name)
         if name not in self._listed():
@@ -392,24 +407,23 @@ class JJWorkspaces(JjCli):
                 f"not in {self.trunk}); merge it first, or forget it as canceled to keep the "
                 f"change under bookmark {bookmark}"
             )
+        if before_remove is not None and path.is_dir():
+            before_remove(path)
+        base = self.base()
         if unmerged:
             heads = self._read(
                 "log", "--no-graph", "-r",
                 f'heads(({self._trunk}..{revset_ws}) ~ (empty() & description(exact:"")))',
                 "-T", 'commit_id ++ "\\n"',
             ).lines()
-            self._read("bookmark", "set", "--allow-backwards", bookmark, "-r", heads[0])
-            if len(heads) > 1:
-                for i, extra in enumerate(heads[1:], start=2):
-                    extra_bookmark = f"{bookmark}-{i}"
-                    self._read("bookmark", "set", "--allow-backwards", extra_bookmark, "-r", extra)
+            for i, head in enumerate(heads, start=1):
+                kept = bookmark if i == 1 else f"{bookmark}-{i}"
+                self.run("bookmark", "set", "--allow-backwards", kept, "-r", head,
+                         cwd=base).check()
             log.info("jj_change_kept", workspace=name, bookmark=bookmark)
         else:
-            self.run("--ignore-working-copy", "bookmark", "delete", bookmark)
-        self._read("workspace", "forget", name)
+            self.run("bookmark", "delete", bookmark, cwd=base)
+        self._workspace_forget(name)
         if path.exists():
             shutil.rmtree(path)
-        else:
-            self._prune_git_worktrees()
         log.info("jj_workspace_forgotten", workspace=name, kept=bool(unmerged))
-
