@@ -234,7 +234,10 @@ def test_people_commands_status_events_doctor(swarm: Swarm) -> None:
 def test_doctor_names_what_to_fix(swarm: Swarm, tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
-    swarm.cli("init", "other", "--repo", str(plain))
+    refused = swarm.cli("init", "other", "--repo", str(plain), check=False)
+    assert refused.returncode != 0 and "not a repository" in refused.stderr
+    config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    config.write_text(config.read_text() + f'[projects.other]\nrepo = "{plain}"\n')
     doctor = swarm.cli("doctor", "other", check=False)
     assert doctor.returncode != 0
     assert "[FAIL] repo other" in doctor.stdout and "jj git init" in doctor.stdout

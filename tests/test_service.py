@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import make_jj_repo
 
 from ralph_dev.cli import main
 
@@ -38,8 +39,7 @@ def test_verify_really_catches_a_broken_unit(tmp_path: Path) -> None:
 
 def test_service_install_writes_a_pinned_valid_unit(xdg: Path, tmp_path: Path) -> None:
     runner = CliRunner()
-    repo = tmp_path / "repo"
-    repo.mkdir()
+    repo = make_jj_repo(tmp_path / "repo")
     assert runner.invoke(main, ["init", "demo", "--repo", str(repo)]).exit_code == 0
     result = runner.invoke(main, ["service", "install", "demo", "--no-enable"])
     assert result.exit_code == 0, result.output

@@ -205,6 +205,28 @@ class JjCli:
         """
         self.run("git", "init", "--colocate", touch_checkout=True).check()
 
+    def local_bookmarks(self) -> list[str]:
+        """The repository's own bookmarks (not remote-tracking ones)."""
+        return self._read("bookmark", "list", "-T", 'if(remote, "", name ++ "\\n")').lines()
+
+    def has_commits(self) -> bool:
+        """Whether the person's working copy sits on a commit other than the root one."""
+        return bool(self._read("log", "--no-graph", "-r", "@- ~ root()", "-T", '"x"').stdout)
+
+    def missing_trunk_fix(self, trunk: str, bookmarks: list[str], choose: str) -> str:
+        """What to do when bookmark ``trunk`` is missing: each suggested command works
+        as written (an empty repository needs a commit before a bookmark means
+        anything). ``choose`` is how the caller picks an existing bookmark instead."""
+        create = f"`jj bookmark create {trunk} -r @-` in {self.repo}"
+        if not self.has_commits():
+            return (f"it has no commits yet; commit your files and name trunk: "
+                    f"`jj commit -m 'initial commit' && jj bookmark create {trunk} -r @-` "
+                    f"in {self.repo}")
+        if bookmarks:
+            return (f"its bookmarks are {', '.join(bookmarks[:10])}; {choose} the one merges "
+                    f"should go to, or create {trunk!r} at your working copy's parent: {create}")
+        return f"create it at your working copy's parent: {create}"
+
     def log(self, revset: str, template: str) -> str:
         """``jj log`` of ``revset`` with ``template``, read without touching any working copy."""
         return self.run("--ignore-working-copy", "log", "--no-graph", "-r", revset,

@@ -142,15 +142,11 @@ class JJWorkspaces(JjHome):
                 stderr=result.stderr,
                 returncode=result.returncode,
             )
-        found = self._read(
-            "bookmark", "list", "-T", f'if(name == {self._trunk}, name ++ "\\n")'
-        ).lines()
-        if self.trunk not in found:
-            raise JJError(
-                f"{self.repo} has no trunk bookmark {self.trunk!r}: run "
-                f"`jj bookmark create {self.trunk} -r @-` in {self.repo} (or set `trunk` in "
-                "ralph-dev's config to your main bookmark)"
-            )
+        bookmarks = self.local_bookmarks()
+        if self.trunk not in bookmarks:
+            raise JJError(f"{self.repo} has no trunk bookmark {self.trunk!r}: "
+                          + self.missing_trunk_fix(self.trunk, bookmarks, "set `trunk` in "
+                                                   "ralph-dev's config to"))
 
     # -- workspaces --
 
