@@ -187,7 +187,9 @@ class Swarm:
     @classmethod
     def create(cls, root: Path, jj_bin: str, tmux_socket: str, *, max_workers: int = 3,
                timing: dict[str, float] | None = None, verify: str | None = None,
-               agent_seconds: float = 0.5) -> Swarm:
+               agent_seconds: float = 0.5, person: bool = False) -> Swarm:
+        """``person``: the project is a person's plain git repository with uncommitted
+        work (``make_person_repo``), colocated by ``init --colocate``."""
         env = sandbox_env(root, os.environ)
         env["RALPH_DEV_TMUX_SOCKET"] = tmux_socket
         env["RALPH_DEV_JJ"] = jj_bin
@@ -195,10 +197,15 @@ class Swarm:
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
         repo = root / "repo"
         swarm = cls(root=root, env=env, repo=repo, jj=jj_bin)
-        swarm.make_repo()
+        if person:
+            make_person_repo(repo)
+        else:
+            swarm.make_repo()
         agent = f"{shlex.quote(sys.executable)} -m ralph_dev.devtools.demo_agent {{issue}} {{role}}"
         args = ["init", swarm.project, "--repo", str(repo), "--agent", "command",
                 "--agent-command", agent, "--max-workers", str(max_workers), "--key", "DEMO"]
+        if person:
+            args.append("--colocate")
         if verify:
             args += ["--verify", verify]
         run_cli(*args, env=env)
@@ -281,15 +288,18 @@ class Swarm:
         return [w for w in self.windows() if w.startswith("DEMO-")]
 
     def jj_out(self, *args: str) -> str:
-        return subprocess.run([self.jj, "--no-pager", *args], cwd=self.repo, env=self.env,
-                              capture_output=True, text=True, check=True).stdout
+        """A jj query in the repository that, like ralph-dev, never snapshots its checkout."""
+        return subprocess.run([self.jj, "--no-pager", "--ignore-working-copy", *args],
+                              cwd=self.repo, env=self.env, capture_output=True, text=True,
+                              check=True).stdout
 
     def trunk_files(self) -> list[str]:
         return self.jj_out("file", "list", "-r", "main").split()
 
     def workspaces(self) -> list[str]:
+        """Workers' workspaces (not the person's, nor ralph-dev's own base and trunk)."""
         out = self.jj_out("workspace", "list", "-T", 'name ++ "\\n"')
-        return [w for w in out.split() if w and w != "default"]
+        return [w for w in out.split() if w and w != "default" and not w.startswith("ralph-")]
 
     def daemon_pid(self) -> int | None:
         path = Path(self.env["XDG_STATE_HOME"]) / "ralph-dev" / self.project / "daemon.pid"

@@ -103,14 +103,14 @@ def test_failed_action_is_recorded_and_retried(swarm: Swarm, in_process) -> None
     real_add = ctl.jj.add_workspace
     calls = {"n": 0}
 
-    def flaky_add(name: str) -> Path:
+    def flaky_add(name: str, **hooks: object) -> Path:
         calls["n"] += 1
         if calls["n"] == 1:
             from ralph_dev.adapters.jj_cli import JJError
 
             raise JJError("simulated jj failure", command=["jj", "workspace", "add"],
                           stderr="boom", returncode=1)
-        return real_add(name)
+        return real_add(name, **hooks)
 
     ctl.jj.add_workspace = flaky_add
     first = _tick(ctl)

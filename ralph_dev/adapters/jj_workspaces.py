@@ -29,9 +29,7 @@ from ralph_dev.core.errors import WorkspaceHookFailed
 from ralph_dev.core.model import Workspace
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    WorkspaceHook = Callable[[Path], None]
+    from ralph_dev.core.ports import WorkspaceHook
 
 log = structlog.get_logger(__name__)
 

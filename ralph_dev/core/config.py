@@ -153,6 +153,20 @@ class MergeSettings:
 
 
 @dataclass(frozen=True)
+class WorkspaceHooks:
+    """Shell lines from the project's own config (never from an issue), run with
+    ``/bin/sh -c`` in a worker's workspace, like other orchestrators' setup scripts."""
+
+    after_create: str | None = None
+    """In a new workspace before its agent starts (copy .env, install dependencies);
+    a failure is a failed spawn, and the workspace is removed again."""
+    before_remove: str | None = None
+    """In a workspace about to be removed (its work is safe); a failure is reported."""
+    timeout: float = 600.0
+    """Seconds either may run before it is killed (and counted as failed)."""
+
+
+@dataclass(frozen=True)
 class ProjectSettings:
     name: str
     repo: Path
@@ -173,6 +187,7 @@ class ProjectSettings:
     timing: Timing = field(default_factory=Timing)
     labels: Labels = field(default_factory=Labels)
     merge: MergeSettings = field(default_factory=MergeSettings)
+    hooks: WorkspaceHooks = field(default_factory=WorkspaceHooks)
 
     @property
     def paths(self) -> ProjectPaths:
@@ -211,6 +226,7 @@ _SECTIONS: dict[str, type] = {
     "timing": Timing,
     "labels": Labels,
     "merge": MergeSettings,
+    "hooks": WorkspaceHooks,
 }
 
 
@@ -275,6 +291,8 @@ def _validate(settings: ProjectSettings, where: str) -> None:
                 "retry_cap", "health_interval", "heartbeat_stale", "crash_loop_window"):
         if getattr(t, key) <= 0:
             raise bad(f"timing.{key}", "must be greater than 0")
+    if settings.hooks.timeout <= 0:
+        raise bad("hooks.timeout", "must be greater than 0")
     if t.max_attempts < 1:
         raise bad("timing.max_attempts", "must be at least 1")
     if t.retry_cap < t.retry_base:
