@@ -67,6 +67,8 @@ def test_hooks_prepare_and_tidy_workspaces_and_their_outputs_go_with_them(
     assert [a.kind for a in first.plan.actions] == ["spawn", "spawn"] and not first.failures
     for issue in ("DEMO-1", "DEMO-2"):  # ready before the agent started
         assert (ctl.jj.workspace_path(issue) / "node_modules/dep/index.js").exists()
+    disk = swarm.status()["disk"]  # status shows what the build outputs cost
+    assert all(disk["workspaces"][i] >= 100_000 for i in ("DEMO-1", "DEMO-2")), disk
 
     def finished() -> bool:
         tick(ctl)

@@ -130,6 +130,13 @@ class JJ(JJWorkspaces):
         """The commit trunk points at (read without touching any working copy)."""
         return self._read("log", "--no-graph", "-r", self._trunk, "-T", "commit_id").stdout.strip()
 
+    def trunk_head(self) -> tuple[str, str]:
+        """Trunk's commit id and the first line of its description (``status``)."""
+        out = self._read("log", "--no-graph", "-r", self._trunk, "-T",
+                         'commit_id ++ "\\x1f" ++ description.first_line()').stdout
+        commit, _, subject = out.partition("\x1f")
+        return commit, subject.strip()
+
     def trunk_checkout(self) -> Path:
         """A directory holding trunk's current files (for the verify command).
 

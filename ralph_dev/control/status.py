@@ -11,8 +11,9 @@ from datetime import datetime
 from typing import Any
 
 from ralph_dev.control.daemon import daemon_running
+from ralph_dev.control.disk import human_bytes, workspace_sizes
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.errors import TrackerError
+from ralph_dev.core.errors import RalphError, TrackerError
 from ralph_dev.core.model import CONTROLLER_WINDOW, Observed, Window, worker_windows
 from ralph_dev.core.state import StateStore, utcnow
 from ralph_dev.core.text import file_tail, last_line
@@ -78,6 +79,8 @@ async def snapshot(settings: ProjectSettings, *, events: int = 10) -> dict[str, 
 
     recent = list(store.iter_events())[-events:] if events else []
     return {
+        "trunk": await asyncio.to_thread(_trunk_head, settings),
+        "disk": await asyncio.to_thread(workspace_sizes, settings),
         "project": settings.name,
         "session": settings.session_name,
         "daemon": {"running": bool(daemon_pid), "pid": daemon_pid if daemon_pid else None},
@@ -96,6 +99,17 @@ async def snapshot(settings: ProjectSettings, *, events: int = 10) -> dict[str, 
     }
 
 
+def _trunk_head(settings: ProjectSettings) -> dict[str, str]:
+    """Where trunk is: what a person pulls to get the merged work."""
+    from ralph_dev.control.wiring import jj_for
+
+    try:
+        commit, subject = jj_for(settings).trunk_head()
+    except RalphError as exc:
+        return {"name": settings.trunk, "error": str(exc)}
+    return {"name": settings.trunk, "commit": commit, "subject": subject}
+
+
 def render(snap: dict[str, Any]) -> str:
     """A readable table for a terminal."""
     lines = []
@@ -111,6 +125,15 @@ def render(snap: dict[str, Any]) -> str:
         lines.append(f"  controller: alive, {beat}")
     else:
         lines.append(f"  controller: {'exited' if ctl['window'] else 'not running'}")
+    trunk = snap["trunk"]
+    lines.append(f"  trunk:      {trunk['name']} at " + (
+        f"{trunk['commit'][:12]} {trunk['subject'][:60]}" if "commit" in trunk
+        else f"? ({trunk['error'][:80]})"))
+    disk = snap["disk"]
+    if disk["workspaces"]:
+        biggest = sorted(disk["workspaces"].items(), key=lambda kv: -kv[1])[:3]
+        lines.append(f"  disk:       {human_bytes(disk['total_bytes'])} in workspaces ("
+                     + ", ".join(f"{k} {human_bytes(v)}" for k, v in biggest) + ")")
     if snap["trunk_red"]:
         lines.append("  TRUNK IS RED: merges are paused until verify passes on trunk")
     if snap["tracker_error"]:
