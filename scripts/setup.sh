@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up ralph-dev from a bare machine: jj (+ a git new enough for it), a
 # virtualenv in .venv with ralph-dev installed, and with --test the test
-# extras and the pinned Claude Code CLI that the end-to-end tests drive.
+# extras, chromium + chromedriver (apt) and the pinned Claude Code CLI that
+# the end-to-end tests drive.
 # Idempotent: a second run only checks. Prints (on stdout) the PATH line to use.
 set -euo pipefail
 USER_PATH=$PATH
@@ -40,6 +41,19 @@ else
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
 fi
 say "$(.venv/bin/ralph-dev --version)"
+
+# --- chromium + chromedriver (the dashboard test drives a real headless browser) ---
+if [ "$WITH_TEST" = 1 ] && ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    say "installing chromium and chromium-driver with apt-get (for the dashboard test)"
+    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null \
+      || say "could not install chromium/chromium-driver: the dashboard test will fail until they are installed"
+  else
+    say "no apt-get: install chromium and its chromedriver yourself, or the dashboard test fails"
+  fi
+fi
 
 # --- Claude Code (pinned; the tests and the demo drive the real CLI) ------
 if [ "$WITH_TEST" = 1 ] || [ "${RALPH_DEV_WITH_CLAUDE:-1}" = 1 ]; then

@@ -145,6 +145,18 @@ def assert_git_reads(repo: Path, jj_bin: str) -> None:
         assert len(listed) == 1, listed  # no worktree of ralph-dev's is registered
 
 
+BOOKKEEPING = {".ralph-merge", ".ralph-pending", ".ralph-pending/add", ".ralph-pending/forget"}
+"""ralph-dev's own directories under a workspace root that outlive workspaces (empty once
+every merge, add and forget has finished); ``.ralph-base`` holds no files of the project."""
+
+
+def leftovers(root: Path) -> set[str]:
+    """What is under a workspace root besides ralph-dev's base workspace and empty
+    bookkeeping directories: a removed workspace's files, an unfinished marker or intent."""
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")
+            if not p.is_relative_to(root / ".ralph-base")} - BOOKKEEPING - {".ralph-base"}
+
+
 def run_cli(*args: str, env: dict[str, str], check: bool = True, timeout: float = 60,
             python: str = sys.executable, cwd: Path | None = None,
             ) -> subprocess.CompletedProcess[str]:

@@ -138,7 +138,9 @@ def test_red_trunk_stops_merges_until_a_person_fixes_it(tmp_path: Path, jj_bin: 
         assert json.loads(red.read_text())["exit_code"] != 0
         comments = swarm.issue("DEMO-1")["comments"]
         assert any("Merges are paused" in c["body"] for c in comments)
-        assert swarm.status()["trunk_red"] is True
+        status = swarm.status()
+        assert status["trunk"]["colour"] == "red" and status["trunk"]["red"]["exit_code"] != 0
+        assert "trunk_red" in [need["kind"] for need in status["needs_you"]]
         wait_for(lambda: any(e["event"] == "worker_done" for e in swarm.events()
                              if e.get("issue") == "DEMO-2"), 120, "DEMO-2 to finish")
 

@@ -14,7 +14,7 @@ from ralph_dev.core.decide import (
     backoff_seconds,
     blocked_issues,
     decide,
-    issue_counts,
+    issue_columns,
     model_for,
     nudge_message,
     ready_issues,
@@ -26,6 +26,7 @@ from ralph_dev.core.model import (
     Issue,
     Nudge,
     Observed,
+    Pause,
     Plan,
     Reap,
     Restart,
@@ -139,7 +140,7 @@ def test_dispatch_order_priority_then_sort_order_then_age_then_identifier() -> N
         issue(10, priority=3),
         issue(9, priority=3),
     ]
-    random.Random(4).shuffle(issues)  # noqa: S311 - a fixed shuffle, not crypto
+    random.Random(4).shuffle(issues)
     plan = run(world(issues=issues), settings(limits=Limits(max_workers=20)))
     assert [a.issue for a in plan.actions] == [
         "DEMO-3", "DEMO-5", "DEMO-4", "DEMO-6", "DEMO-7", "DEMO-9", "DEMO-10", "DEMO-2", "DEMO-1",
@@ -379,6 +380,60 @@ def test_a_ready_issue_tried_before_keeps_its_attempts_backoff_and_cap() -> None
     assert plan.actions[0].attempt == 2  # type: ignore[attr-defined]
     capped = world(issues=[issue(4)], records=[rec("DEMO-4", attempts=3)])
     assert steps(run(capped)) == [("hold", "DEMO-4")]
+
+
+def test_issues_of_other_projects_are_seen_but_never_acted_on() -> None:
+    # Linear returns blockers, children and parents living in other projects as foreign
+    plan = run(world(issues=[
+        issue(9, "todo", foreign=True),                      # never dispatched
+        issue(7, "todo"), issue(8, "todo", parent="DEMO-7", foreign=True),  # a parent
+        issue(6, blocked_by=("DEMO-5",)), issue(5, "done", foreign=True),  # unblocks
+    ]))
+    assert steps(plan) == [("spawn", "DEMO-6")]
+    columns = issue_columns(world(issues=[issue(9, "todo", foreign=True), issue(1)]), settings())
+    assert list(columns) == ["DEMO-1"]
+
+
+def test_a_pause_starts_nothing_charges_nothing_and_quiets_waiting_workers() -> None:
+    setup = Pause(kind="setup", cause="claude is not installed", fix="install it")
+    obs = world(issues=[issue(1), issue(2, "started"), issue(3, "started")],
+                records=[rec("DEMO-2", attempts=3),
+                         rec("DEMO-3", nudged_at=NOW - timedelta(hours=1))],
+                windows=[win("DEMO-3", output_changed_at=NOW - timedelta(hours=2))])
+    unpaused = steps(run(obs))
+    assert ("spawn", "DEMO-1") in unpaused and ("hold", "DEMO-2") in unpaused
+    assert ("restart", "DEMO-3") in unpaused
+    paused = steps(run(dataclasses.replace(obs, pauses=(setup,))))
+    assert paused == []  # no dispatch, no hold at the cap, no restart
+    limit = Pause(kind="usage_limit", cause="usage limit", quiet_workers=True)
+    silent = world(issues=[issue(3, "started")], records=[rec("DEMO-3")],
+                   windows=[win("DEMO-3", output_changed_at=NOW - timedelta(hours=2))])
+    assert steps(run(silent)) == [("nudge", "DEMO-3")]
+    assert steps(run(dataclasses.replace(silent, pauses=(limit,)))) == []
+
+
+def test_a_worker_lost_with_its_tmux_session_is_respawned_without_a_charge() -> None:
+    lost = rec("DEMO-4", attempts=3, last_failure_at=NOW - timedelta(seconds=1),
+               lost="its tmux session went away")
+    plan = run(world(issues=[issue(4, "started")], records=[lost]))
+    assert steps(plan) == [("spawn", "DEMO-4")]  # no backoff, no hold at the cap
+    spawn = plan.actions[0]
+    assert isinstance(spawn, Spawn) and spawn.attempt == 3
+    assert "no attempt charged" in spawn.reason and "tmux session" in spawn.reason
+
+
+def test_a_leftover_done_record_never_blocks_a_reopened_issue() -> None:
+    # the controller was killed between forgetting the workspace and deleting the record;
+    # later a person moved the issue back to Todo: it is dispatched as new work
+    leftover = rec("DEMO-4", attempts=2, done=True)
+    plan = run(world(issues=[issue(4, "todo")], records=[leftover]))
+    assert steps(plan) == [("spawn", "DEMO-4")]
+    assert plan.actions[0].attempt == 1  # type: ignore[attr-defined]
+    # with its done work still unmerged, the merge goes first
+    pending = run(world(issues=[issue(4, "todo")], records=[leftover],
+                        workspaces=[Workspace("DEMO-4", has_unmerged_change=True)]))
+    assert steps(pending)[:2] == [("merge", "DEMO-4"), ("forget", "DEMO-4")]
+    assert ("spawn", "DEMO-4") not in steps(pending)
 
 
 def test_orphans_come_before_new_dispatch_and_count_toward_limits() -> None:
@@ -657,8 +712,9 @@ def test_counts_for_status() -> None:
                 issue(4, "done"), issue(5, labels={"ralph:hold"}), issue(6, "canceled")],
         windows=[win("DEMO-3")],
     )
-    assert issue_counts(obs, settings()) == {
-        "ready": 1, "blocked": 1, "in_progress": 1, "held": 1, "done": 2, "total": 6,
+    assert issue_columns(obs, settings()) == {
+        "DEMO-1": ("ready", None), "DEMO-2": ("blocked", "DEMO-1"), "DEMO-3": ("running", None),
+        "DEMO-4": ("done", None), "DEMO-5": ("held", None), "DEMO-6": ("done", None),
     }
 
 
@@ -671,7 +727,7 @@ def test_decide_is_deterministic_whatever_the_input_order() -> None:
     first = run(world(issues, windows, workspaces, records))
     assert first
     for seed in range(5):
-        rng = random.Random(seed)  # noqa: S311 - a fixed shuffle, not crypto
+        rng = random.Random(seed)
         shuffled = [list(x) for x in (issues, windows, workspaces, records)]
         for part in shuffled:
             rng.shuffle(part)

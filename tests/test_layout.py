@@ -30,7 +30,7 @@ LAYERS = {
 TOOL_HOMES = {
     # a call that starts a process → the modules allowed to make it
     "subprocess": {"adapters/jj_cli.py", "adapters/process.py", "adapters/verify.py",
-                   "agent/supervisor.py", "control/daemon.py",
+                   "agent/supervisor.py", "control/processes.py", "adapters/notify.py",
                    "devtools/demo.py", "devtools/demo_agent.py"},
     "os.exec": {"adapters/tmux.py", "inpane/launcher.py"},
     "import libtmux": {"adapters/tmux.py"},

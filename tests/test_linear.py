@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fake_linear import Clock, FakeLinear, World
 
-from ralph_dev.adapters.tracker.linear.client import LinearPartialCreate, LinearSetupError
+from ralph_dev.adapters.tracker.linear import reading as linear_reading
+from ralph_dev.adapters.tracker.linear.errors import LinearPartialCreate, LinearSetupError
 from ralph_dev.adapters.tracker.linear.parse import RALPH_MARKER
 from ralph_dev.core.errors import TrackerInputError, UnknownIssue
 from ralph_dev.core.model import NewIssue, StateType
+
+POLL = 30
+"""The default poll interval: controller ticks in between read the cache."""
 
 
 @pytest.fixture
@@ -75,19 +81,26 @@ async def test_pagination_across_pages(world: World) -> None:
     assert world.fake.operations().count("ProjectIssues") == 3
 
 
-async def test_steady_state_costs_at_most_two_requests_per_call(world: World) -> None:
+async def test_steady_state_polls_once_per_interval_and_fetches_only_what_is_new(
+    world: World,
+) -> None:
     made = seed(world, 5)
-    tracker = world.tracker(full_sync_interval=300)
+    tracker = world.tracker(full_sync_interval=1800)
     await tracker.list_issues()
     for n in range(6):
         before = len(world.fake.requests)
         world.fake.update_issue(made[n % 5], title=f"renamed {n}")
         world.fake.add_comment(made[0], f"comment {n}")
-        await tracker.list_issues()
-        assert len(world.fake.requests) - before <= 2
-        world.clock.advance(10)
-    ops = world.fake.operations()
-    assert ops.count("ProjectIssues") == 1 and ops.count("ProjectChanges") == 6
+        for _tick in range(3):  # a controller tick every 10 s
+            world.clock.advance(10)
+            issues = {i.identifier: i for i in await tracker.list_issues()}
+        assert world.fake.operations()[before:] == ["ProjectChanges", "PollDetails"]
+        assert issues[made[n % 5]].title == f"renamed {n}"
+    quiet = len(world.fake.requests)
+    world.clock.advance(POLL)
+    await tracker.list_issues()
+    assert world.fake.operations()[quiet:] == ["ProjectChanges"]  # nothing new: one request
+    assert tracker.usage()["cached_reads"] == 12
 
 
 async def test_incremental_poll_picks_up_change_new_comment_and_archive(world: World) -> None:
@@ -96,26 +109,27 @@ async def test_incremental_poll_picks_up_change_new_comment_and_archive(world: W
     await tracker.list_issues()
     world.fake.update_issue(a, state="Done")
     world.fake.add_comment(b, "please also fix the docs")  # does not touch b's updatedAt
-    world.fake.update_issue(c, archivedAt=world.fake.now())
+    world.fake.archive(c)
     d = world.fake.add_issue(world.team, "filed by a person", project_id=world.project)
-    world.clock.advance(10)
+    world.clock.advance(POLL)
     issues = {i.identifier: i for i in await tracker.list_issues()}
-    assert world.fake.operations()[-1] == "ProjectChanges"
+    assert world.fake.operations()[-2:] == ["ProjectChanges", "PollDetails"]
     assert issues[d].title == "filed by a person"
     assert issues[a].state_type is StateType.COMPLETED
     assert [x.body for x in issues[b].comments] == ["please also fix the docs"]
     assert c not in issues
-    # the overlap re-reads recent changes: nothing is duplicated
-    world.clock.advance(10)
+    # the overlap looks at recent changes again: nothing is duplicated or re-read
+    world.clock.advance(POLL)
     again = {i.identifier: i for i in await tracker.list_issues()}
     assert len(again[b].comments) == 1
+    assert world.fake.operations()[-1] == "ProjectChanges"
 
 
 async def test_full_sync_again_after_the_interval(world: World) -> None:
     seed(world, 2)
     tracker = world.tracker(full_sync_interval=300)
     await tracker.list_issues()
-    world.fake.add_blocker(*seed(world, 2))  # relations have no change signal
+    world.fake.add_blocker(*seed(world, 2))
     world.clock.advance(301)
     issues = await tracker.list_issues()
     assert world.fake.operations().count("ProjectIssues") == 2
@@ -191,9 +205,10 @@ async def test_comments_by_ralph_are_marked_and_never_human_feedback(world: Worl
     assert world.fake.comments_on(a) == [RALPH_MARKER + "worker started",
                                          RALPH_MARKER + "already marked",
                                          "a person typed this"]
-    world.clock.advance(10)
+    world.clock.advance(POLL)
     issue = {i.identifier: i for i in await tracker.list_issues()}[a]
     assert [c.by_ralph for c in issue.comments] == [True, True, False]
+    assert not any(c.by_bot for c in issue.comments)
     with pytest.raises(UnknownIssue):
         await tracker.comment("ENG-404", "hello")
 
@@ -207,7 +222,7 @@ async def test_create_issues_with_parent_and_blockers(world: World) -> None:
         NewIssue("child a", ref="a", parent="phase", priority=1),
     ])
     assert len(made) == 3
-    world.clock.advance(10)
+    world.clock.advance(POLL)
     issues = {i.identifier: i for i in await tracker.list_issues()}
     b, phase, a = (issues[x] for x in made)
     assert b.parent == phase.identifier and a.parent == phase.identifier
@@ -217,14 +232,25 @@ async def test_create_issues_with_parent_and_blockers(world: World) -> None:
     assert a.priority == 1
 
 
+async def test_create_issues_checks_everything_before_creating_anything(world: World) -> None:
+    tracker = world.tracker()
+    with pytest.raises(UnknownIssue, match="ENG-77"):
+        await tracker.create_issues([NewIssue("fine"), NewIssue("orphan", parent="ENG-77")])
+    with pytest.raises(TrackerInputError):
+        await tracker.create_issues([NewIssue("x", blocked_by=("no such ref",))])
+    with pytest.raises(TrackerInputError, match="no state 'Shipped'"):
+        await tracker.create_issues([NewIssue("fine"), NewIssue("odd", state="Shipped")])
+    assert world.fake.issues == {}
+
+
 async def test_create_issues_reports_what_was_created_on_failure(world: World) -> None:
     tracker = world.tracker()
+    await tracker.project()
+    world.fake.faults.queue = [None, "badinput"]  # the second issueCreate is refused
     with pytest.raises(LinearPartialCreate) as err:
-        await tracker.create_issues([NewIssue("fine"), NewIssue("orphan", parent="ENG-77")])
+        await tracker.create_issues([NewIssue("fine"), NewIssue("refused")])
     assert err.value.created == ["ENG-1"] and "ENG-1" in str(err.value)
     assert not err.value.retryable
-    with pytest.raises(TrackerInputError):  # checked before anything is created
-        await tracker.create_issues([NewIssue("x", blocked_by=("no such ref",))])
     assert len(world.fake.issues) == 1
 
 
@@ -247,15 +273,18 @@ async def test_only_the_newest_comments_are_kept_in_memory(world: World) -> None
     await tracker.list_issues()
     for n in range(60):
         world.fake.add_comment(a, f"note {n}")
-    world.clock.advance(10)
+    world.clock.advance(POLL)
     issue = (await tracker.list_issues())[0]
+    assert "ProjectComments" in world.fake.operations()  # 60 new comments: paged
     assert len(issue.comments) == 50
     assert issue.comments[-1].body == "note 59" and issue.comments[0].body == "note 10"
 
 
-async def test_refresh_of_many_issues_is_paged(world: World) -> None:
+async def test_refresh_of_many_issues_is_paged(world: World,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(linear_reading, "BY_ID_PAGE", 2)
     made = seed(world, 5)
-    tracker = world.tracker(page_size=2)
+    tracker = world.tracker()
     await tracker.list_issues()
     before = len(world.fake.requests)
     got = await tracker.refresh(made)
@@ -274,3 +303,32 @@ async def test_fake_stamps_real_time_strictly_increasing(world: World) -> None:
     comments = (await world.tracker().get(a)).comments
     assert [c.body for c in comments] == ["one", "two"]
     assert started <= comments[0].created_at < comments[1].created_at
+
+
+async def test_a_webhook_or_another_process_writing_makes_the_next_tick_poll(
+    tmp_path: Path,
+) -> None:
+    from ralph_dev.adapters.webhook import WebhookListener
+
+    with FakeLinear() as fake:
+        team = fake.add_team("ENG")
+        project = fake.add_project("Alpha", [team])
+        world = World(fake, team, project, Clock(), [], state_dir=tmp_path)
+        (a,) = seed(world, 1)
+        controller = world.tracker()
+        await controller.list_issues()
+        world.clock.advance(10)
+        quiet = len(fake.requests)
+        await controller.list_issues()
+        assert len(fake.requests) == quiet  # inside the poll interval: the cache
+        await world.tracker().comment(a, "worker note")  # another process writes
+        world.clock.advance(10)
+        issue = (await controller.list_issues())[0]
+        assert "ProjectChanges" in fake.operations()[quiet:]
+        assert [c.body for c in issue.comments] == [RALPH_MARKER + "worker note"]
+        listener = WebhookListener("secret", asyncio.Event(), on_wake=controller.expect_changes)
+        listener.poke()  # a person changed something; Linear told us
+        world.clock.advance(10)
+        before = len(fake.requests)
+        await controller.list_issues()
+        assert fake.operations()[before:] == ["ProjectChanges"]

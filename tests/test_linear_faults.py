@@ -18,15 +18,12 @@ from click.testing import CliRunner
 from conftest import assert_implements, make_jj_repo
 from fake_linear import Clock, FakeLinear, World
 
-from ralph_dev.adapters.tracker.linear.client import (
-    KEY_ENV,
-    URL_ENV,
-    ApiKey,
+from ralph_dev.adapters.tracker.linear.apikey import KEY_ENV, ApiKey, load_api_key
+from ralph_dev.adapters.tracker.linear.client import URL_ENV, LinearClient
+from ralph_dev.adapters.tracker.linear.errors import (
     LinearAuthError,
-    LinearClient,
     LinearSetupError,
     LinearUnavailable,
-    load_api_key,
 )
 from ralph_dev.adapters.tracker.linear.tracker import LinearTracker
 from ralph_dev.cli import main
@@ -49,7 +46,7 @@ def world() -> Iterator[World]:
 
 
 async def test_five_minute_outage_then_recovery(world: World) -> None:
-    tracker = world.tracker()
+    tracker = world.tracker(poll_interval=10)
     tracker.client.timeout = 0.5
     world.fake.faults.slow_seconds = 1.5
     before = await tracker.list_issues()
@@ -98,19 +95,31 @@ async def test_ratelimited_burst_is_retryable_and_backs_off(world: World) -> Non
     assert len(await tracker.list_issues()) == 3
 
 
-async def test_low_remaining_allowance_spaces_requests_out(world: World) -> None:
-    tracker = world.tracker()
-    reset_ms = (world.clock() + timedelta(minutes=30)).timestamp() * 1000
+async def test_low_remaining_allowance_spaces_requests_out_without_blocking(
+    world: World,
+) -> None:
+    """Below 10 % left, requests are spaced at the bucket's refill rate (limit per hour),
+    so it never runs dry; a gap longer than a few seconds is refused at once instead of
+    blocking the controller's loop."""
+    tracker = world.tracker(poll_interval=1)
     world.fake.rate_headers = {"X-RateLimit-Requests-Limit": "2500",
-                               "X-RateLimit-Requests-Remaining": "100",
-                               "X-RateLimit-Requests-Reset": str(int(reset_ms))}
+                               "X-RateLimit-Requests-Remaining": "100"}
     await tracker.list_issues()
     usage = tracker.usage()
     assert usage["slowed_down"] and usage["rate_limit"]["requests_remaining"] == 100
+    assert world.sleeps and all(0 < s <= 3600 / 2500 for s in world.sleeps)  # 1.44 s apart
+    world.fake.rate_headers = {"X-RateLimit-Requests-Limit": "100",
+                               "X-RateLimit-Requests-Remaining": "5"}
+    world.clock.advance(2)
     await tracker.list_issues()
-    assert world.sleeps and all(s > 0 for s in world.sleeps)
+    world.clock.advance(2)
+    sent = len(world.fake.requests)
+    with pytest.raises(LinearUnavailable, match="spaces its requests out"):
+        await tracker.list_issues()  # 36 s apart now: refused at once, the loop goes on
+    assert len(world.fake.requests) == sent and max(world.sleeps) <= 5
     world.fake.rate_headers = {"X-RateLimit-Requests-Limit": "2500",
                                "X-RateLimit-Requests-Remaining": "2400"}
+    world.clock.advance(40)
     await tracker.list_issues()
     assert not tracker.usage()["slowed_down"]
 
@@ -131,7 +140,7 @@ async def test_garbage_answers_are_typed_retryable_errors(world: World, fault: s
     tracker = world.tracker()
     await tracker.list_issues()
     world.fake.faults.queue = [fault]
-    world.clock.advance(10)
+    world.clock.advance(30)
     with pytest.raises(LinearUnavailable) as err:
         await tracker.list_issues()
     assert err.value.retryable

@@ -137,6 +137,67 @@ def test_torn_event_lines_are_skipped(store: StateStore) -> None:
     assert [e["event"] for e in store.iter_events()] == ["first", "second"]
 
 
+def test_reading_events_incrementally_by_offset(store: StateStore) -> None:
+    assert store.read_events_from(0) == ([], 0)  # no log yet
+    store.append_event("one")
+    store.append_event("two", issue="DEMO-1")
+    events, offset = store.read_events_from(0)
+    assert [e["event"] for e in events] == ["one", "two"]
+    assert offset == store.events_size()
+    assert store.read_events_from(offset) == ([], offset)
+    with store.paths.events_file.open("a", encoding="utf-8") as handle:
+        handle.write('{"time": "t", "event": "half')  # a writer mid-line
+    events, later = store.read_events_from(offset)
+    assert events == [] and later == offset  # the torn tail waits for its newline
+    with store.paths.events_file.open("a", encoding="utf-8") as handle:
+        handle.write('way"}\n')
+    events, later = store.read_events_from(offset)
+    assert [e["event"] for e in events] == ["halfway"] and later == store.events_size()
+
+
+def test_recent_events_read_from_the_end(store: StateStore) -> None:
+    assert store.recent_events(5) == []
+    for n in range(300):
+        store.append_event("e", n=n, pad="p" * (n % 17))
+    with store.paths.events_file.open("a", encoding="utf-8") as handle:
+        handle.write("{torn\n")
+    store.append_event("last")
+    newest = store.recent_events(10, chunk=64)  # chunks far smaller than the lines
+    assert [e.get("n") for e in newest] == [*range(291, 300), None]
+    assert newest[-1]["event"] == "last"
+    assert [e["n"] for e in store.recent_events(400)[:3]] == [0, 1, 2]
+    assert store.recent_events(0) == []
+
+
+def test_reading_events_after_the_log_was_replaced_starts_over(store: StateStore) -> None:
+    for n in range(5):
+        store.append_event("old", n=n)
+    _, offset = store.read_events_from(0)
+    store.paths.events_file.write_text('{"time": "t", "event": "new"}\n')
+    events, _ = store.read_events_from(offset)
+    assert [e["event"] for e in events] == ["new"]
+
+
+def test_reading_events_in_bounded_chunks(store: StateStore) -> None:
+    for n in range(50):
+        store.append_event("e", n=n)
+    seen, offset = [], 0
+    while True:
+        events, offset = store.read_events_from(offset, max_bytes=300)
+        if not events:
+            break
+        seen += [e["n"] for e in events]
+    assert seen == list(range(50))
+    with store.paths.events_file.open("a", encoding="utf-8") as handle:
+        handle.write("x" * 1000 + "\n")  # one line longer than a chunk: skipped, no stall
+    store.append_event("after")
+    names = []
+    for _ in range(10):
+        events, offset = store.read_events_from(offset, max_bytes=300)
+        names += [e["event"] for e in events]
+    assert names == ["after"]
+
+
 def test_heartbeat_round_trip_and_garbage(store: StateStore) -> None:
     assert store.read_heartbeat() is None
     store.write_heartbeat(tick=3)
@@ -146,3 +207,21 @@ def test_heartbeat_round_trip_and_garbage(store: StateStore) -> None:
     assert store.read_heartbeat() is None
     store.paths.heartbeat_file.write_text('{"time": "not a time"}')
     assert store.read_heartbeat() is None
+
+
+def test_pauses_are_kept_one_per_kind_and_said_once(xdg: Path) -> None:
+    from ralph_dev.core.model import Pause
+
+    store = StateStore(ProjectPaths("demo"))
+    assert store.load_pauses() == ()
+    limit = Pause(kind="usage_limit", cause="usage limit until 12:51", quiet_workers=True)
+    assert store.set_pause(limit) is True
+    assert store.set_pause(limit) is False  # the same again: no second event
+    (stored,) = store.load_pauses()
+    assert stored.cause == limit.cause and stored.quiet_workers and stored.since is not None
+    assert store.clear_pause("usage_limit", why="reset passed") is True
+    assert store.clear_pause("usage_limit", why="again") is False
+    kinds = [e["event"] for e in store.iter_events()]
+    assert kinds == ["swarm_paused", "swarm_resumed"]
+    store.paths.pauses_file.write_text("{broken")
+    assert store.load_pauses() == ()  # unreadable is no pause, never a crash

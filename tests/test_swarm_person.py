@@ -67,7 +67,7 @@ def test_a_swarm_run_leaves_the_persons_checkout_byte_identical(swarm: Swarm, jj
     assert git(swarm.repo, "rev-parse", "main").stdout.strip() == trunk
     # status says where trunk is (what the person pulls), and that its reading changed nothing
     shown = swarm.status()["trunk"]
-    assert shown == {"name": "main", "commit": trunk, "subject": subjects[0]}
-    assert f"trunk:      main at {trunk[:12]} {subjects[0]}" in swarm.cli(
+    assert (shown["name"], shown["head"], shown["subject"]) == ("main", trunk, subjects[0])
+    assert f"trunk:      main at {trunk[:12]}, unverified: {subjects[0]}" in swarm.cli(
         "status", swarm.project).stdout
     assert checkout_state(swarm.repo, jj_bin) == after

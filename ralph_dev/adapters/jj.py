@@ -17,9 +17,22 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from ralph_dev.adapters.jj_cli import JJError
-from ralph_dev.adapters.jj_workspaces import TRUNK_WORKSPACE, JJWorkspaces
-from ralph_dev.core.model import MergeResult
+from ralph_dev.adapters.jj_cli import JJError, quote_revset
+from ralph_dev.adapters.jj_guard import (
+    INTENTS_DIR,
+    IntentStore,
+    MergeIntent,
+    MergeRefused,
+    foreign_paths,
+    refusal,
+)
+from ralph_dev.adapters.jj_home import FIELD_SEP
+from ralph_dev.adapters.jj_workspaces import (
+    LIST_SEP,
+    TRUNK_WORKSPACE,
+    JJWorkspaces,
+)
+from ralph_dev.core.model import MergeResult, TrunkChange
 
 if TYPE_CHECKING:
     from ralph_dev.core.config import ProjectSettings
@@ -29,6 +42,10 @@ log = structlog.get_logger(__name__)
 
 class JJ(JJWorkspaces):
     """One project's repository: its workspaces, merges into trunk and trunk itself."""
+
+    @property
+    def intents(self) -> IntentStore:
+        return IntentStore(self.workspace_root / INTENTS_DIR)
 
     @classmethod
     def from_settings(cls, settings: ProjectSettings, **kwargs: object) -> JJ:
@@ -52,11 +69,21 @@ class JJ(JJWorkspaces):
 
         Everything that rewrites commits runs inside the workspace, so its
         working copy follows and no other workspace goes stale. A conflict
-        leaves the conflicted change in the workspace and trunk untouched.
+        leaves the conflicted change in the workspace and trunk untouched. The
+        head is returned only once the merge guard (``jj_guard``) has checked it.
         """
+        intent = self.intents.load(name)
+        fork = intent.fork if intent else self._fork_point(name)
         self._refuse_if_unrecorded(name, self._snapshot(path), verb)
+        if intent is None:
+            # recorded before anything is rewritten: what the issue's own work touches
+            own = self._changed(fork, f"{quote_revset(name)}@")
+            intent = MergeIntent(name=name, fork=fork, trunk=self.trunk_commit(),
+                                 paths=tuple(sorted(own)))
+            self.intents.save(intent)
         work = self._trunk + "..@"
         if self._count(path, f"({work}) ~ empty()") == 0:
+            self.intents.clear(name)
             return MergeResult(
                 merged=False,
                 detail=f"nothing to {verb}: {name} has no changes outside {self.trunk}",
@@ -66,6 +93,7 @@ class JJ(JJWorkspaces):
         conflicted = self._count(path, f"conflicts() & ({work})")
         if conflicted:
             log.info("jj_merge_conflict", workspace=name, commits=conflicted)
+            self.intents.clear(name)  # the rebase is done; a resolve worker's edits are its own
             return MergeResult(
                 merged=False,
                 conflicted=True,
@@ -81,7 +109,9 @@ class JJ(JJWorkspaces):
                 f"({', '.join(h[:12] for h in heads)}); join them into one change in "
                 f"{path} (e.g. `jj new {' '.join(h[:12] for h in heads)}`) and try again"
             )
-        # no nameless commits leave the workspace (they cannot be pushed): name them
+        self._guard(name, path, intent, heads[0])
+        # no nameless commits leave the workspace (they cannot be pushed): name them,
+        # now that the guard has checked they hold only this issue's work
         nameless = f'({work}) & description(exact:"") ~ empty()'
         if self._count(path, nameless):
             self.run("describe", "-r", nameless, "-m", name, cwd=path).check()
@@ -92,6 +122,32 @@ class JJ(JJWorkspaces):
             self.run("new", "-r", "@", cwd=path).check()
         return head
 
+    def _fork_point(self, name: str) -> str:
+        """Where the workspace's work left trunk's history, from jj's committed view
+        (``--ignore-working-copy``: nothing on disk is adopted by asking)."""
+        out = self._read("log", "--no-graph", "-r",
+                         f"heads(::{self._trunk} & ::{quote_revset(name)}@)", "-T", "commit_id")
+        return out.stdout.strip()
+
+    def _changed(self, old: str, new: str) -> set[str]:
+        """Paths whose content differs between two revisions."""
+        out = self._read("diff", "--from", old, "--to", new, "--name-only")
+        return set(out.lines())
+
+    def _guard(self, name: str, path: Path, intent: MergeIntent, head: str) -> None:
+        """Trunk moves only forward, and only by the issue's own paths; else refuse."""
+        trunk = self.trunk_commit()
+        if not self._count(None, f"{trunk} & ::{head}"):
+            raise MergeRefused(
+                f"refusing to move trunk for {name}: its rebased work ({head[:12]}) does not "
+                f"descend from trunk ({trunk[:12]}); trunk is untouched")
+        extra = foreign_paths(self._changed(trunk, head), intent)
+        if extra:
+            log.error("jj_merge_refused", workspace=name, trunk=trunk[:12], head=head[:12],
+                      foreign=extra[:20])
+            raise refusal(name, trunk_name=self.trunk, trunk=trunk, head=head, extra=extra,
+                          repo=self.repo, workspace=path)
+
     def merge(self, name: str) -> MergeResult:
         """Rebase the workspace's change(s) onto trunk and move trunk forward to them."""
         path = self._require(name)
@@ -100,6 +156,7 @@ class JJ(JJWorkspaces):
         if isinstance(head, MergeResult):
             return head
         self.run("bookmark", "set", self.trunk, "-r", head, cwd=path).check()
+        self.intents.clear(name)
         self.run("bookmark", "delete", self.bookmark(name), cwd=path)
         self.export_to_git(path)
         log.info("jj_merged", workspace=name, commit=head[:12], trunk=self.trunk)
@@ -119,6 +176,7 @@ class JJ(JJWorkspaces):
         bookmark = self.bookmark(name)
         self.run("bookmark", "set", "--allow-backwards", bookmark, "-r", head, cwd=path).check()
         self.run("git", "push", "--remote", remote, "--bookmark", bookmark, cwd=path).check()
+        self.intents.clear(name)
         log.info("jj_published", workspace=name, commit=head[:12], remote=remote)
         return MergeResult(
             merged=True, commit=head, detail=f"{name} pushed as {bookmark} to {remote}"
@@ -175,3 +233,30 @@ class JJ(JJWorkspaces):
             "-T", 'description ++ "\\x00"',
         )
         return [d.strip() for d in out.stdout.split("\x00")[:-1]]
+
+    def trunk_changes(self, limit: int = 10) -> list[TrunkChange]:
+        """Trunk's newest changes with their diff stat (for the dashboard); one jj call,
+        read without touching any working copy."""
+        stat = "self.diff().stat()"
+        template = (
+            f'commit_id ++ "{FIELD_SEP}" ++ description.first_line() ++ "{FIELD_SEP}" '
+            f'++ committer.timestamp().format("%Y-%m-%dT%H:%M:%S%:z") ++ "{FIELD_SEP}" '
+            f'++ {stat}.total_added() ++ "{FIELD_SEP}" '
+            f'++ {stat}.total_removed() ++ "{FIELD_SEP}" '
+            f'++ self.diff().files().map(|f| f.path()).join("{LIST_SEP}") ++ "\\n"'
+        )
+        out = self._read("log", "--no-graph", "-r", f"::{self._trunk} ~ root()",
+                         "--limit", str(max(1, int(limit))), "-T", template)
+        changes = []
+        for line in out.lines():
+            parts = line.split(FIELD_SEP)
+            if len(parts) != 6:
+                continue
+            commit, title, when, added, removed, files = parts
+            changes.append(TrunkChange(
+                commit=commit, title=title, time=when,
+                added=int(added) if added.isdigit() else 0,
+                removed=int(removed) if removed.isdigit() else 0,
+                files=tuple(f for f in files.split(LIST_SEP) if f),
+            ))
+        return changes

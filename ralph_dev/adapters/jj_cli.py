@@ -16,6 +16,7 @@ colocated repo) resets their git index and HEAD. Only the person's explicit
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -37,6 +38,12 @@ class JJError(CommandError):
     """A jj command failed or jj refused; carries the command for the log and the fix."""
 
 
+class JJInterrupted(JJError):
+    """jj was killed or timed out: nothing is known to be wrong; the next try may work."""
+
+    retryable = True
+
+
 @dataclass(frozen=True)
 class JJResult:
     argv: tuple[str, ...]
@@ -49,8 +56,20 @@ class JJResult:
     def ok(self) -> bool:
         return self.returncode == 0
 
+    @property
+    def interrupted(self) -> bool:
+        """Killed by a signal (negative code) or by our timeout (124), not jj's verdict."""
+        return self.returncode < 0 or self.returncode == 124
+
     def check(self) -> JJResult:
         """Return self, or raise JJError with jj's own explanation."""
+        if self.interrupted:
+            how = "timed out" if self.returncode == 124 else f"killed by signal {-self.returncode}"
+            raise JJInterrupted(
+                f"jj {' '.join(self.argv[1:4])}… was interrupted ({how}) in {self.cwd}; "
+                "nothing is known to be wrong, the next attempt runs it again",
+                command=self.argv, stderr=self.stderr, returncode=self.returncode,
+            )
         if self.returncode != 0:
             detail = self.stderr.strip() or self.stdout.strip() or "no output"
             raise JJError(
@@ -100,6 +119,29 @@ def child_path(jj_bin: str | None = None, base: str | None = None) -> str:
             entries.append(str(directory))
     rest = [p for p in base.split(os.pathsep) if p and p not in entries]
     return os.pathsep.join(entries + rest)
+
+
+def quote_revset(text: str) -> str:
+    """A revset/template string literal (names are validated, this is belt and braces)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_REFUSED_LINE = re.compile(r"^  (.+): \S+ \(\d+ bytes\)")
+
+
+def refused_paths(stderr: str) -> list[str]:
+    """Paths from jj's "Refused to snapshot some files:" warning."""
+    refused: list[str] = []
+    inside = False
+    for line in stderr.splitlines():
+        if "Refused to snapshot some files" in line:
+            inside = True
+        elif inside and (found := _REFUSED_LINE.match(line)):
+            if found.group(1) not in refused:
+                refused.append(found.group(1))
+        else:
+            inside = False
+    return refused
 
 
 class JjCli:

@@ -32,7 +32,7 @@ log = structlog.get_logger(__name__)
 BASE_WORKSPACE = "ralph-base"
 """ralph-dev's own workspace at ``<root>/.ralph-base`` (the dot keeps it apart from
 every worker workspace name)."""
-_FS = "\x1f"  # field separator in our templates (never in names we accept)
+FIELD_SEP = "\x1f"  # field separator in our templates (never in names we accept)
 
 
 class JjHome(JjCli):
@@ -54,10 +54,10 @@ class JjHome(JjCli):
         return Path(where).resolve().is_relative_to(root) and Path(where).resolve() != root
 
     def _listed(self) -> dict[str, Path]:
-        out = self._read("workspace", "list", "-T", f'name ++ "{_FS}" ++ root ++ "\\n"')
+        out = self._read("workspace", "list", "-T", f'name ++ "{FIELD_SEP}" ++ root ++ "\\n"')
         found: dict[str, Path] = {}
         for line in out.lines():
-            name, _, root = line.partition(_FS)
+            name, _, root = line.partition(FIELD_SEP)
             found[name] = Path(root)
         return found
 

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from ralph_dev.adapters.jj_cli import JJError
-from ralph_dev.adapters.jj_home import JjHome
+from ralph_dev.adapters.jj_cli import JJError, quote_revset, refused_paths
+from ralph_dev.adapters.jj_home import FIELD_SEP, JjHome
 from ralph_dev.core.errors import WorkspaceHookFailed
 from ralph_dev.core.model import Workspace
 
@@ -41,35 +41,11 @@ TRUNK_WORKSPACE = "ralph-trunk"
 It lives at ``<root>/.ralph-trunk``: the dot keeps it apart from every valid
 worker workspace name, and list_workspaces leaves it out (like every dotted one).
 """
-_FS = "\x1f"  # field separator in our templates (never in names we accept)
-_RS = "\x1e"  # list separator inside a field
+LIST_SEP = "\x1e"  # list separator inside a field
 
 
 class InvalidWorkspaceName(JJError, ValueError):
     """A workspace name that is not a plain ``[A-Za-z0-9._-]`` word inside the root."""
-
-
-def quote_revset(text: str) -> str:
-    """A revset/template string literal (names are validated, this is belt and braces)."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-_REFUSED_LINE = re.compile(r"^  (.+): \S+ \(\d+ bytes\)")
-
-
-def _refused_paths(stderr: str) -> list[str]:
-    """Paths from jj's "Refused to snapshot some files:" warning."""
-    refused: list[str] = []
-    inside = False
-    for line in stderr.splitlines():
-        if "Refused to snapshot some files" in line:
-            inside = True
-        elif inside and (found := _REFUSED_LINE.match(line)):
-            if found.group(1) not in refused:
-                refused.append(found.group(1))
-        else:
-            inside = False
-    return refused
 
 
 # --- the adapter ----------------------------------------------------------------
@@ -127,6 +103,8 @@ class JJWorkspaces(JjHome):
                 "ralph-dev's config"
             )
         result = self.run("--ignore-working-copy", "root")
+        if result.interrupted or (not result.ok and "no jj repo" not in result.stderr):
+            result.check()  # interrupted, or jj could not read it: say what jj said
         if not result.ok:
             is_git = (self.repo / ".git").exists()
             fix = (
@@ -158,6 +136,8 @@ class JJWorkspaces(JjHome):
         workspace this call created (see :meth:`_prepare`).
         """
         path = self.workspace_path(name)
+        if self._pending("add", name).exists():
+            self._roll_back_add(name, path)
         if not path.exists():
             created = self._add_new_workspace(name, path, after_create)
             if created is not None:
@@ -203,8 +183,12 @@ class JJWorkspaces(JjHome):
         if self._count(None, kept):
             base = quote_revset(bookmark)
             log.info("jj_workspace_resumes_kept_change", workspace=name, bookmark=base)
+        marker = self._pending("add", name)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()  # until the add is done: a directory left by a kill is ours to remove
         result = self._workspace_add(name, path, base)
         if not result.ok and "already exists" in result.stderr:
+            marker.unlink()  # jj's workspace of that name is not ours to roll back
             return None
         result.check()
         resumed = base == quote_revset(bookmark)  # a kept bookmark already points at the work
@@ -213,11 +197,11 @@ class JJWorkspaces(JjHome):
                      "-r", f"{quote_revset(name)}@", cwd=path).check()
         log.info("jj_workspace_added", workspace=name, path=str(path))
         if after_create is not None:
-            self._prepare(name, path, after_create, drop_bookmark=not resumed)
+            self._prepare(name, path, after_create)
+        marker.unlink()  # made and prepared: from now on the directory holds the agent's work
         return path
 
-    def _prepare(self, name: str, path: Path, after_create: WorkspaceHook, *,
-                 drop_bookmark: bool) -> None:
+    def _prepare(self, name: str, path: Path, after_create: WorkspaceHook) -> None:
         """Run ``after_create`` in the new workspace; on any failure remove the workspace
         again, so the next spawn starts over and runs it anew.
 
@@ -236,16 +220,41 @@ class JJWorkspaces(JjHome):
                     "write only ignored files)", retryable=False)
         except BaseException:
             try:
-                base = self.base()
-                self.run("abandon", "-r", f"{quote_revset(name)}@", cwd=base).check()
-                self._workspace_forget(name)
-                if drop_bookmark:
-                    self.run("bookmark", "delete", self.bookmark(name), cwd=base).check()
-                shutil.rmtree(path)
+                self._discard_new_workspace(name, path)
+                self._pending("add", name).unlink(missing_ok=True)
                 log.info("jj_workspace_discarded", workspace=name, reason="after_create failed")
             except (JJError, OSError) as exc:  # the hook's failure is the one to report
                 log.warning("jj_workspace_discard_failed", workspace=name, error=str(exc))
             raise
+
+    def _roll_back_add(self, name: str, path: Path) -> None:
+        """Undo an add (or its after_create hook) that was killed half-way (its marker is
+        still there): jj may have registered the workspace and written only part of its
+        files, and snapshotting that would record trunk's missing files as deleted. No
+        agent ever ran there, so the workspace is discarded; the caller adds it anew."""
+        log.warning("jj_half_made_workspace_rolled_back", workspace=name, path=str(path))
+        self._discard_new_workspace(name, path)
+        self._pending("add", name).unlink(missing_ok=True)
+
+    def _discard_new_workspace(self, name: str, path: Path) -> None:
+        """Remove a workspace no agent has worked in: its fresh change, its registration,
+        the ``ralph/NAME`` bookmark this add set on that change (a kept bookmark of
+        earlier work stays), and its directory."""
+        if name in self._listed():
+            base = self.base()
+            fresh = f"{quote_revset(name)}@"
+            ours = self._count(None, f"present({quote_revset(self.bookmark(name))}) & {fresh}")
+            self.run("abandon", "-r", fresh, cwd=base).check()
+            self._workspace_forget(name)
+            if ours:
+                self.run("bookmark", "delete", self.bookmark(name), cwd=base).check()
+        if path.exists():
+            shutil.rmtree(path)
+
+    def _pending(self, operation: str, name: str) -> Path:
+        """Present while ralph-dev's ``add`` or ``forget`` of NAME has not finished: a
+        directory such an operation leaves behind when killed is known to be ours."""
+        return self.workspace_root / ".ralph-pending" / operation / name
 
     def _ensure_bookmark(self, name: str, path: Path) -> None:
         """Keep the worker's change reachable under ``ralph/NAME`` (follows rewrites)."""
@@ -261,17 +270,18 @@ class JJWorkspaces(JjHome):
         ancestors, whatever the number of workspaces.
         """
         template = (
-            f'commit_id ++ "{_FS}" ++ parents.map(|c| c.commit_id()).join(",") ++ "{_FS}" '
-            f'++ empty ++ "{_FS}" ++ conflict ++ "{_FS}" '
-            f'++ self.contained_in({quote_revset("::" + self._trunk)}) ++ "{_FS}" '
-            f'++ working_copies.map(|w| w.name() ++ "=" ++ w.root()).join("{_RS}") ++ "\\n"'
+            f'commit_id ++ "{FIELD_SEP}" '
+            f'++ parents.map(|c| c.commit_id()).join(",") ++ "{FIELD_SEP}" '
+            f'++ empty ++ "{FIELD_SEP}" ++ conflict ++ "{FIELD_SEP}" '
+            f'++ self.contained_in({quote_revset("::" + self._trunk)}) ++ "{FIELD_SEP}" '
+            f'++ working_copies.map(|w| w.name() ++ "=" ++ w.root()).join("{LIST_SEP}") ++ "\\n"'
         )
         revset = f"working_copies() | ({self._trunk}..working_copies())"
         out = self._read("log", "--no-graph", "-r", revset, "-T", template)
         commits: dict[str, tuple[list[str], bool, bool, bool]] = {}
         heads: dict[str, tuple[str, str]] = {}
         for line in out.lines():
-            parts = line.split(_FS)
+            parts = line.split(FIELD_SEP)
             if len(parts) != 6:
                 continue
             commit, parents, empty, conflict, in_trunk, wcs = parts
@@ -281,7 +291,7 @@ class JJWorkspaces(JjHome):
                 conflict == "true",
                 in_trunk == "true",
             )
-            for wc in filter(None, wcs.split(_RS)):
+            for wc in filter(None, wcs.split(LIST_SEP)):
                 wname, _, wc_root = wc.partition("=")
                 heads[wname] = (commit, wc_root)
         root = self.workspace_root.resolve()
@@ -342,7 +352,7 @@ class JJWorkspaces(JjHome):
             log.info("jj_workspace_stale_repaired", workspace=path.name)
             self.run("workspace", "update-stale", cwd=path).check()
             result = self.run("util", "snapshot", cwd=path)
-        refused = _refused_paths(result.check().stderr)
+        refused = refused_paths(result.check().stderr)
         if refused:
             log.warning("jj_snapshot_refused", workspace=path.name, paths=refused[:10])
         return refused
@@ -386,9 +396,13 @@ class JJWorkspaces(JjHome):
         the directory goes with it, build outputs jj ignores included.
         """
         path = self.workspace_path(name)
+        marker = self._pending("forget", name)
         if name not in self._listed():
-            if path.exists():
+            if path.exists() and marker.exists():
+                shutil.rmtree(path)  # our forget died after jj let go: its work was safe
+            elif path.exists():
                 log.warning("jj_orphan_workspace_dir_kept", workspace=name, path=str(path))
+            marker.unlink(missing_ok=True)
             return
         bookmark = self.bookmark(name)
         if path.is_dir():
@@ -417,7 +431,10 @@ class JJWorkspaces(JjHome):
             log.info("jj_change_kept", workspace=name, bookmark=bookmark)
         else:
             self.run("bookmark", "delete", bookmark, cwd=base)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()  # the work is safe: a directory left by a kill is ours to remove
         self._workspace_forget(name)
         if path.exists():
             shutil.rmtree(path)
+        marker.unlink(missing_ok=True)
         log.info("jj_workspace_forgotten", workspace=name, kept=bool(unmerged))

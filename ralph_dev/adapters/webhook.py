@@ -126,6 +126,7 @@ class WebhookListener:
         max_skew: float = MAX_SKEW_S,
         deliveries: int = DELIVERIES_KEPT,
         min_interval: float = 1.0,
+        on_wake: Callable[[], None] | None = None,
     ) -> None:
         if not secret:
             raise WebhookError(f"the webhook signing secret is empty: set {SECRET_ENV}")
@@ -134,6 +135,8 @@ class WebhookListener:
         self.clock = clock
         self.max_skew = max_skew
         self.min_interval = min_interval
+        self.on_wake = on_wake
+        """Told before each wake (the tracker then polls even inside its poll interval)."""
         self.deliveries = Deliveries(deliveries)
         self.woken = 0
         self._last_wake: float | None = None
@@ -196,6 +199,8 @@ class WebhookListener:
         self._pending = None
         self._last_wake = time.monotonic()
         self.woken += 1
+        if self.on_wake is not None:
+            self.on_wake()
         self.wake.set()
 
     # -- HTTP -------------------------------------------------------------------

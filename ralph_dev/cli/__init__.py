@@ -35,18 +35,28 @@ class CliContext:
         return load_project(name, overrides, path=self.config_path)
 
     def project_for_issue(self, identifier: str) -> ProjectSettings:
-        """The configured project whose tracker key prefixes ``identifier``."""
+        """The configured project whose issues carry ``identifier``'s key: the local
+        tracker's key, or any team key of a Linear project (recorded at init and at
+        each sync)."""
         check_identifier(identifier)
         key = identifier.rsplit("-", 1)[0]
         names = project_names(self.config_path)
         for name in names:
             settings = self.project(name)
-            if settings.key == key:
+            if key in issue_keys(settings):
                 return settings
         raise ConfigError(
             f"no configured project uses the issue key {key!r} "
             f"(projects: {', '.join(names) or 'none'}); check the identifier or run ralph-dev init"
         )
+
+
+def issue_keys(settings: ProjectSettings) -> frozenset[str]:
+    if settings.tracker.kind != "linear":
+        return frozenset({settings.key})
+    from ralph_dev.adapters.tracker.linear.cache import team_keys
+
+    return team_keys(settings) | ({settings.tracker.key} if settings.tracker.key else set())
 
 
 pass_ctx = click.make_pass_decorator(CliContext)
@@ -173,15 +183,18 @@ def init(
         raw["limits"] = {"max_workers": max_workers}
     settings = build_project(project, raw)  # every option checked before anything is touched
     check_can_write(project, force=force, path=cli.config_path)
+    linear = None
     if tracker_kind == "linear":
         from ralph_dev.cli.linear_setup import prepare_linear
 
-        run(prepare_linear(settings))
+        linear = run(prepare_linear(settings))
     found = prepare_repo(repo, trunk=trunk, colocate=colocate)
     settings = build_project(project, {**raw, "trunk": found.trunk})
     for note in found.notes:
         click.echo(note)
     path = write_project(settings, force=force, path=cli.config_path)
+    if linear is not None:
+        linear.record(settings)
     click.echo(f"Wrote [projects.{project}] to {path}")
     if tracker_kind == "local":
         click.echo(f"Local tracker key: {settings.key} (issues are {settings.key}-1, "

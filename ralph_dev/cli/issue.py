@@ -146,7 +146,8 @@ def _printable(text: str) -> str:
 def list_(cli: CliContext, project: str, as_json: bool) -> None:
     """List PROJECT's issues (identifier, state, priority, labels, blockers, title)."""
     tracker = open_tracker(cli.project(project))
-    issues = run(_closing(tracker, tracker.list_issues()))
+    listed = run(_closing(tracker, tracker.list_issues()))
+    issues = [i for i in listed if not i.foreign]  # blockers/sub-issues of other projects
     if as_json:
         echo_json([_issue_json(i) for i in issues])
     elif issues:

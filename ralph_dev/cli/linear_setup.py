@@ -3,7 +3,9 @@
 ``init`` writes the project's table only after ``prepare_linear`` returns, so a
 wrong key, an unknown project or a team without the states ralph-dev needs
 leaves the config untouched. Missing steering labels are created (that is the
-one write, and it is idempotent: labels that exist are left alone).
+one write to Linear, and it is idempotent: labels that exist are left alone),
+and the project's teams are recorded in the state dir so ``issue show ENG-12``
+finds the project by any of its team keys.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ralph_dev.adapters.tracker.linear.cache import PROJECT_FILE, save_project
+from ralph_dev.adapters.tracker.linear.parse import LinearProject
 from ralph_dev.adapters.tracker.linear.tracker import LinearTracker
 
 if TYPE_CHECKING:
@@ -25,11 +29,18 @@ class LinearSetup:
     project: str
     teams: tuple[str, ...]
     labels_created: tuple[str, ...]
+    linear_project: LinearProject
+    project_ref: str
+
+    def record(self, settings: ProjectSettings) -> None:
+        """Remember the project's teams (once its config is written)."""
+        save_project(settings.paths.state_dir / PROJECT_FILE, self.project_ref,
+                     self.linear_project)
 
 
 async def prepare_linear(settings: ProjectSettings, *, echo: bool = True) -> LinearSetup:
     """Auth check (viewer), project lookup, per-team states, steering labels."""
-    tracker = LinearTracker.from_settings(settings)
+    tracker = LinearTracker.from_settings(settings, shared=False)
     try:
         viewer = await tracker.viewer()
         project = await tracker.project()
@@ -37,11 +48,14 @@ async def prepare_linear(settings: ProjectSettings, *, echo: bool = True) -> Lin
         created = await tracker.ensure_labels(settings.labels.steering())
     finally:
         await tracker.close()
+
     setup = LinearSetup(
         viewer=viewer["name"],
         project=project.name,
         teams=tuple(t.key for t in project.teams),
         labels_created=tuple(created),
+        linear_project=project,
+        project_ref=tracker.project_ref,
     )
     if echo:
         click.echo(f"Linear: signed in as {setup.viewer}; project {setup.project!r} "

@@ -35,10 +35,10 @@ def service_path() -> str:
 def install_cmd(cli: CliContext, project: str, no_enable: bool) -> None:
     """Write the unit and `systemctl --user enable --now ralph-dev@PROJECT`."""
     from ralph_dev.adapters.systemd import check_env_files, env_files, install, unit_name
-    from ralph_dev.control.daemon import daemon_running
+    from ralph_dev.control.processes import lock_holder
 
     settings = cli.project(project)  # refuse unknown projects before touching systemd
-    running = daemon_running(settings.paths.daemon_pid)
+    running = lock_holder(settings.paths.daemon_pid)
     if running:
         raise RalphError(
             f"ralph-dev is already running for {project} (daemon pid {running}); a second one "

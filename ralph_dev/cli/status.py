@@ -1,9 +1,12 @@
-"""People's commands: status, logs, attach, events, doctor."""
+"""People's commands: status, logs, attach, events, doctor, notify-test."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import click
 
@@ -12,24 +15,71 @@ from ralph_dev.core.config import project_names
 from ralph_dev.core.errors import ConfigError, RalphError
 from ralph_dev.core.model import check_identifier
 
+FOLLOW_POLL = 0.5
+"""Seconds between looks at a growing file with ``events -f`` and ``logs -f``."""
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+"""Cursor home, clear screen: each ``status --watch`` refresh replaces the last one."""
+
 
 @main.command()
 @click.argument("project", required=False)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--events", "n_events", default=10, show_default=True, help="Recent events shown.")
+@click.option("--json", "as_json", is_flag=True,
+              help="The state document (schema_version 1); without PROJECT, "
+                   '{"schema_version": 1, "projects": [...]}.')
+@click.option("--events", "n_events", default=10, show_default=True,
+              type=click.IntRange(0, 1000), help="Recent events shown (0-1000).")
+@click.option("--watch", is_flag=True, help="Keep showing it, refreshed (Ctrl-C ends).")
+@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(0.5, 3600),
+              help="Seconds between refreshes with --watch.")
 @pass_ctx
-def status(cli: CliContext, project: str | None, as_json: bool, n_events: int) -> None:
-    """Daemon, controller, workers, issue counts and recent events (all projects by default)."""
-    from ralph_dev.control.status import render, snapshot
+def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, watch: bool,
+           interval: float) -> None:
+    """What needs you, then daemon, controller, trunk, issues, workers and recent events
+    (all projects by default). Times are local, with the zone shown."""
+    from ralph_dev.control.state_sources import StateSources
+    from ralph_dev.control.status import SCHEMA_VERSION, snapshot, tracker_ttl
+    from ralph_dev.control.status_text import render
 
+    if watch and as_json:
+        raise click.UsageError("--watch redraws the terminal view; use --json without it")
     names = [project] if project else project_names(cli.config_path)
     if not names:
         raise ConfigError("no projects configured yet: run `ralph-dev init PROJECT --repo PATH`")
-    snaps = [run(snapshot(cli.project(name), events=n_events)) for name in names]
-    if as_json:
-        echo_json(snaps[0] if project else snaps)
+    settings = [cli.project(name) for name in names]
+
+    async def documents(sources: list[StateSources]) -> list[dict[str, Any]]:
+        return [await snapshot(s.settings, events=n_events, sources=s) for s in sources]
+
+    async def once() -> list[dict[str, Any]]:
+        sources = [StateSources(s) for s in settings]
+        try:
+            return await documents(sources)
+        finally:
+            for source in sources:
+                await source.close()
+
+    if not watch:
+        docs = run(once())
+        if as_json:
+            echo_json(docs[0] if project else {"schema_version": SCHEMA_VERSION,
+                                                "projects": docs})
+        else:
+            click.echo("\n\n".join(render(d) for d in docs))
         return
-    click.echo("\n\n".join(render(s) for s in snaps))
+
+    async def watch_loop() -> None:
+        sources = [StateSources(s, issues_ttl=tracker_ttl(s)) for s in settings]
+        try:
+            while True:
+                text = "\n\n".join(render(d) for d in await documents(sources))
+                click.echo(CLEAR_SCREEN + text + f"\n\n(every {interval:g}s; Ctrl-C ends)")
+                await asyncio.sleep(interval)
+        finally:
+            for source in sources:
+                await source.close()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        run(watch_loop())
 
 
 @main.command()
@@ -65,7 +115,7 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
             click.echo(strip_ansi(chunk.decode("utf-8", "replace")), nl=False)
         if not follow:
             return
-        time.sleep(0.5)
+        time.sleep(FOLLOW_POLL)
 
 
 @main.command()
@@ -81,7 +131,15 @@ def attach(cli: CliContext, issue: str | None, project: str | None) -> None:
         settings = cli.project(project) if project else cli.project_for_issue(issue)
     else:
         settings = cli.project(project or _only_project(cli))
-    tmux_for(settings).attach(issue)
+    tmux = tmux_for(settings)
+    if not tmux.session_exists():
+        raise RalphError(f"ralph-dev is not running for {settings.name} (no tmux session "
+                         f"{settings.session_name}): start it with `ralph-dev start "
+                         f"{settings.name}`")
+    if issue and not tmux.find(issue):
+        raise RalphError(f"{issue} has no window in {settings.session_name}: no worker runs "
+                         f"for it now (see `ralph-dev status {settings.name}`)")
+    tmux.attach(issue)
 
 
 def _only_project(cli: CliContext) -> str:
@@ -110,27 +168,41 @@ def _parse_since(text: str) -> datetime:
 @click.option("--issue", help="Only this issue's events.")
 @click.option("--since", help="Only newer than a duration (30m, 2h, 1d) or an ISO time.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new events (Ctrl-C ends).")
 @pass_ctx
 def events(cli: CliContext, project: str, issue: str | None, since: str | None,
-           as_json: bool) -> None:
-    """The project's event log: what ralph-dev did and why."""
+           as_json: bool, follow: bool) -> None:
+    """The project's event log: what ralph-dev did and why (times local, zone shown)."""
     import json
 
-    from ralph_dev.control.status import format_event
+    from ralph_dev.control.status_text import format_event
     from ralph_dev.core.state import StateStore, from_iso
 
     settings = cli.project(project)
     if issue:
         check_identifier(issue)
     cutoff = _parse_since(since) if since else None
-    for event in StateStore(settings.paths).iter_events():
+
+    def wanted(event: dict[str, Any]) -> bool:
         if issue and event.get("issue") != issue:
-            continue
+            return False
         if cutoff:
             when = from_iso(event.get("time"))
-            if when is None or when < cutoff:
-                continue
-        click.echo(json.dumps(event) if as_json else format_event(event))
+            return when is not None and when >= cutoff
+        return True
+
+    offset = 0
+    store = StateStore(settings.paths)
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            found, after = store.read_events_from(offset)
+            for event in filter(wanted, found):
+                click.echo(json.dumps(event) if as_json else format_event(event))
+            if after == offset:  # caught up
+                if not follow:
+                    return
+                time.sleep(FOLLOW_POLL)
+            offset = after
 
 
 @main.command()
@@ -147,3 +219,29 @@ def doctor(cli: CliContext, project: str | None) -> None:
         problems += not check.ok
     if problems:
         raise RalphError(f"{problems} check(s) failed; fix them as described above")
+
+
+@main.command("notify-test")
+@click.argument("project")
+@pass_ctx
+def notify_test(cli: CliContext, project: str) -> None:
+    """Send a test message through PROJECT's notify.urls and notify.command."""
+    from ralph_dev.adapters.notify import Message, deliver
+
+    settings = cli.project(project)
+    notify = settings.notify
+    if not (notify.urls or notify.command):
+        raise ConfigError(f"project {project!r} has no [projects.{project}.notify] urls or "
+                          "command: add one (see the README's Notifications section)")
+    message = Message(
+        title=f"ralph-dev {project}: test notification",
+        body="If you read this, ralph-dev can tell you when the swarm needs you.",
+        data={"project": project, "cause": "test"},
+    )
+    problems = deliver(message, notify.urls, notify.command)
+    for problem in problems:
+        click.echo(f"FAIL {problem}", err=True)
+    if problems:
+        raise RalphError(f"{len(problems)} notification target(s) failed, as listed above")
+    targets = len(notify.urls) + bool(notify.command)
+    click.echo(f"sent to {targets} target(s)")

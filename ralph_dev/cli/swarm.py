@@ -41,7 +41,8 @@ def controller(cli: CliContext, project: str, once: bool) -> None:
 @pass_ctx
 def start(cli: CliContext, project: str, foreground: bool) -> None:
     """Start PROJECT: tmux session, controller window, health loop."""
-    from ralph_dev.control.daemon import Daemon, start_background
+    from ralph_dev.control.daemon import Daemon
+    from ralph_dev.control.processes import start_background
     from ralph_dev.control.wiring import jj_for, tmux_for
 
     settings = cli.project(project)
@@ -68,7 +69,7 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
 def stop(cli: CliContext, project: str, workers: bool) -> None:
     """Stop PROJECT's daemon and controller; workers keep running unless --workers."""
     from ralph_dev.adapters.systemd import stop_unit_if_active
-    from ralph_dev.control.daemon import stop_controller_window, stop_daemon
+    from ralph_dev.control.processes import stop_controller_window, stop_daemon
     from ralph_dev.control.wiring import jj_for, tmux_for
     from ralph_dev.core.state import StateStore
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ import structlog
 from ralph_dev.control import workspace_hooks
 from ralph_dev.control.beating import while_beating
 from ralph_dev.control.merging import MergeLane
+from ralph_dev.control.metrics import TickHistogram
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide import decide
 from ralph_dev.core.errors import RalphError, TrackerError
@@ -128,6 +130,7 @@ async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceListe
         records=store.load_records(),
         tracker_ok=not tracker_error,
         trunk_red=store.paths.trunk_red_file.exists(),
+        pauses=store.load_pauses(),
     )
     return observed, tracker_error
 
@@ -136,6 +139,8 @@ def human_feedback(issue: Issue) -> str | None:
     """Comments people wrote after ralph-dev last spoke: what a resumed worker must read."""
     newest: list[str] = []
     for comment in reversed(issue.comments):
+        if comment.by_bot:
+            continue  # an integration's words ("GitHub: Linked PR #42") are not a person's
         if comment.by_ralph:
             break
         newest.append(f"{comment.author} ({comment.created_at:%Y-%m-%d %H:%M}): {comment.body}")
@@ -168,6 +173,14 @@ class Controller:
         self.stopping = False
         self.merges = MergeLane(settings, jj=jj, tracker=tracker, store=self.store,
                                 pull_requests=pull_requests, beat=self._beat_while)
+        self.tick_seconds = TickHistogram()  # published in the heartbeat for /metrics
+
+    def _end_pauses_due(self) -> None:
+        """A pause with a stated end (a usage limit's reset) ends by itself then."""
+        now = self.clock()
+        for pause in self.store.load_pauses():
+            if pause.until is not None and pause.until <= now:
+                self.store.clear_pause(pause.kind, why="its stated end has passed")
 
     def _beat_while(self, acting: str) -> None:
         self.store.write_heartbeat(tick=self.tick_number, acting=acting)
@@ -176,18 +189,21 @@ class Controller:
 
     async def tick(self) -> TickResult:
         self.tick_number += 1
+        started = time.monotonic()
         structlog.contextvars.bind_contextvars(tick=self.tick_number)
         try:
             try:
                 await self.merges.recheck_red_trunk()
             except (RalphError, OSError) as exc:
                 self.store.append_event("trunk_recheck_failed", error=str(exc))
+            self._end_pauses_due()
             observed, tracker_error = await observe(self.tracker, self.tmux, self.jj, self.store)
             if tracker_error:
                 self.store.append_event("tracker_unavailable", error=tracker_error)
             plan = decide(observed, self.settings, self.clock())
             result = TickResult(self.tick_number, plan, observed)
             await self._carry_out(plan, observed, result)
+            self.tick_seconds.observe(time.monotonic() - started)
             self.write_heartbeat(observed, plan)
             return result
         finally:
@@ -212,6 +228,9 @@ class Controller:
                 failed_issues.add(action.issue)
                 result.failures.append((action, str(exc)))
                 self._record_failure(action, exc)
+                if isinstance(action, Merge) and isinstance(exc, RalphError) \
+                        and not exc.retryable:
+                    await self._hold_for_person(action.issue, exc)
             else:
                 details = {k: v for k, v in action.details().items()
                            if v not in (None, "", False)}
@@ -229,6 +248,20 @@ class Controller:
             error=str(exc), retryable=exc.retryable if isinstance(exc, RalphError) else True,
         )
 
+    async def _hold_for_person(self, issue: str, exc: RalphError) -> None:
+        """A failure retrying cannot fix (a refused merge): label the issue for a person
+        and say on it what happened and how to go on; decide then leaves it alone."""
+        labels = self.settings.labels
+        try:
+            await self.tracker.add_labels(issue, [labels.user_input_needed])
+            await self.tracker.comment(
+                issue, f"ralph-dev stopped: {exc}\n\nWhen it is fixed, add the label "
+                       f"{labels.user_feedback_given!r} and ralph-dev tries again.")
+        except TrackerError as tracker_exc:  # the next tick fails the same way and retries
+            log.warning("hold_failed", issue=issue, error=str(tracker_exc))
+            return
+        self.store.append_event("hold", issue=issue, reason=str(exc)[:500])
+
     def write_heartbeat(self, observed: Observed, plan: Plan, *,
                         acting: str | None = None) -> None:
         live = [w for w in worker_windows(observed.windows) if w.alive]
@@ -240,6 +273,7 @@ class Controller:
             tracker_ok=observed.tracker_ok,
             tracker_usage=self.tracker.usage(),
             acting=acting,
+            tick_seconds=self.tick_seconds.as_json(),
         )
 
     # -- act ----------------------------------------------------------------
@@ -325,7 +359,7 @@ class Controller:
             after_create=workspace_hooks.after_create(self.settings, self.store, action.issue))
         record = self.store.update_record(
             action.issue, role=action.role, attempts=action.attempt, started_at=self.clock(),
-            done=False, blocked=False, nudged_at=None, iterations=0,
+            done=False, blocked=False, nudged_at=None, iterations=0, lost=None,
         )
         if issue.state_type in (StateType.UNSTARTED, StateType.BACKLOG, StateType.TRIAGE):
             await self.tracker.set_state(action.issue, type=StateType.STARTED)

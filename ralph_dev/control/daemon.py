@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -27,13 +24,18 @@ from ralph_dev.adapters.jj_cli import child_path
 from ralph_dev.adapters.sd_notify import Notifier
 from ralph_dev.agent.launch import launch_via_spec
 from ralph_dev.agent.supervisor import start_supervisor
+from ralph_dev.control.processes import (
+    daemon_lock,
+    kill_stale_controller,
+    ralph_command,
+    stop_controller_window,
+)
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import controller_environment, public_env
-from ralph_dev.core.errors import RalphError
-from ralph_dev.core.fsutil import atomic_write_text, pid_lock
+from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.model import CONTROLLER_WINDOW, Window
 from ralph_dev.core.paths import config_file
-from ralph_dev.core.ports import Panes, Session
+from ralph_dev.core.ports import Session
 from ralph_dev.core.state import StateStore, from_iso, utcnow
 
 log = structlog.get_logger(__name__)
@@ -41,10 +43,6 @@ log = structlog.get_logger(__name__)
 WATCHDOG_MIN_S = 30.0
 """systemd's watchdog patience is three health intervals, never less than this (a
 controller restart alone may wait 20 s for the old one to finish its action)."""
-
-
-class DaemonRunning(RalphError):
-    pass
 
 
 def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -56,53 +54,14 @@ def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def ralph_command(*args: str) -> list[str]:
-    """argv that runs this very ralph-dev (same interpreter, same install)."""
-    return [sys.executable, "-m", "ralph_dev", *args]
 
 
-def pid_alive(pid: int) -> bool:
-    """True while ``pid`` runs; a zombie (exited, not yet reaped by tmux) has ended."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return True  # no /proc: trust kill(0)
-    return "\nState:\tZ" not in status
 
 
-def daemon_lock(path: Path) -> contextlib.AbstractContextManager[None]:
-    """Held for the daemon's whole life; a second ``start`` names the holder's pid."""
-    return pid_lock(path, lambda holder: DaemonRunning(
-        f"ralph-dev is already running for this project (daemon pid {holder}); "
-        "see `ralph-dev status`, or stop it with `ralph-dev stop`"
-    ))
 
 
-def read_daemon_pid(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
 
 
-def daemon_running(path: Path) -> int | None:
-    """The pid of the running daemon, judged by its lock (not by a stale pid file)."""
-    if not path.exists():
-        return None
-    with path.open("a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return read_daemon_pid(path) or -1
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return None
 
 
 class Daemon:
@@ -123,8 +82,29 @@ class Daemon:
     def controller_windows(self) -> list[Window]:
         return [w for w in self.tmux.list_windows() if w.name == CONTROLLER_WINDOW]
 
+    def ensure_session(self) -> None:
+        """The tmux session exists: made now if it is missing (first start, or the tmux
+        server died, taking every window with it)."""
+        if self.tmux.session_exists():
+            return
+        env = public_env(child_environment())
+        self.tmux.ensure_session(self.settings.repo, env)
+        lost = sorted(r.issue for r in self.store.load_records().values() if r.running)
+        for ident in lost:
+            # a cause outside the issue: respawned without charging an attempt
+            self.store.update_record(ident, lost="its tmux session went away")
+        self.store.append_event("session_created", session=self.settings.session_name,
+                                lost_workers=lost)
+        log.info("session_created", lost_workers=lost)
+
     def start_controller(self, reason: str) -> None:
-        stop_controller_window(self.tmux)  # SIGTERM first: let it finish its action
+        # SIGTERM first: let it finish its action; a frozen one is killed. So is one that
+        # holds the lock without a window: either would make a new controller exit at once.
+        killed = stop_controller_window(self.tmux)
+        killed += kill_stale_controller(self.store.paths.controller_lock, self.settings.name)
+        for pid in killed:
+            self.store.append_event("controller_killed", pid=pid,
+                                    reason="it did not stop when asked and held the lock")
         launch = launch_via_spec(
             ralph_command("controller", self.settings.name),
             child_environment({"RALPH_DEV_PROJECT": self.settings.name}),
@@ -197,6 +177,7 @@ class Daemon:
         if self._supervisor is not None:
             self._supervisor.poll()  # reap a finished supervisor (no zombie)
         try:
+            await asyncio.to_thread(self.ensure_session)
             healthy, why = await asyncio.to_thread(self.controller_health)
             if healthy:
                 self._backoff_announced = False
@@ -214,12 +195,14 @@ class Daemon:
                         await self.spawn_supervisor(why)
                 return
             await asyncio.to_thread(self.start_controller, why)
-        except Exception:
+        except Exception as exc:  # the loop must outlive any bad check, and say so
             log.exception("health_check_failed")
+            self.store.append_event("health_check_failed", error=f"{type(exc).__name__}: {exc}")
 
     async def spawn_supervisor(self, why: str) -> None:
         """Hand an unhealthy swarm to the supervisor agent, once per crash loop."""
-        from ralph_dev.control.status import render, snapshot
+        from ralph_dev.control.status import snapshot
+        from ralph_dev.control.status_text import render
 
         if self._supervisor is not None and self._supervisor.poll() is None:
             return  # one supervisor at a time
@@ -233,6 +216,8 @@ class Daemon:
     async def run(self) -> None:
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+        from ralph_dev.control.services import DaemonServices
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -240,9 +225,10 @@ class Daemon:
         with daemon_lock(self.store.paths.daemon_pid):
             self.store.append_event("daemon_started", pid=os.getpid())
             scheduler = AsyncIOScheduler(job_defaults={"max_instances": 1, "coalesce": True})
+            # dashboard, state API, metrics and notifications, beside the health loop
+            services = DaemonServices(self.settings, self.store, self.tmux)
             try:
-                env = public_env(child_environment())
-                await asyncio.to_thread(self.tmux.ensure_session, self.settings.repo, env)
+                await asyncio.to_thread(self.ensure_session)
                 healthy, why = await asyncio.to_thread(self.controller_health)
                 if not healthy or not any(w.alive for w in self.controller_windows()):
                     await asyncio.to_thread(self.start_controller, f"daemon start: {why}")
@@ -254,12 +240,14 @@ class Daemon:
                     seconds=self.settings.timing.health_interval, id="health",
                 )
                 scheduler.start()
+                await services.start()
                 interval = self.settings.timing.health_interval
                 self.notifier.ready(f"watching the controller every {interval:g}s",
                                     watchdog_s=max(3 * interval, WATCHDOG_MIN_S))
                 await self.stop_event.wait()
             finally:
                 self.notifier.stopping()
+                await services.stop()
                 with contextlib.suppress(Exception):
                     scheduler.pause()
                     scheduler.shutdown(wait=False)
@@ -271,61 +259,7 @@ class Daemon:
         stop_controller_window(self.tmux, timeout)
 
 
-def stop_controller_window(tmux: Panes, timeout: float = 20.0) -> None:
-    for window in [w for w in tmux.list_windows() if w.name == CONTROLLER_WINDOW]:
-        if window.alive and window.pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(window.pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and pid_alive(window.pid):
-                time.sleep(0.1)
-        tmux.kill_window(window.window_id)
 
 
-def start_background(settings: ProjectSettings, timeout: float = 20.0) -> int:
-    """Start ``ralph-dev start PROJECT --foreground`` detached; return its pid once it holds
-    the lock (or raise with its log tail if it died)."""
-    paths = settings.paths
-    running = daemon_running(paths.daemon_pid)
-    if running:
-        raise DaemonRunning(
-            f"ralph-dev is already running for {settings.name!r} (daemon pid {running}); "
-            "see `ralph-dev status`, or stop it with `ralph-dev stop`"
-        )
-    paths.logs_dir.mkdir(parents=True, exist_ok=True)
-    log_file = paths.logs_dir / "daemon.log"
-    with log_file.open("ab") as out:
-        proc = subprocess.Popen(
-            ralph_command("--config", str(config_file()), "start", settings.name, "--foreground"),
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
-            env={**os.environ,
-                 "RALPH_DEV_LOG_LEVEL": os.environ.get("RALPH_DEV_LOG_LEVEL", "INFO")},
-        )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pid = daemon_running(paths.daemon_pid)
-        if pid:
-            return pid
-        if proc.poll() is not None:
-            tail = log_file.read_text(errors="replace").splitlines()[-10:]
-            raise RalphError(
-                f"the daemon exited at start (code {proc.returncode}); {log_file}:\n"
-                + "\n".join(tail)
-            )
-        time.sleep(0.05)
-    raise RalphError(f"the daemon did not start within {timeout:.0f}s; see {log_file}")
 
 
-def stop_daemon(settings: ProjectSettings, *, timeout: float = 30.0) -> int | None:
-    """SIGTERM the daemon and wait for its lock to be released. Returns its pid."""
-    pid = daemon_running(settings.paths.daemon_pid)
-    if not pid or pid < 0:
-        return None
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not daemon_running(settings.paths.daemon_pid):
-            return pid
-        time.sleep(0.1)
-    raise RalphError(f"daemon pid {pid} did not stop within {timeout:.0f}s")

@@ -101,7 +101,8 @@ async def run_with_webhooks(controller: Controller, *, max_ticks: int | None = N
     port = settings.tracker.webhook_port
     if port is not None:
         try:
-            listener = WebhookListener(secret_from_env(environ), wake)
+            listener = WebhookListener(secret_from_env(environ), wake,
+                                       on_wake=controller.tracker.expect_changes)
             await listener.start(settings.tracker.webhook_host, port)
         except WebhookError as exc:
             listener = None

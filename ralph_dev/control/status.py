@@ -1,41 +1,269 @@
-"""What `ralph-dev status` shows, as plain data (also the supervisor's snapshot).
+"""The state document: one versioned JSON picture of a project, for people and programs.
 
-Reads only cheap sources: the daemon lock, the heartbeat, one tmux call, the
-worker records, the log tails, the events log and the tracker.
+``ralph-dev status --json`` prints it, the daemon serves it at ``GET /api/v1/state``
+(and the dashboard draws it), ``/metrics`` reads its gauges from it, and the
+supervisor gets its terminal rendering. Its shape is fixed by
+``state.schema.json`` (shipped next to this module) and versioned by
+``schema_version``: a field is only ever added; renaming or removing one bumps the
+version.
+
+It reads only cheap sources: the daemon lock, the heartbeat, one tmux call, the
+worker records, the end of the events log, one jj call for trunk, and the
+tracker (cached by a long-lived reader, so a dashboard left open does not spend
+the tracker's budget). Times are ISO 8601 with their UTC offset; the terminal
+rendering shows local time with the zone's name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from importlib import resources
 from typing import Any
 
-from ralph_dev.control.daemon import daemon_running
-from ralph_dev.control.disk import human_bytes, workspace_sizes
+from ralph_dev.control.disk import workspace_sizes
+from ralph_dev.control.processes import lock_holder
+from ralph_dev.control.state_sources import StateSources
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.errors import RalphError, TrackerError
-from ralph_dev.core.model import CONTROLLER_WINDOW, Observed, Window, worker_windows
-from ralph_dev.core.state import StateStore, utcnow
-from ralph_dev.core.text import file_tail, last_line
+from ralph_dev.core.model import CONTROLLER_WINDOW, Issue, Observed, Window, worker_windows
+from ralph_dev.core.state import StateStore, to_iso, utcnow
+from ralph_dev.core.text import file_tail, last_line, strip_ansi
+
+SCHEMA_VERSION = 1
+COLUMN_LIMIT = 100
+"""Issues listed per board column at most (the counts are always complete)."""
+DONE_LIMIT = 30
+"""Finished issues listed (the newest), out of however many there are."""
+QUESTION_CHARS = 1000
+ON_HOLD_SHOWN = 10
+"""Issues a person put on hold listed by the terminal view (the rest are counted)."""
+
+ASKED_MARK = "blocked: a question for a person"
+"""In the first line of a worker's ``worker blocked`` comment (``inpane/worker.py``)."""
+GAVE_UP_MARK = "stopped retrying"
+"""In the comment ralph-dev writes when it holds an issue at the attempt cap (``decide``)."""
+
+_ISSUE_PREFIX = re.compile(r"^([A-Z][A-Z0-9]{0,9}-[1-9][0-9]{0,8}):")
 
 
-def _age(then: datetime | None, now: datetime) -> float | None:
+def load_schema() -> dict[str, Any]:
+    """The JSON Schema of the state document, as shipped in the package."""
+    text = resources.files("ralph_dev.control").joinpath("state.schema.json").read_text()
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def age(then: datetime | None, now: datetime) -> float | None:
     return round((now - then).total_seconds(), 1) if then else None
 
 
-async def snapshot(settings: ProjectSettings, *, events: int = 10) -> dict[str, Any]:
-    from ralph_dev.adapters.tracker import open_tracker
-    from ralph_dev.control.wiring import tmux_for
-    from ralph_dev.core.decide import issue_counts
+def heartbeat_health(beat: Mapping[str, Any] | None, stale_after: float,
+                     now: datetime) -> tuple[bool, str]:
+    """(healthy, why) from the controller's heartbeat alone: what ``/healthz`` answers."""
+    if beat is None:
+        return False, "the controller has written no heartbeat"
+    age = (now - beat["time"]).total_seconds()
+    if age > stale_after:
+        return False, (f"the controller's heartbeat is {age:.0f}s old "
+                       f"(stale after {stale_after:.0f}s)")
+    return True, f"heartbeat {age:.0f}s old"
 
-    store = StateStore(settings.paths)
+
+def held_question(issue: Issue) -> tuple[str | None, str | None, datetime | None]:
+    """Why ralph-dev put the issue before a person, from its newest ralph-dev comment that
+    did: (``question`` or ``attempt_cap``, the comment as clean text, when), or Nones."""
+    for comment in reversed(issue.comments):
+        if not comment.by_ralph:
+            continue
+        first, _, rest = comment.body.strip().partition("\n")
+        if ASKED_MARK in first:
+            return "question", readable_text(rest), comment.created_at
+        if GAVE_UP_MARK in first:
+            return "attempt_cap", readable_text(comment.body), comment.created_at
+    return None, None, None
+
+
+def readable_text(text: str, limit: int = QUESTION_CHARS) -> str:
+    """Text from a tracker or an event made safe to show or send: no escape sequences or
+    control characters, no runs of blank lines, at most ``limit`` characters."""
+    text = strip_ansi(text).strip()
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def tracker_ttl(settings: ProjectSettings) -> float:
+    """How long a long-lived reader (the dashboard, ``status --watch``) may reuse one
+    answer of the tracker: a second locally; for Linear at least 30 s, so watching the
+    swarm does not spend the budget the controller needs."""
+    if settings.tracker.kind == "local":
+        return 1.0
+    return max(30.0, settings.timing.poll_interval)
+
+
+
+
+async def snapshot(settings: ProjectSettings, *, events: int = 10,
+                   sources: StateSources | None = None) -> dict[str, Any]:
+    """The state document (``schema_version`` 1) for one project."""
+    own = sources is None
+    sources = sources or StateSources(settings)
+    try:
+        return await _document(settings, sources, events)
+    finally:
+        if own:
+            await sources.close()
+
+
+async def _document(settings: ProjectSettings, sources: StateSources,
+                    n_events: int) -> dict[str, Any]:
+    from ralph_dev.core.decide import COLUMNS, issue_columns
+
+    store = sources.store
     now = utcnow()
-    daemon_pid = daemon_running(settings.paths.daemon_pid)
-    windows: list[Window] = await asyncio.to_thread(tmux_for(settings).list_windows)
-    controller = [w for w in windows if w.name == CONTROLLER_WINDOW]
+    daemon_pid = lock_holder(settings.paths.daemon_pid)
+    windows: list[Window] = await asyncio.to_thread(sources.tmux.list_windows)
     beat = store.read_heartbeat()
     records = store.load_records()
+    issues, tracker_error = await sources.issues()
+    by_id = {issue.identifier: issue for issue in issues or ()}
 
+    columns: dict[str, tuple[str, str | None]] = {}
+    if issues is not None:
+        observed = Observed(issues=tuple(issues), windows=tuple(windows), records=records)
+        columns = issue_columns(observed, settings)
+    counts = dict.fromkeys(COLUMNS, 0)
+    for column, _ in columns.values():
+        counts[column] += 1
+    counts["total"] = len(columns)
+
+    live = {w.name for w in worker_windows(windows) if w.alive}
+    board = _board(settings, by_id, columns, live, now)
+    workers = _workers(store, windows, records, by_id, now)
+    controller = _controller(settings, windows, beat, now)
+    trunk, merges = await _trunk(settings, sources)
+    tracker = {
+        "kind": settings.tracker.kind,
+        "ok": tracker_error is None,
+        "error": tracker_error,
+        "usage": (beat or {}).get("tracker_usage"),
+    }
+    document = {
+        "schema_version": SCHEMA_VERSION,
+        "project": settings.name,
+        "generated_at": now.isoformat(),
+        "session": settings.session_name,
+        "needs_you": [],
+        "daemon": {"running": bool(daemon_pid), "pid": daemon_pid if daemon_pid else None},
+        "controller": controller,
+        "dashboard": dashboard(settings) if daemon_pid else {"url": None, "error": None},
+        "issues": counts,
+        "board": board,
+        "workers": workers,
+        "trunk": trunk,
+        "merges": merges,
+        "tracker": tracker,
+        "costs": _costs(workers),
+        "disk": await asyncio.to_thread(workspace_sizes, settings),
+        "events": store.recent_events(n_events),
+    }
+    document["needs_you"] = _needs_you(settings, document)
+    return document
+
+
+def dashboard(settings: ProjectSettings) -> dict[str, str | None]:
+    """Where the running daemon serves the dashboard, or why it does not (it writes
+    ``web.json`` at start)."""
+    try:
+        data = json.loads((settings.paths.state_dir / "web.json").read_text())
+    except (OSError, ValueError):
+        data = {}
+    data = data if isinstance(data, dict) else {}
+    url, error = data.get("url"), data.get("error")
+    return {"url": url if isinstance(url, str) else None,
+            "error": error if isinstance(error, str) else None}
+
+
+def _item(issue: Issue) -> dict[str, Any]:
+    return {
+        "identifier": issue.identifier,
+        "title": issue.title,
+        "state": issue.state_name,
+        "priority": issue.priority,
+        "labels": sorted(issue.labels),
+    }
+
+
+def _board(settings: ProjectSettings, by_id: Mapping[str, Issue],
+           columns: Mapping[str, tuple[str, str | None]], live: set[str],
+           now: datetime) -> dict[str, list[dict[str, Any]]]:
+    from ralph_dev.core.decide import COLUMNS, dispatch_key
+
+    labels = settings.labels
+    children: dict[str, int] = {}
+    for issue in by_id.values():
+        if issue.parent:
+            children[issue.parent] = children.get(issue.parent, 0) + 1
+    board: dict[str, list[dict[str, Any]]] = {name: [] for name in COLUMNS}
+    for ident, (column, blocker) in columns.items():
+        issue = by_id[ident]
+        item = _item(issue)
+        if column == "held":
+            item.update(_held(issue, labels.user_input_needed, labels.hold, now))
+        elif column == "blocked":
+            item["blocked_by"] = blocker
+            item["blockers"] = [b for b in issue.blocked_by
+                                if b not in by_id or not by_id[b].state_type.finished]
+        elif column == "running":
+            item["has_worker"] = ident in live
+        elif column == "waiting":
+            kids = children.get(ident, 0) or len(issue.children)
+            item["why"] = (f"parent of {kids} sub-issue(s): done when they are" if kids
+                           else f"in state {issue.state_name!r}, which is not dispatched")
+        elif column == "done":
+            item["updated_at"] = to_iso(issue.updated_at)
+        board[column].append(item)
+    for column, items in board.items():
+        if column == "done":
+            items.sort(key=lambda i: i["updated_at"] or "", reverse=True)
+            del items[DONE_LIMIT:]
+        elif column == "held":
+            items.sort(key=lambda i: (not i["needs_you"], i["since"] or ""))
+        else:
+            items.sort(key=lambda i: dispatch_key(by_id[i["identifier"]]))
+        del items[COLUMN_LIMIT:]
+    return board
+
+
+HELD_WHY = {
+    "question": "a worker asked a question",
+    "attempt_cap": "ralph-dev stopped retrying at the attempt cap",
+    "label": "labelled {user_input}",
+    "on_hold": "on hold: a person set the label {hold}",
+}
+
+
+def _held(issue: Issue, user_input_label: str, hold_label: str,
+          now: datetime) -> dict[str, Any]:
+    names = {label.casefold() for label in issue.labels}
+    needs_you = user_input_label.casefold() in names
+    kind, question, asked_at = held_question(issue) if needs_you else (None, None, None)
+    reason = kind or ("label" if needs_you else "on_hold")
+    since = asked_at or issue.updated_at
+    return {
+        "needs_you": needs_you,
+        "reason": reason,
+        "why": HELD_WHY[reason].format(user_input=user_input_label, hold=hold_label),
+        "question": question,
+        "since": to_iso(since),
+        "age_s": age(since, now),
+    }
+
+
+def _workers(store: StateStore, windows: Sequence[Window], records: Mapping[str, Any],
+             by_id: Mapping[str, Issue], now: datetime) -> list[dict[str, Any]]:
     workers = []
     for window in worker_windows(windows):
         record = records.get(window.name)
@@ -52,136 +280,155 @@ async def snapshot(settings: ProjectSettings, *, events: int = 10) -> dict[str, 
             state = "blocked"
         else:
             state = "running"
+        started = record.started_at if record else None
+        active = (record.last_activity if record else None) or last_output_at
+        issue = by_id.get(window.name)
         workers.append({
             "issue": window.name,
+            "title": issue.title if issue else None,
             "role": record.role.value if record else None,
             "state": state,
-            "attempts": record.attempts if record else None,
-            "age_s": _age(record.started_at if record else None, now),
-            "last_activity_s": _age(
-                (record.last_activity if record else None) or last_output_at, now
-            ),
+            "attempt": record.attempts if record else None,
+            "started_at": to_iso(started),
+            "age_s": age(started, now),
+            "last_activity_at": to_iso(active),
+            "idle_s": age(active, now),
+            # set by the agent supervision when it knows them; None until then
+            # what the agent itself reports (hooks, transcript): not observed yet
+            "agent_state": None,
+            "tokens": None,
+            "cost_usd": None,
             "last_output": last_line(file_tail(log_path)),
             "window": window.window_id,
         })
+    return workers
 
-    counts: dict[str, int] = {}
-    tracker_error = None
-    usage = beat.get("tracker_usage") if beat else None  # the controller's own requests
-    tracker = open_tracker(settings)
-    try:
-        issues = await tracker.list_issues()
-        counts = issue_counts(Observed(issues=tuple(issues)), settings)
-    except TrackerError as exc:
-        tracker_error = str(exc)
-    finally:
-        await tracker.close()
 
-    recent = list(store.iter_events())[-events:] if events else []
+def _controller(settings: ProjectSettings, windows: Sequence[Window],
+                beat: Mapping[str, Any] | None, now: datetime) -> dict[str, Any]:
+    mine = [w for w in windows if w.name == CONTROLLER_WINDOW]
+    alive = any(w.alive for w in mine)
+    healthy, why = heartbeat_health(beat, settings.timing.heartbeat_stale, now)
+    if not mine:
+        healthy, why = False, "no controller window"
+    elif not alive:
+        status = next((w.exit_status for w in mine), None)
+        healthy, why = False, f"the controller exited (status {status})"
     return {
-        "trunk": await asyncio.to_thread(_trunk_head, settings),
-        "disk": await asyncio.to_thread(workspace_sizes, settings),
-        "project": settings.name,
-        "session": settings.session_name,
-        "daemon": {"running": bool(daemon_pid), "pid": daemon_pid if daemon_pid else None},
-        "controller": {
-            "window": bool(controller),
-            "alive": any(w.alive for w in controller),
-            "heartbeat_age_s": _age(beat["time"], now) if beat else None,
-            "tick": beat.get("tick") if beat else None,
-        },
-        "workers": workers,
-        "issues": counts,
-        "tracker_error": tracker_error,
-        "tracker_usage": usage,
-        "trunk_red": settings.paths.trunk_red_file.exists(),
-        "events": recent,
+        "window": bool(mine),
+        "alive": alive,
+        "healthy": healthy,
+        "why": why,
+        "heartbeat_at": to_iso(beat["time"]) if beat else None,
+        "heartbeat_age_s": age(beat["time"], now) if beat else None,
+        "tick": beat.get("tick") if beat else None,
+        "acting": beat.get("acting") if beat else None,
     }
 
 
-def _trunk_head(settings: ProjectSettings) -> dict[str, str]:
-    """Where trunk is: what a person pulls to get the merged work."""
-    from ralph_dev.control.wiring import jj_for
-
+async def _trunk(settings: ProjectSettings,
+                 sources: StateSources) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    changes, error = await sources.trunk_changes()
+    red = None
     try:
-        commit, subject = jj_for(settings).trunk_head()
-    except RalphError as exc:
-        return {"name": settings.trunk, "error": str(exc)}
-    return {"name": settings.trunk, "commit": commit, "subject": subject}
-
-
-def render(snap: dict[str, Any]) -> str:
-    """A readable table for a terminal."""
-    lines = []
-    daemon = snap["daemon"]
-    ctl = snap["controller"]
-    lines.append(f"project {snap['project']}  (tmux session {snap['session']})")
-    running = f"running, pid {daemon['pid']}" if daemon["running"] else "not running"
-    lines.append(f"  daemon:     {running}")
-    if ctl["alive"]:
-        age = ctl["heartbeat_age_s"]
-        beat = (f"heartbeat {age:.0f}s ago, tick {ctl['tick']}" if age is not None
-                else "no heartbeat")
-        lines.append(f"  controller: alive, {beat}")
+        red_data = json.loads(settings.paths.trunk_red_file.read_text())
+    except FileNotFoundError:
+        red_data = None
+    except (OSError, ValueError):
+        red_data = {}
+    if red_data is not None:
+        red = {key: red_data.get(key) for key in ("command", "exit_code", "commit")} \
+            if isinstance(red_data, dict) else {}
+    if red is not None:
+        colour = "red"
+    elif settings.merge.verify_trunk and settings.verify_command:
+        colour = "green"
     else:
-        lines.append(f"  controller: {'exited' if ctl['window'] else 'not running'}")
-    trunk = snap["trunk"]
-    lines.append(f"  trunk:      {trunk['name']} at " + (
-        f"{trunk['commit'][:12]} {trunk['subject'][:60]}" if "commit" in trunk
-        else f"? ({trunk['error'][:80]})"))
-    disk = snap["disk"]
-    if disk["workspaces"]:
-        biggest = sorted(disk["workspaces"].items(), key=lambda kv: -kv[1])[:3]
-        lines.append(f"  disk:       {human_bytes(disk['total_bytes'])} in workspaces ("
-                     + ", ".join(f"{k} {human_bytes(v)}" for k, v in biggest) + ")")
-    if snap["trunk_red"]:
-        lines.append("  TRUNK IS RED: merges are paused until verify passes on trunk")
-    if snap["tracker_error"]:
-        lines.append(f"  tracker:    ERROR {snap['tracker_error']}")
-    usage = snap.get("tracker_usage") or {}
-    if usage:
-        lines.append(f"  tracker:    {usage.get('requests_this_hour', '?')} requests and "
-                     f"{usage.get('complexity_this_hour', '?')} complexity points this hour")
-    order = ("ready", "blocked", "held", "in_progress", "done", "total")
-    counts = snap["issues"]
-    lines.append("  issues:     " + ", ".join(f"{k.replace('_', ' ')} {counts.get(k, 0)}"
-                                             for k in order))
-    if snap["workers"]:
-        lines.append("")
-        lines.append(f"  {'ISSUE':<10} {'ROLE':<9} {'STATE':<12} {'TRY':>3} {'AGE':>6} "
-                     f"{'IDLE':>6}  LAST OUTPUT")
-        for w in snap["workers"]:
-            lines.append(
-                f"  {w['issue']:<10} {w['role'] or '?':<9} {w['state']:<12} "
-                f"{w['attempts'] if w['attempts'] is not None else '-':>3} "
-                f"{_fmt_secs(w['age_s']):>6} {_fmt_secs(w['last_activity_s']):>6}  "
-                f"{w['last_output'][:60]}"
-            )
-    else:
-        lines.append("  workers:    none")
-    if snap["events"]:
-        lines.append("")
-        lines.append("  recent events:")
-        for event in snap["events"]:
-            lines.append("    " + format_event(event))
-    return "\n".join(lines)
+        colour = "unverified"
+    trunk = {
+        "name": settings.trunk,
+        "head": changes[0].commit if changes else None,
+        "subject": changes[0].title if changes else None,
+        "colour": colour,
+        "red": red,
+        "error": error,
+    }
+    merges = []
+    for change in changes or ():
+        found = _ISSUE_PREFIX.match(change.title)
+        merges.append({
+            "commit": change.commit,
+            "issue": found.group(1) if found else None,
+            "title": change.title,
+            "time": change.time,
+            "added": change.added,
+            "removed": change.removed,
+            "files": list(change.files[:20]),
+            "files_changed": len(change.files),
+        })
+    return trunk, merges
 
 
-def _fmt_secs(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value < 120:
-        return f"{value:.0f}s"
-    if value < 7200:
-        return f"{value / 60:.0f}m"
-    return f"{value / 3600:.1f}h"
+def _costs(workers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Tokens and cost of the live workers, where their agents reported them."""
+    tokens: dict[str, float] = {}
+    by_role: dict[str, dict[str, float]] = {}
+    cost = None
+    for worker in workers:
+        role = worker.get("role") or "unknown"
+        for kind, value in (worker.get("tokens") or {}).items():
+            if isinstance(value, int | float):
+                tokens[kind] = tokens.get(kind, 0) + value
+                slot = by_role.setdefault(role, {})
+                slot[kind] = slot.get(kind, 0) + value
+        if isinstance(worker.get("cost_usd"), int | float):
+            cost = (cost or 0.0) + worker["cost_usd"]
+            slot = by_role.setdefault(role, {})
+            slot["cost_usd"] = slot.get("cost_usd", 0) + worker["cost_usd"]
+    return {"known": bool(tokens) or cost is not None, "tokens": tokens or None,
+            "cost_usd": cost, "by_role": by_role}
 
 
-def format_event(event: dict[str, Any]) -> str:
-    time = str(event.get("time", ""))[11:19]
-    issue = event.get("issue", "")
-    rest = {k: v for k, v in event.items() if k not in ("time", "event", "issue", "reason")}
-    extra = " ".join(f"{k}={v}" for k, v in rest.items())
-    reason = event.get("reason", "")
-    return f"{time} {event.get('event', ''):<18} {issue:<9} {reason} {extra}".rstrip()
+def _needs_you(settings: ProjectSettings, doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What a person has to act on, the swarm-wide problems first, then held issues."""
+    out: list[dict[str, Any]] = []
+    unfinished = doc["issues"]["total"] - doc["issues"]["done"]
+    if not doc["daemon"]["running"] and unfinished:
+        out.append({"kind": "daemon", "message": (
+            f"ralph-dev is not running for {settings.name}; {unfinished} issue(s) are "
+            f"unfinished: start it with `ralph-dev start {settings.name}`")})
+    elif doc["daemon"]["running"] and not doc["controller"]["healthy"]:
+        out.append({"kind": "controller", "message": (
+            f"the controller is not healthy: {doc['controller']['why']}; see "
+            f"`ralph-dev logs controller --project {settings.name}`")})
+    red = doc["trunk"]["red"]
+    if red is not None:
+        out.append({"kind": "trunk_red", "message": (
+            f"trunk {settings.trunk} is red: `{red.get('command') or 'verify'}` failed "
+            f"(exit {red.get('exit_code')}); merges wait until it passes again")})
+    if doc["tracker"]["error"]:
+        out.append({"kind": "tracker", "message":
+                    f"the tracker cannot be read: {doc['tracker']['error']}"})
+    for item in doc["board"]["held"]:
+        if item["needs_you"]:
+            out.append({
+                "kind": "issue",
+                "issue": item["identifier"],
+                "title": item["title"],
+                "reason": item["reason"],
+                "message": item["question"] or item["why"],
+                "since": item["since"],
+            })
+    return out
+
+
+
+
+
+
+
+
+
+
+
 

@@ -17,17 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ralph_dev.core.config_rules import validate
 from ralph_dev.core.errors import ConfigError, UnknownProject
 from ralph_dev.core.model import Role
 from ralph_dev.core.paths import ProjectPaths, check_project_name, config_file
 from ralph_dev.core.typed_toml import coerce
-
-KEY_RE = re.compile(r"[A-Z][A-Z0-9]{0,9}")
-
-
-
-
-
 
 # --- XDG paths -----------------------------------------------------------------
 
@@ -59,8 +53,19 @@ class TrackerSettings:
     linear_project: str | None = None
     """Linear project id, slug or name."""
     linear_api_key_file: Path | None = None
-    full_sync_interval: float = 300.0
-    """Seconds between full Linear re-reads (relations have no change signal)."""
+    linear_team: str | None = None
+    """Key of the Linear team new issues without a parent go to (needed when the
+    project has several teams; an issue with a parent goes to the parent's team)."""
+    linear_new_state: str | None = None
+    """State new issues are created in (a name every team has); default: each team's
+    first state of type "unstarted" (Todo), where ralph-dev dispatches from."""
+    full_sync_interval: float = 1800.0
+    """Seconds between full Linear re-reads (a safety net: polls see issue, comment
+    and relation changes; what they cannot, such as an issue moved out of the
+    project, waits for this)."""
+    linear_poll_interval: float = 30.0
+    """Seconds between Linear polls; controller ticks in between reuse what the last
+    poll saw (a write by another ralph-dev process of the project forces a poll)."""
     webhook_port: int | None = None
     webhook_host: str = "127.0.0.1"
 
@@ -167,6 +172,37 @@ class WorkspaceHooks:
 
 
 @dataclass(frozen=True)
+class WebSettings:
+    """The dashboard, state API and metrics the daemon serves."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    """Loopback by default; any other address needs an access token."""
+    port: int = 0
+    """0 = any free port (the URL shows in ``ralph-dev status``); a fixed port for
+    Prometheus to scrape."""
+    token_file: Path | None = None
+    """A file (chmod 600) holding the access token; or set ``RALPH_DEV_WEB_TOKEN``."""
+
+
+@dataclass(frozen=True)
+class NotifySettings:
+    """Telling a person when the swarm needs them (the daemon sends these)."""
+
+    urls: tuple[str, ...] = ()
+    """Apprise URLs (``ntfy://…``, ``mailto://…``, ``json://…``): where messages go."""
+    command: str | None = None
+    """A command run per message with the message as JSON on stdin; split like a
+    shell line, never run by one."""
+    on_merge: bool = False
+    """Also tell about each merge (not only when a person is needed)."""
+    cooldown: float = 900.0
+    """Seconds after a cause cleared during which it coming back is not told again."""
+    max_per_hour: int = 20
+    """Messages per hour at most; the rest are counted and mentioned in the next one."""
+
+
+@dataclass(frozen=True)
 class ProjectSettings:
     name: str
     repo: Path
@@ -188,6 +224,8 @@ class ProjectSettings:
     labels: Labels = field(default_factory=Labels)
     merge: MergeSettings = field(default_factory=MergeSettings)
     hooks: WorkspaceHooks = field(default_factory=WorkspaceHooks)
+    web: WebSettings = field(default_factory=WebSettings)
+    notify: NotifySettings = field(default_factory=NotifySettings)
 
     @property
     def paths(self) -> ProjectPaths:
@@ -227,6 +265,8 @@ _SECTIONS: dict[str, type] = {
     "labels": Labels,
     "merge": MergeSettings,
     "hooks": WorkspaceHooks,
+    "web": WebSettings,
+    "notify": NotifySettings,
 }
 
 
@@ -258,47 +298,6 @@ def _build(cls: type, raw: Mapping[str, Any], where: str, **fixed: Any) -> Any:
     return cls(**values)
 
 
-def _validate(settings: ProjectSettings, where: str) -> None:
-    """Rules that types alone cannot express."""
-
-    def bad(key: str, problem: str) -> ConfigError:
-        return ConfigError(f"{where}.{key}: {problem}")
-
-    if not settings.repo.is_absolute():
-        raise bad("repo", f"must be an absolute path, got {str(settings.repo)!r}")
-    if settings.workspace_root is not None and not settings.workspace_root.is_absolute():
-        raise bad("workspace_root", "must be an absolute path")
-    if not re.fullmatch(r"[A-Za-z0-9._/-]+", settings.trunk):
-        raise bad("trunk", f"{settings.trunk!r} is not a usable bookmark name")
-    if settings.tracker.key and not KEY_RE.fullmatch(settings.tracker.key):
-        raise bad("tracker.key", "must be 1-10 capital letters/digits starting with a letter")
-    if settings.tracker.kind == "linear" and not settings.tracker.linear_project:
-        raise bad("tracker.linear_project", "is required when tracker.kind = 'linear'")
-    if settings.agent.runner == "command" and not settings.agent.command:
-        raise bad("agent.command", "is required when agent.runner = 'command'")
-    if settings.limits.max_workers < 1:
-        raise bad("limits.max_workers", "must be at least 1")
-    for role, cap in settings.limits.per_role.items():
-        if role not in {r.value for r in Role}:
-            raise bad(f"limits.per_role.{role}", f"unknown role (roles: {', '.join(Role)})")
-        if cap < 0:
-            raise bad(f"limits.per_role.{role}", "must not be negative")
-    for role in settings.agent.models:
-        if role not in {r.value for r in Role}:
-            raise bad(f"agent.models.{role}", f"unknown role (roles: {', '.join(Role)})")
-    t = settings.timing
-    for key in ("poll_interval", "stall_timeout", "restart_timeout", "retry_base",
-                "retry_cap", "health_interval", "heartbeat_stale", "crash_loop_window"):
-        if getattr(t, key) <= 0:
-            raise bad(f"timing.{key}", "must be greater than 0")
-    if settings.hooks.timeout <= 0:
-        raise bad("hooks.timeout", "must be greater than 0")
-    if t.max_attempts < 1:
-        raise bad("timing.max_attempts", "must be at least 1")
-    if t.retry_cap < t.retry_base:
-        raise bad("timing.retry_cap", "must not be smaller than timing.retry_base")
-    if settings.agent.iteration_cap < 1:
-        raise bad("agent.iteration_cap", "must be at least 1")
 
 
 # Environment overrides: RALPH_DEV_<SECTION>_<KEY> for scalar settings, plus a
@@ -420,7 +419,7 @@ def build_project(name: str, raw: Mapping[str, Any]) -> ProjectSettings:
     """Typed, validated settings from one raw ``[projects.NAME]`` table."""
     where = f"projects.{name}"
     settings: ProjectSettings = _build(ProjectSettings, raw, where, name=name)
-    _validate(settings, where)
+    validate(settings, where)
     return settings
 
 

@@ -96,7 +96,7 @@ class Effect:
 
 _SPAWN_RECORD: Mapping[str, RecordValue] = {
     "role": FromAction("role"), "attempts": FromAction("attempt"), "started_at": NOW,
-    "done": False, "blocked": False, "nudged_at": None, "iterations": 0,
+    "done": False, "blocked": False, "nudged_at": None, "iterations": 0, "lost": None,
 }
 
 EXECUTOR_CONTRACT: Mapping[type[Action], Effect] = {

@@ -49,12 +49,13 @@ from ralph_dev.core.model import (
 )
 
 __all__ = [
+    "COLUMNS",
     "NUDGE_MESSAGE",
     "backoff_seconds",
     "blocked_issues",
     "decide",
     "dispatch_key",
-    "issue_counts",
+    "issue_columns",
     "model_for",
     "nudge_message",
     "ready_issues",
@@ -281,6 +282,8 @@ class _World:
     def dispatchable(self, issue: Issue) -> bool:
         """Ready for a first worker, limits aside (the rule 6 list)."""
         ident = issue.identifier
+        if issue.foreign:
+            return False  # another project's: seen only as a blocker, child or parent
         if issue.state_type.finished or self.held(ident) or self.feedback(ident):
             return False
         if ident in self.windows or self.kids(ident):
@@ -289,8 +292,10 @@ class _World:
         if self.review_dispatch(issue):
             if ident in self.workspaces and rec is not None and rec.done:
                 return False  # the done path still has to merge and forget it first
-        elif issue.state_type != StateType.UNSTARTED or (rec is not None and rec.done):
+        elif issue.state_type != StateType.UNSTARTED:
             return False
+        elif rec is not None and rec.done and ident in self.workspaces:
+            return False  # reopened before its done work was merged: that goes first
         return self.blocker_of(issue) is None
 
 
@@ -336,29 +341,44 @@ def blocked_issues(observed: Observed, settings: ProjectSettings) -> tuple[Issue
     found = [
         issue
         for issue in world.issues.values()
-        if not issue.state_type.finished and world.blocker_of(issue) is not None
+        if not issue.foreign and not issue.state_type.finished
+        and world.blocker_of(issue) is not None
     ]
     return tuple(sorted(found, key=dispatch_key))
 
 
-def issue_counts(observed: Observed, settings: ProjectSettings) -> dict[str, int]:
-    """Counts for ``status``: ready, blocked, in progress, held, done, total."""
+COLUMNS = ("held", "ready", "running", "blocked", "waiting", "done")
+"""Where ``status`` and the dashboard put each issue: held (a person must act), ready
+(dispatch takes it when a slot frees), running (started or has a live worker), blocked
+(an unsettled blocker), waiting (anything else unfinished: a parent waiting for its
+children, a backlog state, a finished worker waiting for its merge), done (finished)."""
+
+
+def issue_columns(observed: Observed, settings: ProjectSettings
+                  ) -> dict[str, tuple[str, str | None]]:
+    """Each issue's column (one of ``COLUMNS``) and, for a blocked one, the first
+    unsettled issue that blocks it (its own blocker or an ancestor's)."""
     world = _World.build(observed, settings)
-    counts = dict.fromkeys(("ready", "blocked", "in_progress", "held", "done", "total"), 0)
     ready = {issue.identifier for issue in _ready(world)}
+    columns: dict[str, tuple[str, str | None]] = {}
     for ident, issue in world.issues.items():
-        counts["total"] += 1
+        if issue.foreign:
+            continue
+        blocker = None
         if issue.state_type.finished:
-            counts["done"] += 1
+            column = "done"
         elif world.held(ident):
-            counts["held"] += 1
+            column = "held"
         elif ident in ready:
-            counts["ready"] += 1
+            column = "ready"
         elif world.live(ident) or issue.state_type == StateType.STARTED:
-            counts["in_progress"] += 1
-        elif world.blocker_of(issue) is not None:
-            counts["blocked"] += 1
-    return counts
+            column = "running"
+        elif (blocker := world.blocker_of(issue)) is not None:
+            column = "blocked"
+        else:
+            column = "waiting"
+        columns[ident] = (column, blocker)
+    return columns
 
 
 # --- decide ----------------------------------------------------------------------
@@ -395,6 +415,15 @@ class _Decider:
     def trunk_red(self) -> bool:
         return self.world.observed.trunk_red
 
+    @property
+    def paused(self) -> bool:
+        """A cause outside any issue stops every start; no attempt is charged meanwhile."""
+        return bool(self.world.observed.pauses)
+
+    @property
+    def workers_waiting(self) -> bool:
+        return any(p.quiet_workers for p in self.world.observed.pauses)
+
     def emit(self, *actions: Action) -> None:
         self.actions.extend(actions)
 
@@ -416,7 +445,9 @@ class _Decider:
         w = self.world
         issue = w.issues.get(ident)
         rec = w.records.get(ident)
-        if issue is not None and issue.state_type in (StateType.CANCELED, StateType.DUPLICATE):
+        if issue is not None and issue.foreign:
+            self.unknown(ident)  # another project's issue: never ours to act on
+        elif issue is not None and issue.state_type in (StateType.CANCELED, StateType.DUPLICATE):
             self.canceled(ident, issue)
         elif rec is not None and rec.done:
             self.done(ident, issue)
@@ -488,6 +519,11 @@ class _Decider:
         """
         if has_window:
             self.emit(Kill(ident, f"{why}: closing its window"))
+        if self.world.feedback(ident):
+            self.resume(ident)  # a person answered the hold: the merge is tried again
+            return
+        if self.world.held(ident):
+            return  # a person must answer first (a refused merge is held for one)
         if not self.take_merge_slot():
             return  # trunk is verified after each merge: this one goes next tick
         change = "its change" if ws.has_unmerged_change else "whatever it holds"
@@ -541,10 +577,21 @@ class _Decider:
     def retry(
         self, ident: str, issue: Issue, role: Role, what: str, queue: list[_Candidate]
     ) -> None:
-        """Cap → Hold; backoff not elapsed → wait; else queue a spawn of attempt n+1."""
+        """Cap → Hold; backoff not elapsed → wait; else queue a spawn of attempt n+1.
+
+        A worker lost for a cause outside the issue (its tmux session went away) is
+        started again at once, as the same attempt: nothing is charged for it.
+        """
+        if self.paused:
+            return  # nothing starts, nothing is held at the cap, while the swarm is paused
         rec = self.world.records.get(ident)
         attempts = self.attempts(ident)
         cap = self.settings.timing.max_attempts
+        if rec is not None and rec.lost:
+            queue.append(_Candidate(issue, role, max(attempts, 1),
+                                    f"{ident}: {what}; its worker was lost ({rec.lost[:120]}), "
+                                    f"no attempt charged ({max(attempts, 1)}/{cap})"))
+            return
         if attempts >= cap:
             self.hold(ident, what)
             return
@@ -639,6 +686,8 @@ class _Decider:
 
     def live_worker(self, ident: str, issue: Issue) -> None:
         """Stuck detection: nudge once after stall_timeout, restart after restart_timeout."""
+        if self.workers_waiting:
+            return  # waiting out a usage limit or an outage with everyone else: not stuck
         w = self.world
         timing = self.settings.timing
         rec = w.records.get(ident)
@@ -664,7 +713,7 @@ class _Decider:
                             message=nudge_message(ident)))
             return
         since = _seconds(self.now, nudged)
-        if since <= timing.restart_timeout or not self.tracker_ok:
+        if since <= timing.restart_timeout or not self.tracker_ok or self.paused:
             return
         attempts = self.attempts(ident)
         cap = timing.max_attempts
@@ -687,7 +736,7 @@ class _Decider:
     # -- spawns under limits ------------------------------------------------------
 
     def spawns(self) -> None:
-        if not self.tracker_ok:
+        if not self.tracker_ok or self.paused:
             return
         w = self.world
         s = self.settings

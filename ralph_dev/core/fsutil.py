@@ -63,3 +63,30 @@ def pid_lock(path: Path, refuse: Callable[[str], Exception]) -> Iterator[None]:
             handle.truncate()
             fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+
+
+def read_owner_only_file(path: Path, what: str, setting: str) -> str:
+    """The stripped contents of a secret file that only its owner may read.
+
+    ``what`` names the file in errors ("Linear API key file") and ``setting`` is
+    the config key that points at it, so the message says what to fix. Raises
+    ``ConfigError``; the contents never appear in a message.
+    """
+    import stat
+
+    from ralph_dev.core.errors import ConfigError
+
+    path = Path(path).expanduser()
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: {exc.strerror}; create it or fix {setting}") from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(f"{what} {path} can be read by other users; run: chmod 600 {path}")
+    try:
+        value = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from exc
+    if not value:
+        raise ConfigError(f"{what} {path} is empty; put the secret in it")
+    return value

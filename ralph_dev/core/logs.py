@@ -37,6 +37,10 @@ _SHARED: list[Any] = [
 ]
 
 
+_JSON: list[Any] = [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+"""JSON lines with the traceback of any logged exception as text (``exception`` key)."""
+
+
 def configure(level: str = "WARNING", *, json_file: Path | None = None) -> None:
     """Route structlog and stdlib logging to stderr (and optionally a JSON file)."""
     structlog.configure(
@@ -52,9 +56,7 @@ def configure(level: str = "WARNING", *, json_file: Path | None = None) -> None:
             foreign_pre_chain=_SHARED,
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.dev.ConsoleRenderer(colors=tty)
-                if tty
-                else structlog.processors.JSONRenderer(),
+                *([structlog.dev.ConsoleRenderer(colors=tty)] if tty else _JSON),
             ],
         )
     )
@@ -65,10 +67,7 @@ def configure(level: str = "WARNING", *, json_file: Path | None = None) -> None:
         file_handler.setFormatter(
             structlog.stdlib.ProcessorFormatter(
                 foreign_pre_chain=_SHARED,
-                processors=[
-                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.JSONRenderer(),
-                ],
+                processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *_JSON],
             )
         )
         handlers.append(file_handler)

@@ -85,6 +85,9 @@ class Comment:
     created_at: datetime
     by_ralph: bool = False
     """True when ralph-dev (or one of its workers) wrote it: never human feedback."""
+    by_bot: bool = False
+    """True when no person wrote it (an integration such as GitHub posting "Linked PR
+    #42 opened", or an external user): never human feedback either."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,9 @@ class Issue:
     id: str = ""
     """The tracker's own id (Linear UUID); the identifier for the local tracker."""
     team: str | None = None
+    foreign: bool = False
+    """Not an issue of the project: a blocker or sub-issue that lives elsewhere (another
+    Linear project), listed only so its state counts. Never dispatched or acted on."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,39 @@ class WorkerRecord:
     nudged_at: datetime | None = None
     iterations: int = 0
     last_activity: datetime | None = None
+    lost: str | None = None
+    """Why the worker went away for a cause outside the issue (its tmux session died):
+    the next spawn charges no attempt."""
     summary: str | None = None
+
+    @property
+    def running(self) -> bool:
+        """A worker was started and has neither finished, asked, nor failed since."""
+        return (self.started_at is not None and not self.done and not self.blocked
+                and (self.last_failure_at is None or self.last_failure_at <= self.started_at))
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Dispatch is paused for a cause outside any one issue; nobody is charged for it.
+
+    Set and cleared by the controller (``StateStore.set_pause``/``clear_pause``),
+    one per ``kind``: a setup error (agent binary missing, jj missing, repository
+    unusable, tracker key refused) until a check passes again; a usage limit or an
+    API outage until ``until`` (the stated reset) or a probe succeeds.
+    """
+
+    kind: str
+    cause: str
+    """What happened, in words a person reads in ``status`` and the events."""
+    fix: str = ""
+    """What a person can do about it ("" when it ends by itself)."""
+    since: datetime | None = None
+    until: datetime | None = None
+    """When it is expected to end by itself (a usage limit's stated reset), if known."""
+    quiet_workers: bool = False
+    """Running workers are waiting on the same cause (a usage limit): do not nudge or
+    restart them while it lasts."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +228,8 @@ class Observed:
     """False when the tracker could not be read this tick: dispatch is skipped."""
     trunk_red: bool = False
     """True while trunk's verify command fails: no further merges."""
+    pauses: tuple[Pause, ...] = ()
+    """Active swarm-wide pauses: no worker is started (or restarted) while any lasts."""
 
 
 # --- actions -----------------------------------------------------------------
@@ -307,6 +347,18 @@ class MergeResult:
     commit: str | None = None
     """Commit id trunk (or the pushed bookmark) points at after a successful merge."""
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class TrunkChange:
+    """One change on trunk as people see it: what, when, and its diff stat."""
+
+    commit: str
+    title: str
+    time: str
+    added: int
+    removed: int
+    files: tuple[str, ...]
 
 
 @dataclass(frozen=True)

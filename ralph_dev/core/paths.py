@@ -103,6 +103,11 @@ class ProjectPaths:
         return self.state_dir / "trunk-red.json"
 
     @property
+    def pauses_file(self) -> Path:
+        """Swarm-wide pauses in force (``core.model.Pause``), one per kind."""
+        return self.state_dir / "pauses.json"
+
+    @property
     def controller_lock(self) -> Path:
         return self.state_dir / "controller.lock"
 

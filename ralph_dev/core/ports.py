@@ -121,6 +121,11 @@ class TrackerReader(Protocol):
         """Requests and budget spent this hour (None: the tracker has no budget)."""
         ...
 
+    def expect_changes(self) -> None:
+        """Something changed outside (a webhook said so): the next ``list_issues`` must
+        really look, not answer from what it read a moment ago."""
+        ...
+
 
 class TrackerWriter(Protocol):
     async def set_state(self, identifier: str, *, name: str | None = None,

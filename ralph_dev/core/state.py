@@ -9,6 +9,7 @@ interleave within a line.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import json
@@ -21,7 +22,7 @@ from typing import Any
 import structlog
 
 from ralph_dev.core.fsutil import atomic_write_text
-from ralph_dev.core.model import Role, WorkerRecord, check_identifier
+from ralph_dev.core.model import Pause, Role, WorkerRecord, check_identifier
 from ralph_dev.core.paths import ProjectPaths
 
 log = structlog.get_logger(__name__)
@@ -29,6 +30,10 @@ log = structlog.get_logger(__name__)
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def to_iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
 
 
 def from_iso(value: Any) -> datetime | None:
@@ -174,12 +179,124 @@ class StateStore:
             return
         with handle:
             for line in handle:
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(entry, dict) and "event" in entry:
+                entry = _event_from_line(line)
+                if entry is not None:
                     yield entry
+
+    def recent_events(self, count: int, *, chunk: int = 65536) -> list[dict[str, Any]]:
+        """The newest ``count`` events, oldest first, read from the end of the log (a
+        months-long log costs no more than a fresh one)."""
+        if count <= 0:
+            return []
+        try:
+            handle = self.paths.events_file.open("rb")
+        except FileNotFoundError:
+            return []
+        with handle:
+            position = os.fstat(handle.fileno()).st_size
+            data = b""
+            events: list[dict[str, Any]] = []
+            while position > 0 and len(events) < count:
+                step = min(chunk, position)
+                position -= step
+                handle.seek(position)
+                data = handle.read(step) + data
+                lines = data.decode("utf-8", "replace").splitlines()
+                if position > 0:
+                    lines = lines[1:]  # the first line may be cut in half
+                events = [e for line in lines if (e := _event_from_line(line)) is not None]
+        return events[-count:]
+
+    def events_size(self) -> int:
+        """The events log's length in bytes: where a reader that wants only news starts."""
+        try:
+            return self.paths.events_file.stat().st_size
+        except OSError:
+            return 0
+
+    def read_events_from(self, offset: int, *, max_bytes: int = 4 << 20
+                         ) -> tuple[list[dict[str, Any]], int]:
+        """Events appended since byte ``offset``, and the offset to continue from.
+
+        Long-lived readers (the daemon's metrics, notifier and dashboard, ``events -f``)
+        poll with this instead of re-reading the whole log. A line still being
+        written (no newline yet) is left for the next call; a log that shrank
+        (replaced or truncated) is read again from its start. At most ``max_bytes``
+        are read per call, so catching up on a long history never holds it all.
+        """
+        try:
+            handle = self.paths.events_file.open("rb")
+        except FileNotFoundError:
+            return [], 0
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            if offset > size:
+                offset = 0
+            handle.seek(offset)
+            chunk = handle.read(max_bytes)
+        end = chunk.rfind(b"\n") + 1
+        if end == 0 and len(chunk) == max_bytes:
+            return [], offset + len(chunk)  # one absurdly long line: skip it, never stall
+        events = [entry for line in chunk[:end].decode("utf-8", "replace").splitlines()
+                  if (entry := _event_from_line(line)) is not None]
+        return events, offset + end
+
+    # -- swarm-wide pauses --
+
+    def load_pauses(self) -> tuple[Pause, ...]:
+        """The pauses in force (``pauses.json``); unreadable means none, never a crash."""
+        try:
+            raw = json.loads(self.paths.pauses_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return ()
+        pauses = []
+        for kind, data in (raw.items() if isinstance(raw, dict) else ()):
+            if isinstance(data, dict):
+                pauses.append(Pause(kind=str(kind), cause=str(data.get("cause", "")),
+                                    fix=str(data.get("fix", "")), since=from_iso(data.get("since")),
+                                    until=from_iso(data.get("until")),
+                                    quiet_workers=bool(data.get("quiet_workers"))))
+        return tuple(pauses)
+
+    def set_pause(self, pause: Pause) -> bool:
+        """Pause dispatch for ``pause.kind`` (replacing an older one of that kind); one
+        ``swarm_paused`` event when it starts or its cause changes. True when new."""
+        with self._pauses_locked():
+            current = {p.kind: p for p in self.load_pauses()}
+            old = current.get(pause.kind)
+            if old is not None and (old.cause, old.until) == (pause.cause, pause.until):
+                return False
+            since = old.since if old is not None else (pause.since or utcnow())
+            current[pause.kind] = dataclasses.replace(pause, since=since)
+            self._save_pauses(current)
+        self.append_event("swarm_paused", kind=pause.kind, cause=pause.cause, fix=pause.fix,
+                          until=pause.until)
+        return old is None
+
+    def clear_pause(self, kind: str, *, why: str) -> bool:
+        """End the pause of ``kind``: one ``swarm_resumed`` event. True when there was one."""
+        with self._pauses_locked():
+            current = {p.kind: p for p in self.load_pauses()}
+            ended = current.pop(kind, None)
+            if ended is None:
+                return False
+            self._save_pauses(current)
+        self.append_event("swarm_resumed", kind=kind, cause=ended.cause, why=why)
+        return True
+
+    def _save_pauses(self, pauses: Mapping[str, Pause]) -> None:
+        data = {kind: {"cause": p.cause, "fix": p.fix, "since": to_iso(p.since),
+                       "until": to_iso(p.until), "quiet_workers": p.quiet_workers}
+                for kind, p in pauses.items()}
+        atomic_write_text(self.paths.pauses_file, json.dumps(data, indent=1) + "\n")
+
+    @contextlib.contextmanager
+    def _pauses_locked(self) -> Iterator[None]:
+        lock = self.paths.state_dir / ".pauses.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with lock.open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
 
     # -- heartbeat --
 
@@ -211,3 +328,12 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, tuple | list | set | frozenset):
         return [_jsonable(v) for v in value]
     return value
+
+
+def _event_from_line(line: str) -> dict[str, Any] | None:
+    """One events-log line as an event; None for a torn or corrupt line."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) and "event" in entry else None

@@ -23,11 +23,17 @@ prompt holds feedback behaves like ``block-once``;
 ``await-feedback`` posts a note, then waits (up to 120 s) for a line typed into
 its pane that points to ``ralph-dev worker feedback``, runs that command and
 writes its output into its change.
+
+With ``RALPH_DEV_DEMO_LOCKS`` set to a directory, the agent holds an exclusive
+lock named after its issue while it runs; finding it taken (a second agent on
+the same issue) it leaves ``ISSUE.TWICE`` there and exits 3, so a test can
+prove that never happens.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -64,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     attempt = int(os.environ.get("RALPH_DEV_ATTEMPT", "1"))
     what = behaviour(issue)
     print(f"[demo agent] {issue} role={role} attempt={attempt} behaviour={what}", flush=True)
+    if not hold_issue_lock(issue):
+        return 3
     workspace = Path.cwd()
 
     if what == "fail":
@@ -121,6 +129,25 @@ def main(argv: list[str] | None = None) -> int:
                  f"Scripted demo change for {issue}: wrote {target}.")
     print(f"[demo agent] worker done exited {code}", flush=True)
     return code
+
+
+_LOCKS: list[object] = []  # open lock files live as long as the agent
+
+
+def hold_issue_lock(issue: str) -> bool:
+    """Take this issue's agent lock (when RALPH_DEV_DEMO_LOCKS asks for one)."""
+    directory = os.environ.get("RALPH_DEV_DEMO_LOCKS")
+    if not directory:
+        return True
+    handle = (Path(directory) / f"{issue}.lock").open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        (Path(directory) / f"{issue}.TWICE").touch()
+        print(f"[demo agent] another agent already works on {issue}", flush=True)
+        return False
+    _LOCKS.append(handle)
+    return True
 
 
 QUESTION = "Which database should this use? (scripted question)"

@@ -307,7 +307,8 @@ async def feedback(w: Worker, *, show_all: bool = False) -> list[Comment]:
     since = None if show_all else _feedback_since(w)
     human = [
         c for c in issue.comments
-        if not c.by_ralph and (since is None or c.created_at is None or c.created_at > since)
+        if not c.by_ralph and not c.by_bot
+        and (since is None or c.created_at is None or c.created_at > since)
     ]
     if human:
         w.store.append_event(FEEDBACK_SHOWN_EVENT, issue=issue_id, count=len(human))

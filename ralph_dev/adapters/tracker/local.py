@@ -310,3 +310,6 @@ class LocalTracker(IssueCreation):
 
     def usage(self) -> None:
         """A local file has no request budget."""
+
+    def expect_changes(self) -> None:
+        """Every read is fresh already: nothing to do."""

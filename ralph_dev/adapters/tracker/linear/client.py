@@ -2,23 +2,25 @@
 
 Every document it sends lives in ``graphql/*.graphql`` (named operations only)
 and a test validates each one against Linear's published schema, so a typo
-fails in CI, not at 3 a.m. Failures come back typed: rate limiting
-(HTTP 400 + ``RATELIMITED``), 5xx, timeouts, refused connections and garbage
-answers are ``LinearUnavailable`` (retryable) and start a backoff with jitter
-during which calls are refused, so a controller ticking every few seconds does
-not hammer a struggling API; a rejected key is not retryable and names where
-the key came from, never the key itself.
+fails in CI, not at 3 a.m. Failures come back typed: 5xx, timeouts, refused
+connections and garbage answers are ``LinearUnavailable`` (retryable) and start
+a backoff with jitter during which calls are refused at once, so a controller
+ticking every few seconds neither hammers a struggling API nor blocks on it.
+Rate limiting (HTTP 400 + ``RATELIMITED``) waits what Linear asks
+(``Retry-After``, else what the dry bucket needs), never more than 5 minutes.
+A rejected key is not retryable, backs off too (60 s doubling to 30 min, said
+once), and the message names where the key came from, never the key itself.
+The backoff and the last rate-limit headers are shared with every other
+ralph-dev process of the project through a small file in its state dir.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import os
+import hashlib
 import random
-import stat
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+import uuid
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,21 +37,26 @@ from gql.transport.exceptions import (
 )
 
 from ralph_dev.core.errors import (
-    ConfigError,
     TrackerError,
     TrackerInputError,
-    TrackerUnavailable,
 )
 
 if TYPE_CHECKING:
-    from ralph_dev.core.config import TrackerSettings
+    pass
+
+from ralph_dev.adapters.tracker.linear.apikey import ApiKey
+from ralph_dev.adapters.tracker.linear.cache import SharedState
+from ralph_dev.adapters.tracker.linear.documents import document, is_mutation
+from ralph_dev.adapters.tracker.linear.errors import (
+    LinearAuthError,
+    LinearNotFound,
+    LinearUnavailable,
+)
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_URL = "https://api.linear.app/graphql"
 URL_ENV = "RALPH_DEV_LINEAR_URL"
-KEY_ENV = "LINEAR_API_KEY"
-GRAPHQL_DIR = Path(__file__).with_name("graphql")
 SLOW_DOWN_BELOW = 0.10
 """Fraction of the hourly allowance left under which requests are spaced out."""
 
@@ -57,97 +64,44 @@ SLOW_DOWN_BELOW = 0.10
 # --- errors ----------------------------------------------------------------------------
 
 
-class LinearUnavailable(TrackerUnavailable):
-    """Linear could not be reached, is rate limiting us, or answered garbage."""
 
 
-class LinearAuthError(TrackerInputError):
-    """Linear refused the API key; retrying will not help."""
 
 
-class LinearSetupError(TrackerInputError):
-    """The project, its teams, states or labels are not usable as configured."""
 
 
-class LinearNotFound(TrackerInputError):
-    """Linear says an entity (issue, state, label…) does not exist."""
 
 
-class LinearPartialCreate(TrackerError):
-    """Some issues of a batch were created before a failure (Linear has no transactions)."""
-
-    retryable = False
-
-    def __init__(self, message: str, created: Sequence[str]) -> None:
-        super().__init__(message)
-        self.created = list(created)
 
 
 # --- documents -----------------------------------------------------------------------
 
 
-@functools.cache
-def document(operation: str) -> str:
-    """The text of ``graphql/OPERATION.graphql``, with the shared fragments when used."""
-    text = (GRAPHQL_DIR / f"{operation}.graphql").read_text()
-    if "..." in text:
-        text += "\n" + (GRAPHQL_DIR / "fragments.graphql").read_text()
-    return text
 
 
-def operations() -> list[str]:
-    """Every operation the client may send (one file each)."""
-    return sorted(p.stem for p in GRAPHQL_DIR.glob("*.graphql") if p.stem != "fragments")
+
+
+
 
 
 # --- the API key -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ApiKey:
-    """A Linear API key and where it came from; ``repr`` never shows the key."""
-
-    value: str = field(repr=False)
-    source: str
-
-    def __str__(self) -> str:
-        return f"the Linear API key from {self.source}"
 
 
-def load_api_key(tracker: TrackerSettings, env: Mapping[str, str] | None = None) -> ApiKey:
-    """``LINEAR_API_KEY``, else ``tracker.linear_api_key_file`` (owner-only permissions)."""
-    environ = os.environ if env is None else env
-    value = (environ.get(KEY_ENV) or "").strip()
-    if value:
-        return ApiKey(value, f"the {KEY_ENV} environment variable")
-    path = tracker.linear_api_key_file
-    if path is None:
-        raise ConfigError(
-            f"no Linear API key: set {KEY_ENV}, or tracker.linear_api_key_file = "
-            "'/path/to/key' in the project's config (a file only you can read)"
-        )
-    path = Path(path).expanduser()
-    try:
-        mode = path.stat().st_mode
-    except OSError as exc:
-        raise ConfigError(
-            f"Linear API key file {path}: {exc.strerror}; create it or fix "
-            "tracker.linear_api_key_file"
-        ) from exc
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigError(
-            f"Linear API key file {path} can be read by other users; run: chmod 600 {path}"
-        )
-    try:
-        value = path.read_text().strip()
-    except OSError as exc:
-        raise ConfigError(f"cannot read Linear API key file {path}: {exc.strerror}") from exc
-    if not value:
-        raise ConfigError(f"Linear API key file {path} is empty; put the key in it")
-    return ApiKey(value, f"the file {path}")
 
 
 # --- the client ------------------------------------------------------------------------
+
+RATE_WAIT_CAP = 300.0
+"""Longest pause after ``RATELIMITED`` (plus up to 10 % jitter). Linear's buckets refill
+continuously, so a reset header an hour away says when the bucket is FULL again, not
+when the next request fits: waiting for it stalled a controller for 612 s."""
+AUTH_BACKOFF = (60.0, 1800.0)
+"""A refused key is retried after 60 s, doubling up to 30 min, until it works again."""
+MAX_SPACING_SLEEP = 5.0
+"""Longest the client sleeps to space requests out; a longer gap is refused at once
+(``LinearUnavailable``) so a controller's loop never blocks on it."""
 
 
 def _utcnow() -> datetime:
@@ -170,10 +124,18 @@ def _header_number(headers: Mapping[str, str] | None, name: str) -> float | None
         return None
 
 
+
+
+
+
 class LinearClient:
     """One GraphQL call per ``execute``: a fresh transport and ``GraphQLRequest`` each
     time, so nothing is shared between concurrent calls or event loops (a CLI call
-    and the controller's loop both work) and each call reads its own headers."""
+    and the controller's loop both work) and each call reads its own headers.
+
+    While backing off it refuses at once (``LinearUnavailable``, or ``LinearAuthError``
+    for a refused key) without a request; the backoff lives in ``shared_state`` too, so
+    every process of the project honours it."""
 
     def __init__(
         self,
@@ -186,8 +148,12 @@ class LinearClient:
         rng: Callable[[], float] = random.random,
         backoff_base: float = 2.0,
         backoff_cap: float = 60.0,
+        shared_state: Path | None = None,
     ) -> None:
         self._key = api_key
+        self._key_id = hashlib.sha256(api_key.value.encode()).hexdigest()[:16]
+        """Names the key in the shared file without revealing it (a new key is tried
+        at once, even while the old one is backed off)."""
         self.url = url
         self.timeout = timeout
         self.clock = clock
@@ -195,12 +161,17 @@ class LinearClient:
         self.rng = rng
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
+        self.shared = SharedState(shared_state)
+        self.instance = uuid.uuid4().hex[:12]
         self.failures = 0
+        self.auth_failures = 0
         self.backoff_until: datetime | None = None
         self.backoff_reason = ""
+        self.backoff_kind = ""
         self.min_gap = 0.0
         """Seconds between requests while the allowance is nearly used up."""
         self.last_request_at: datetime | None = None
+        self.last_complexity = 0.0
         self.hours: dict[str, dict[str, float]] = {}
         self.rate: dict[str, float] = {}
 
@@ -220,14 +191,49 @@ class LinearClient:
             "rate_limit": dict(self.rate),
             "slowed_down": self.min_gap > 0,
             "backoff_until": self.backoff_until.isoformat() if self.backoff_until else None,
-            "consecutive_failures": self.failures,
+            "backoff": self.backoff_kind or None,
+            "consecutive_failures": self.failures + self.auth_failures,
         }
 
-    def _record(self, headers: Mapping[str, str] | None) -> None:
+    def writes_elsewhere_after(self, moment: datetime | None) -> bool:
+        """Did another client of the project (another process) write to Linear after
+        ``moment``? Its change may not be in our cache yet."""
+        writers = self.shared.read().get("writers")
+        if not isinstance(writers, dict):
+            return False
+        return any(isinstance(when, int | float) and who != self.instance
+                   and (moment is None or when > moment.timestamp())
+                   for who, when in writers.items())
+
+    # -- shared backoff ---------------------------------------------------------------
+
+    def _adopt_shared(self) -> None:
+        """Take over a longer backoff another process of the project started."""
+        data = self.shared.read()
+        until = data.get("backoff_until")
+        kind = str(data.get("backoff_kind") or "")
+        if not isinstance(until, int | float):
+            return
+        if kind == "auth" and data.get("key_id") != self._key_id:
+            return  # another key failed; ours may be the fixed one
+        moment = datetime.fromtimestamp(until, UTC)
+        if self.backoff_until is None or moment > self.backoff_until:
+            self.backoff_until = moment
+            self.backoff_kind = kind
+            self.backoff_reason = str(data.get("backoff_reason") or "backing off")[:200]
+
+    def _share_backoff(self) -> None:
+        until = self.backoff_until.timestamp() if self.backoff_until else None
+        self.shared.update(backoff_until=until, backoff_kind=self.backoff_kind or None,
+                           backoff_reason=self.backoff_reason or None,
+                           key_id=self._key_id if self.backoff_kind == "auth" else None)
+
+    def _record(self, operation: str, headers: Mapping[str, str] | None) -> None:
         now = self.clock()
         bucket = self.hours.setdefault(_hour(now), {"requests": 0, "complexity": 0})
         bucket["requests"] += 1
-        bucket["complexity"] += _header_number(headers, "X-Complexity") or 0
+        self.last_complexity = _header_number(headers, "X-Complexity") or 0
+        bucket["complexity"] += self.last_complexity
         for name, short in (
             ("X-RateLimit-Requests-Limit", "requests_limit"),
             ("X-RateLimit-Requests-Remaining", "requests_remaining"),
@@ -240,27 +246,37 @@ class LinearClient:
             if value is not None:
                 self.rate[short] = value
         self.min_gap = 0.0
-        for kind in ("requests", "complexity"):
+        for kind, cost in (("requests", 1.0), ("complexity", max(1.0, self.last_complexity))):
             limit = self.rate.get(f"{kind}_limit")
             left = self.rate.get(f"{kind}_remaining")
-            reset = self.rate.get(f"{kind}_reset")
             if limit and left is not None and left < SLOW_DOWN_BELOW * limit:
-                window = (reset / 1000 - now.timestamp()) if reset else 60.0
-                if kind == "complexity":
-                    left = left / 1000  # roughly: one request costs about 1,000 points
-                gap = min(60.0, max(1.0, window / max(left, 1.0)))
-                self.min_gap = max(self.min_gap, gap)
+                # Linear's bucket refills limit/hour continuously: spaced so, it never runs dry
+                self.min_gap = max(self.min_gap, min(60.0, cost * 3600 / limit))
         if self.min_gap:
             log.warning("linear_slow_down", gap_s=round(self.min_gap, 1), **{
                 k: v for k, v in self.rate.items() if k.endswith("remaining")})
+        shared: dict[str, Any] = {"rate": dict(self.rate), "rate_at": now.timestamp()}
+        if is_mutation(operation):  # each process's last write, for the last hour
+            writers = self.shared.read().get("writers")
+            recent = {who: when for who, when in
+                      (writers if isinstance(writers, dict) else {}).items()
+                      if isinstance(when, int | float) and now.timestamp() - when < 3600}
+            shared["writers"] = {**recent, self.instance: now.timestamp()}
+        self.shared.update(**shared)
 
-    def _fail(self, reason: str, *, at_least: float = 0.0) -> LinearUnavailable:
+    def _fail(self, reason: str, *, at_least: float = 0.0, kind: str = "outage",
+              ) -> LinearUnavailable:
         """Start (or extend) the backoff and return the error to raise."""
         self.failures += 1
         delay = min(self.backoff_cap, self.backoff_base * 2 ** min(self.failures - 1, 30))
-        delay = max(delay * (0.5 + 0.5 * self.rng()), min(at_least, 3600.0))
+        delay *= 0.5 + 0.5 * self.rng()
+        if at_least > 0:
+            wait = min(at_least, RATE_WAIT_CAP)
+            delay = max(delay, wait + 0.1 * wait * self.rng())
         self.backoff_until = self.clock() + timedelta(seconds=delay)
         self.backoff_reason = reason
+        self.backoff_kind = kind
+        self._share_backoff()
         log.warning("linear_unavailable", reason=reason, retry_in_s=round(delay, 1),
                     failures=self.failures)
         return LinearUnavailable(
@@ -268,20 +284,37 @@ class LinearClient:
             "and keeps running workers meanwhile"
         )
 
+    def _refuse_while_backing_off(self, now: datetime) -> None:
+        self._adopt_shared()
+        if self.backoff_until is None or now >= self.backoff_until:
+            return
+        wait = (self.backoff_until - now).total_seconds()
+        if self.backoff_kind == "auth":
+            raise LinearAuthError(f"{self._auth_message()} (not retried for another "
+                                  f"{wait:.0f} s)")
+        raise LinearUnavailable(
+            f"Linear is unavailable ({self.backoff_reason}); backing off for another "
+            f"{wait:.0f} s"
+        )
+
+    async def _space_out(self, now: datetime) -> None:
+        if not self.min_gap or self.last_request_at is None:
+            return
+        wait = self.min_gap - (now - self.last_request_at).total_seconds()
+        if wait > MAX_SPACING_SLEEP:
+            raise LinearUnavailable(
+                f"Linear's hourly allowance is nearly used up; ralph-dev spaces its requests "
+                f"out (next one in {wait:.0f} s)"
+            )
+        if wait > 0:
+            await self.sleep(wait)
+
     async def execute(self, operation: str, variables: dict[str, Any] | None = None
                       ) -> dict[str, Any]:
         """Run ``operation`` (a file in graphql/) and return its ``data``, or raise typed."""
         now = self.clock()
-        if self.backoff_until is not None and now < self.backoff_until:
-            wait = (self.backoff_until - now).total_seconds()
-            raise LinearUnavailable(
-                f"Linear is unavailable ({self.backoff_reason}); backing off for another "
-                f"{wait:.0f} s"
-            )
-        if self.min_gap and self.last_request_at is not None:
-            wait = self.min_gap - (now - self.last_request_at).total_seconds()
-            if wait > 0:
-                await self.sleep(wait)
+        self._refuse_while_backing_off(now)
+        await self._space_out(now)
         request = GraphQLRequest(document(operation), variable_values=variables or {},
                                  operation_name=operation)
         transport = AIOHTTPTransport(url=self.url, headers={"Authorization": self._key.value},
@@ -295,7 +328,7 @@ class LinearClient:
                     data = await session.execute(request)
             finally:
                 headers = getattr(transport, "response_headers", None)
-                self._record(headers)
+                self._record(operation, headers)
         except TransportQueryError as exc:
             raise self._query_error(operation, exc, headers) from None
         except TransportServerError as exc:
@@ -315,16 +348,62 @@ class LinearClient:
             ) from None
         if not isinstance(data, dict):
             raise self._fail(f"an answer to {operation} without data")
-        self.failures = 0
-        self.backoff_until = None
+        self._recovered()
         return data
 
+    def _recovered(self) -> None:
+        if self.failures or self.auth_failures or self.backoff_until:
+            if self.auth_failures:
+                log.info("linear_auth_ok_again", key_source=self._key.source)
+            self.failures = self.auth_failures = 0
+            self.backoff_until = None
+            self.backoff_reason = self.backoff_kind = ""
+            until = self.shared.read().get("backoff_until")
+            if not isinstance(until, int | float) or until <= self.clock().timestamp():
+                self._share_backoff()  # a backoff another process started just now stays
+
+    def _auth_message(self) -> str:
+        return (f"Linear rejected {self._key}: create a personal API key under Linear → "
+                f"Settings → Security & access, and put it in {self._key.source}")
+
     def _auth_error(self) -> LinearAuthError:
-        log.error("linear_auth_failed", source=self._key.source)
-        return LinearAuthError(
-            f"Linear rejected {self._key}: create a personal API key under Linear → "
-            f"Settings → Security & access, and put it in {self._key.source}"
-        )
+        """Back off (60 s doubling to 30 min) and say so once until the key works."""
+        self.auth_failures += 1
+        base, cap = AUTH_BACKOFF
+        delay = min(cap, base * 2 ** min(self.auth_failures - 1, 30))
+        self.backoff_until = self.clock() + timedelta(seconds=delay)
+        self.backoff_kind = "auth"
+        self.backoff_reason = "the API key was refused"
+        self._share_backoff()
+        if self.auth_failures == 1:
+            log.error("linear_auth_failed", source=self._key.source, retry_in_s=delay)
+        return LinearAuthError(self._auth_message())
+
+    def _rate_wait(self, headers: Mapping[str, str] | None) -> float:
+        """How long Linear asks us to wait: ``Retry-After``; else, for the bucket that
+        ran dry (requests or complexity), the time its hourly refill takes to cover
+        what one more request needs, never past its reset; else the sooner reset."""
+        retry_after = _header_number(headers, "Retry-After")
+        if retry_after is not None:
+            return retry_after
+        now = self.clock().timestamp()
+        dry, resets = [], []
+        need = {"Requests": 1.0, "Complexity": max(1.0, self.last_complexity)}
+        for kind, wanted in need.items():
+            reset = _header_number(headers, f"X-RateLimit-{kind}-Reset")
+            left = _header_number(headers, f"X-RateLimit-{kind}-Remaining")
+            limit = _header_number(headers, f"X-RateLimit-{kind}-Limit")
+            until_reset = reset / 1000 - now if reset is not None else None
+            if until_reset is not None:
+                resets.append(until_reset)
+            if left is None or left >= wanted:
+                continue
+            refill = (wanted - left) * 3600 / limit if limit else None
+            waits = [w for w in (refill, until_reset) if w is not None]
+            dry.append(min(waits) if waits else 0.0)
+        if dry:
+            return max(dry)
+        return min(resets) if resets else 0.0
 
     def _query_error(self, operation: str, exc: TransportQueryError,
                      headers: Mapping[str, str] | None) -> TrackerError:
@@ -339,11 +418,14 @@ class LinearClient:
                 messages.append(self._scrub(str(err.get("message") or ""))[:200])
         text = "; ".join(m for m in messages if m) or "no message"
         if "RATELIMITED" in codes:
-            reset = _header_number(headers, "X-RateLimit-Requests-Reset")
-            wait = (reset / 1000 - self.clock().timestamp()) if reset else 0.0
-            return self._fail(f"rate limited on {operation}", at_least=wait)
+            return self._fail(f"rate limited on {operation}", at_least=self._rate_wait(headers),
+                              kind="rate")
         if any("AUTHENTICATION" in c for c in codes) or "not authenticated" in text.lower():
             return self._auth_error()
+        if any("COMPLEX" in c for c in codes) or "too complex" in text.lower():
+            return TrackerInputError(
+                f"Linear refused {operation} as too complex ({text}); this is a ralph-dev "
+                "bug: please report it")
         if any(m.lower().startswith("entity not found") for m in messages):
             return LinearNotFound(f"Linear: {text} (in {operation})")
         if any(("INPUT" in c or "VALIDATION" in c or "FORBIDDEN" in c) for c in codes):
@@ -351,5 +433,3 @@ class LinearClient:
         # Anything else (INTERNAL_SERVER_ERROR, an unknown code, a 5xx with a JSON body)
         # may pass: retry rather than give up on it.
         return self._fail(f"an error on {operation}: {text}")
-
-

@@ -1,0 +1,136 @@
+"""The state document as people read it in a terminal: ``status``, ``events``.
+
+Times are shown in local time with the zone; issue text (questions, titles) is
+cleaned of control characters before it reaches a terminal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from ralph_dev.control.disk import human_bytes
+from ralph_dev.control.status import ON_HOLD_SHOWN, age
+from ralph_dev.core.state import from_iso, utcnow
+
+
+def local_time(value: Any, *, now: datetime | None = None) -> str:
+    """An ISO time (or datetime) as local time with the zone's name; the date too when it
+    is not today."""
+    when = value if isinstance(value, datetime) else from_iso(value)
+    if when is None:
+        return "-"
+    when = when.astimezone()
+    today = (now or utcnow()).astimezone().date()
+    shown = when.strftime("%H:%M:%S %Z") if when.date() == today \
+        else when.strftime("%Y-%m-%d %H:%M %Z")
+    return shown.strip()
+
+
+def fmt_secs(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 120:
+        return f"{value:.0f}s"
+    if value < 7200:
+        return f"{value / 60:.0f}m"
+    if value < 172800:
+        return f"{value / 3600:.1f}h"
+    return f"{value / 86400:.1f}d"
+
+
+def render(doc: Mapping[str, Any]) -> str:
+    """The state document as text for a terminal (and for the supervisor's prompt):
+    what needs a person first."""
+    lines = [f"project {doc['project']}  (tmux session {doc['session']})  "
+             f"at {local_time(doc['generated_at'])}"]
+    if doc["needs_you"]:
+        lines.append("  NEEDS YOU:")
+        for need in doc["needs_you"]:
+            lines += _need_lines(need)
+    daemon, ctl = doc["daemon"], doc["controller"]
+    running = f"running, pid {daemon['pid']}" if daemon["running"] else "not running"
+    lines.append(f"  daemon:     {running}")
+    if ctl["alive"]:
+        age = ctl["heartbeat_age_s"]
+        beat = (f"heartbeat {age:.0f}s ago, tick {ctl['tick']}" if age is not None
+                else "no heartbeat yet")
+        lines.append(f"  controller: alive, {beat}" + ("" if ctl["healthy"] else
+                                                         f" (unhealthy: {ctl['why']})"))
+    else:
+        lines.append(f"  controller: {'exited' if ctl['window'] else 'not running'}")
+    if doc["dashboard"]["url"]:
+        lines.append(f"  dashboard:  {doc['dashboard']['url']}")
+    elif doc["dashboard"]["error"]:
+        lines.append(f"  dashboard:  not served: {doc['dashboard']['error']}")
+    trunk = doc["trunk"]
+    head = (trunk["head"] or "?")[:12]
+    lines.append(f"  trunk:      {trunk['name']} at {head}, {trunk['colour']}"
+                 + (f" (jj: {trunk['error']})" if trunk["error"] else "")
+                 + (f": {trunk['subject'][:60]}" if trunk.get("subject") else ""))
+    disk = doc.get("disk") or {}
+    if disk.get("workspaces"):
+        biggest = sorted(disk["workspaces"].items(), key=lambda kv: -kv[1])[:3]
+        lines.append(f"  disk:       {human_bytes(disk['total_bytes'])} in workspaces ("
+                     + ", ".join(f"{k} {human_bytes(v)}" for k, v in biggest) + ")")
+    tracker = doc["tracker"]
+    usage = tracker.get("usage") or {}
+    if tracker["error"]:
+        lines.append(f"  tracker:    ERROR {tracker['error']}")
+    elif usage:
+        lines.append(f"  tracker:    {usage.get('requests_this_hour', '?')} requests and "
+                     f"{usage.get('complexity_this_hour', '?')} complexity points this hour")
+    counts = doc["issues"]
+    order = ("held", "ready", "running", "blocked", "waiting", "done", "total")
+    lines.append("  issues:     " + ", ".join(f"{k} {counts.get(k, 0)}" for k in order))
+    on_hold = [i for i in doc["board"]["held"] if not i["needs_you"]]
+    for item in on_hold[:ON_HOLD_SHOWN]:
+        lines.append(f"  on hold:    {item['identifier']}  {item['title'][:60]}  ({item['why']})")
+    if len(on_hold) > ON_HOLD_SHOWN:
+        lines.append(f"  on hold:    … and {len(on_hold) - ON_HOLD_SHOWN} more")
+    costs = doc["costs"]
+    if costs["known"]:
+        tokens = costs["tokens"] or {}
+        spent = f"${costs['cost_usd']:.2f}, " if costs["cost_usd"] is not None else ""
+        lines.append(f"  costs:      {spent}" + ", ".join(f"{k} {v:.0f}" for k, v in tokens.items())
+                     + " tokens (live workers)")
+    if doc["workers"]:
+        lines.append("")
+        lines.append(f"  {'ISSUE':<10} {'ROLE':<9} {'STATE':<12} {'TRY':>3} {'AGE':>6} "
+                     f"{'IDLE':>6}  LAST OUTPUT")
+        for w in doc["workers"]:
+            lines.append(
+                f"  {w['issue']:<10} {w['role'] or '?':<9} {w['state']:<12} "
+                f"{w['attempt'] if w['attempt'] is not None else '-':>3} "
+                f"{fmt_secs(w['age_s']):>6} {fmt_secs(w['idle_s']):>6}  "
+                f"{w['last_output'][:60]}"
+            )
+    else:
+        lines.append("  workers:    none")
+    if doc["events"]:
+        lines.append("")
+        lines.append("  recent events:")
+        for event in doc["events"]:
+            lines.append("    " + format_event(event))
+    return "\n".join(lines)
+
+
+def _need_lines(need: Mapping[str, Any]) -> list[str]:
+    if not need.get("issue"):
+        return [f"    ! {need['message']}"]
+    since = need.get("since")
+    held_for = fmt_secs(age(from_iso(since), utcnow())) if since else "?"
+    head = f"    ! {need['issue']}  {(need.get('title') or '')[:60]}  (held {held_for}"
+    head += f", since {local_time(since)})" if since else ")"
+    body = [f"        {line}" for line in need["message"].splitlines()[:8]]
+    return [head, *body]
+
+
+def format_event(event: Mapping[str, Any]) -> str:
+    time_shown = local_time(event.get("time"))
+    issue = event.get("issue", "")
+    rest = {k: v for k, v in event.items() if k not in ("time", "event", "issue", "reason")}
+    extra = " ".join(f"{k}={v}" for k, v in rest.items())
+    reason = event.get("reason", "")
+    return f"{time_shown} {event.get('event', ''):<18} {issue:<9} {reason} {extra}".rstrip()

@@ -1,0 +1,90 @@
+"""The settings rules that types alone cannot express (paths absolute, limits positive…)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import TYPE_CHECKING
+
+from ralph_dev.core.errors import ConfigError
+from ralph_dev.core.model import Role
+
+if TYPE_CHECKING:
+    from ralph_dev.core.config import ProjectSettings
+
+KEY_RE = re.compile(r"[A-Z][A-Z0-9]{0,9}")
+"""A tracker key: the ``KEY`` in ``KEY-N`` identifiers."""
+
+
+def validate(settings: ProjectSettings, where: str) -> None:
+    """Rules that types alone cannot express."""
+
+    def bad(key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{where}.{key}: {problem}")
+
+    if not settings.repo.is_absolute():
+        raise bad("repo", f"must be an absolute path, got {str(settings.repo)!r}")
+    if settings.workspace_root is not None and not settings.workspace_root.is_absolute():
+        raise bad("workspace_root", "must be an absolute path")
+    if not re.fullmatch(r"[A-Za-z0-9._/-]+", settings.trunk):
+        raise bad("trunk", f"{settings.trunk!r} is not a usable bookmark name")
+    if settings.tracker.key and not KEY_RE.fullmatch(settings.tracker.key):
+        raise bad("tracker.key", "must be 1-10 capital letters/digits starting with a letter")
+    if settings.tracker.kind == "linear" and not settings.tracker.linear_project:
+        raise bad("tracker.linear_project", "is required when tracker.kind = 'linear'")
+    if settings.tracker.linear_team is not None and not KEY_RE.fullmatch(
+            settings.tracker.linear_team):
+        raise bad("tracker.linear_team", f"{settings.tracker.linear_team!r} is not a team key "
+                  "(1-10 capital letters/digits starting with a letter, e.g. ENG)")
+    if settings.tracker.linear_new_state is not None and not (
+            settings.tracker.linear_new_state.strip()):
+        raise bad("tracker.linear_new_state", "is empty: name a workflow state such as 'Todo', "
+                  "or remove the setting")
+    for key in ("full_sync_interval", "linear_poll_interval"):
+        if getattr(settings.tracker, key) <= 0:
+            raise bad(f"tracker.{key}", "must be greater than 0")
+    if settings.agent.runner == "command" and not settings.agent.command:
+        raise bad("agent.command", "is required when agent.runner = 'command'")
+    if settings.limits.max_workers < 1:
+        raise bad("limits.max_workers", "must be at least 1")
+    for role, cap in settings.limits.per_role.items():
+        if role not in {r.value for r in Role}:
+            raise bad(f"limits.per_role.{role}", f"unknown role (roles: {', '.join(Role)})")
+        if cap < 0:
+            raise bad(f"limits.per_role.{role}", "must not be negative")
+    for role in settings.agent.models:
+        if role not in {r.value for r in Role}:
+            raise bad(f"agent.models.{role}", f"unknown role (roles: {', '.join(Role)})")
+    t = settings.timing
+    for key in ("poll_interval", "stall_timeout", "restart_timeout", "retry_base",
+                "retry_cap", "health_interval", "heartbeat_stale", "crash_loop_window"):
+        if getattr(t, key) <= 0:
+            raise bad(f"timing.{key}", "must be greater than 0")
+    if settings.hooks.timeout <= 0:
+        raise bad("hooks.timeout", "must be greater than 0")
+    if t.max_attempts < 1:
+        raise bad("timing.max_attempts", "must be at least 1")
+    if t.retry_cap < t.retry_base:
+        raise bad("timing.retry_cap", "must not be smaller than timing.retry_base")
+    if settings.agent.iteration_cap < 1:
+        raise bad("agent.iteration_cap", "must be at least 1")
+    if not 0 <= settings.web.port <= 65535:
+        raise bad("web.port", "must be between 0 (any free port) and 65535")
+    if not settings.web.host.strip():
+        raise bad("web.host", "must not be empty (127.0.0.1 serves this machine only)")
+    if settings.notify.cooldown < 0:
+        raise bad("notify.cooldown", "must not be negative")
+    if settings.notify.max_per_hour < 1:
+        raise bad("notify.max_per_hour", "must be at least 1")
+    for n, url in enumerate(settings.notify.urls):
+        if not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://.", url):
+            # the URL itself is not shown: it may hold a password or token
+            raise bad(f"notify.urls[{n}]", "is not an apprise URL (expected SCHEME://…, "
+                                           "e.g. ntfy://topic or mailto://user:pass@host)")
+    if settings.notify.command is not None:
+        try:
+            argv = shlex.split(settings.notify.command)
+        except ValueError as exc:
+            raise bad("notify.command", f"cannot be split into words ({exc})") from None
+        if not argv:
+            raise bad("notify.command", "is empty: name a program, or remove the key")

@@ -1,0 +1,205 @@
+"""`status`, `events` and `attach` for people who come back after hours: the state
+document (one versioned shape, validated against its shipped JSON Schema), what needs
+them first with each held issue's question and age, local times with the zone shown,
+`--watch`, `events -f`, and option values checked before anything runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import jsonschema
+import pytest
+from conftest import make_jj_repo
+from swarm_kit import Swarm, wait_for
+
+from ralph_dev.adapters.tmux import Tmux
+from ralph_dev.control.status import SCHEMA_VERSION, held_question, load_schema
+from ralph_dev.control.status_text import local_time
+from ralph_dev.core.config import load_project
+from ralph_dev.core.model import Comment, Issue, StateType
+from ralph_dev.core.state import StateStore
+
+QUESTION = "Which database should this use: Postgres or SQLite?"
+
+
+@pytest.fixture
+def swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[Swarm]:
+    s = Swarm.create(tmp_path, jj_bin, tmux_socket)
+    yield s
+    s.teardown()
+
+
+def _ask(swarm: Swarm, issue: str, question: str) -> None:
+    """What a worker runs when it needs a person (the real command, as the agent would)."""
+    env = {**swarm.env, "RALPH_DEV_PROJECT": swarm.project, "RALPH_DEV_ISSUE": issue,
+           "RALPH_DEV_ROLE": "execute"}
+    subprocess.run([sys.executable, "-m", "ralph_dev", "worker", "blocked", issue,
+                    "--question", question], env=env, check=True, capture_output=True,
+                   stdin=subprocess.DEVNULL)
+
+
+def _store(swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> StateStore:
+    for key, value in swarm.env.items():
+        monkeypatch.setenv(key, value)
+    return StateStore(load_project(swarm.project).paths)
+
+
+def test_state_document_matches_its_schema_and_names_what_needs_you(swarm: Swarm) -> None:
+    swarm.import_plan()
+    _ask(swarm, "DEMO-11", QUESTION)
+    swarm.cli("issue", "label", "DEMO-12", "+ralph:hold")
+    doc = swarm.status()
+    jsonschema.Draft202012Validator(load_schema()).validate(doc)
+    assert doc["schema_version"] == SCHEMA_VERSION == 1
+
+    held = {item["identifier"]: item for item in doc["board"]["held"]}
+    assert held["DEMO-11"]["needs_you"] and held["DEMO-11"]["reason"] == "question"
+    assert held["DEMO-11"]["question"] == QUESTION
+    assert held["DEMO-11"]["since"] and held["DEMO-11"]["age_s"] >= 0
+    assert not held["DEMO-12"]["needs_you"] and held["DEMO-12"]["reason"] == "on_hold"
+    # "needs you" first: the stopped swarm, then the question; a deliberate hold is not in it
+    kinds = [(n["kind"], n.get("issue")) for n in doc["needs_you"]]
+    assert kinds == [("daemon", None), ("issue", "DEMO-11")]
+    assert doc["needs_you"][1]["message"] == QUESTION
+    blocked = {item["identifier"]: item for item in doc["board"]["blocked"]}
+    assert blocked["DEMO-4"]["blocked_by"] == "DEMO-2"  # Domain model waits for Storage
+    assert doc["issues"]["total"] == 12 and doc["issues"]["held"] == 2
+    assert doc["trunk"]["head"] and doc["trunk"]["colour"] == "unverified"
+    assert doc["merges"][0]["title"] == "initial commit"
+
+    table = swarm.cli("status", swarm.project).stdout
+    lines = table.splitlines()
+    needs = lines.index("  NEEDS YOU:")
+    assert needs == 1, table  # right under the title line, before daemon and controller
+    assert "DEMO-11" in lines[needs + 2] and "held" in lines[needs + 2]
+    assert QUESTION in lines[needs + 3]
+    assert "on hold:    DEMO-12" in table and "ralph:hold" in table
+
+
+def test_status_json_has_one_shape_for_one_or_many_projects(swarm: Swarm, tmp_path: Path
+                                                            ) -> None:
+    one = json.loads(swarm.cli("status", "--json").stdout)
+    assert one["schema_version"] == 1 and [d["project"] for d in one["projects"]] == ["demo"]
+    other = make_jj_repo(tmp_path / "other")
+    swarm.cli("init", "other", "--repo", str(other))
+    shutil.rmtree(other / ".jj")  # its repository went away after init
+    many = json.loads(swarm.cli("status", "--json").stdout)
+    assert [d["project"] for d in many["projects"]] == ["demo", "other"]
+    validator = jsonschema.Draft202012Validator(load_schema())
+    for doc in many["projects"]:
+        validator.validate(doc)
+    broken = next(d for d in many["projects"] if d["project"] == "other")
+    assert broken["trunk"]["error"]  # not a jj repo: said, not crashed
+
+
+@pytest.mark.parametrize("args, complaint", [
+    (["status", "demo", "--events", "-1"], "'--events': -1 is not in the range 0<=x<=1000"),
+    (["status", "demo", "--watch", "--interval", "0"], "'--interval'"),
+    (["status", "demo", "--watch", "--json"], "--watch redraws the terminal view"),
+    (["events", "demo", "--since", "soon"], "use a duration like 30m"),
+])
+def test_bad_option_values_are_refused_clearly(swarm: Swarm, args: list[str],
+                                               complaint: str) -> None:
+    out = swarm.cli(*args, check=False)
+    assert out.returncode == 2 and complaint in out.stderr
+    assert not out.stdout
+
+
+def test_attach_refuses_an_issue_without_a_window(swarm: Swarm) -> None:
+    out = swarm.cli("attach", "DEMO-7", check=False)
+    assert out.returncode == 1 and "ralph-dev is not running for demo" in out.stderr
+    settings_env = {**os.environ, **swarm.env}
+    tmux = Tmux("ralph-demo", swarm.env["RALPH_DEV_TMUX_SOCKET"])
+    tmux.ensure_session(swarm.repo, {"PATH": settings_env["PATH"]})
+    out = swarm.cli("attach", "DEMO-7", check=False)
+    assert out.returncode == 1
+    assert "DEMO-7 has no window in ralph-demo" in out.stderr and "status demo" in out.stderr
+
+
+def test_events_follow_prints_what_is_appended(swarm: Swarm,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    store = _store(swarm, monkeypatch)
+    store.append_event("before", issue="DEMO-1", reason="already there")
+    proc = subprocess.Popen([sys.executable, "-m", "ralph_dev", "events", swarm.project, "-f"],
+                            env=swarm.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, stdin=subprocess.DEVNULL)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                              daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: any("before" in line for line in lines), 20, "the old event")
+        store.append_event("after_start", issue="DEMO-2", reason="appended later")
+        wait_for(lambda: any("after_start" in line for line in lines), 20, "the new event")
+        assert proc.poll() is None  # still following
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 0
+    line = next(line for line in lines if "after_start" in line)
+    assert "UTC" in line and "appended later" in line  # the zone is shown
+
+
+def test_watch_redraws_with_local_times_and_their_zone(swarm: Swarm,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    store = _store(swarm, monkeypatch)
+    store.append_event("hello", issue="DEMO-1", reason="to show a time")
+    env = {**swarm.env, "TZ": "Asia/Tokyo"}
+    proc = subprocess.Popen([sys.executable, "-m", "ralph_dev", "status", swarm.project,
+                             "--watch", "--interval", "0.5"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stdout.read1(4096),
+                                                                b"")), daemon=True)
+    reader.start()
+    try:
+        # (on a terminal each redraw first clears the screen; click drops that in a pipe)
+        wait_for(lambda: b"".join(chunks).count(b"project demo") >= 3, 60, "three redraws")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 0
+    text = b"".join(chunks).decode()
+    assert " JST" in text and "hello" in text and "(every 0.5s; Ctrl-C ends)" in text
+
+
+def test_held_question_is_the_newest_asking_comment_as_clean_text() -> None:
+    def comment(body: str, minutes: int, by_ralph: bool = True) -> Comment:
+        return Comment("ralph-dev" if by_ralph else "ann", body,
+                       datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=minutes), by_ralph)
+
+    asked = "[ralph-dev] DEMO-1 blocked: a question for a person\n\n"
+    issue = Issue("DEMO-1", "t", "Todo", StateType.UNSTARTED, comments=(
+        comment(asked + "old question", 1),
+        comment(asked + "Use \x1b[31mPostgres\x1b[0m or\x07 SQLite?\n\n\n\nThanks", 2),
+        comment("[ralph-dev] DEMO-1 note\n\nan FYI, not a question", 3),
+        comment("I am a person, not a question", 4, by_ralph=False),
+    ))
+    kind, text, when = held_question(issue)
+    assert kind == "question" and text == "Use Postgres or SQLite?\n\nThanks"
+    assert when == datetime(2026, 1, 1, 0, 2, tzinfo=UTC)
+    gave_up = Issue("DEMO-2", "t", "Todo", StateType.STARTED, comments=(comment(
+        "ralph-dev stopped retrying DEMO-2 after 3/3 attempts (pane died). Last failure: x", 5),))
+    assert held_question(gave_up)[0] == "attempt_cap"
+    assert held_question(Issue("DEMO-3", "t", "Todo", StateType.UNSTARTED)) == (None, None, None)
+
+
+def test_local_time_shows_the_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    time.tzset()
+    try:
+        now = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
+        assert local_time("2026-07-01T10:00:00+00:00", now=now) == "12:00:00 CEST"
+        assert local_time("2026-06-30T10:00:00+00:00", now=now) == "2026-06-30 12:00 CEST"
+        assert local_time(None) == "-"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
