@@ -86,7 +86,10 @@ def strike(swarm: Swarm, target: str, rng: random.Random) -> str:
         while time.monotonic() < deadline:  # jj runs briefly: catch one in the act
             children = jj_children(panes["controller"])
             if children:
-                os.kill(children[0], signal.SIGKILL)
+                try:
+                    os.kill(children[0], signal.SIGKILL)
+                except ProcessLookupError:
+                    continue  # it finished between the look and the kill: catch another
                 return f"jj child {children[0]} of the controller"
             time.sleep(0.01)
     if target == "tmux":

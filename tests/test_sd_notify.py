@@ -1,7 +1,7 @@
 """systemd's notify protocol, against a real unix datagram socket standing in for
 systemd's ``NOTIFY_SOCKET``: the daemon says READY=1 once up, its health loop feeds the
 watchdog, a hung (stopped) daemon stops feeding it, and it says STOPPING=1 on the way out.
-(The real user manager runs the unit in tests/test_service_systemd.py.)"""
+(A real user manager runs the installed unit in tests/test_service_systemd.py.)"""
 
 from __future__ import annotations
 
