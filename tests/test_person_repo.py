@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,9 +163,9 @@ def test_a_failed_after_create_leaves_no_workspace(tmp_path: Path, jj_bin: str) 
         jj.add_workspace("ENG-1", after_create=copies_unignored_secrets)
     assert err.value.retryable is False
     assert jj.list_workspaces() == []
-    leftovers = jj.run("log", "--no-graph", "-r", "all() ~ ::main ~ working_copies()",
-                       "-T", 'commit_id ++ "\\n"').check().lines()
-    assert leftovers == []
+    stray = jj.run("log", "--no-graph", "-r", "all() ~ ::main ~ working_copies()",
+                   "-T", 'commit_id ++ "\\n"').check().lines()
+    assert stray == []
 
     # a working hook runs once, in the new workspace, before it is handed out
     ran: list[Path] = []
@@ -171,6 +173,47 @@ def test_a_failed_after_create_leaves_no_workspace(tmp_path: Path, jj_bin: str) 
     assert ran == [path]
     assert jj.add_workspace("ENG-1", after_create=ran.append) == path
     assert ran == [path]  # reused: not run again
+
+
+KILLED_IN_HOOK = """
+import os, signal, sys
+from pathlib import Path
+from ralph_dev.adapters.jj import JJ
+
+def install_then_die(path: Path) -> None:
+    (path / "node_modules").mkdir()
+    (path / "node_modules" / "half-written.js").write_text("// cut short")
+    os.kill(os.getpid(), signal.SIGKILL)  # the controller dies in the middle of the hook
+
+repo, root, jj_bin = sys.argv[1:]
+JJ(Path(repo), Path(root), "main", jj_bin=jj_bin).add_workspace("ENG-1",
+                                                                after_create=install_then_die)
+"""
+
+
+def test_a_spawn_killed_during_after_create_is_made_again(tmp_path: Path,
+                                                          jj_bin: str) -> None:
+    repo = colocated_person_repo(tmp_path, jj_bin)
+    jj = JJ(repo, tmp_path / "workspaces", "main", jj_bin=jj_bin)
+    killed = subprocess.run([sys.executable, "-c", KILLED_IN_HOOK, str(repo),
+                             str(jj.workspace_root), jj_bin], capture_output=True, text=True,
+                            check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    half = jj.workspace_path("ENG-1")
+    assert (half / "node_modules/half-written.js").exists()
+
+    ran: list[Path] = []
+    path = jj.add_workspace("ENG-1", after_create=ran.append)
+    assert ran == [path]  # the hook ran again, in a workspace made anew
+    assert not (path / "node_modules").exists()
+    assert [w.name for w in jj.list_workspaces()] == ["ENG-1"]
+    # one fresh change under ralph/ENG-1, none left over from the killed attempt
+    assert jj.run("log", "--no-graph", "-r", "all() ~ ::main ~ working_copies()",
+                  "-T", 'commit_id ++ "\\n"').check().lines() == []
+    assert jj.run("log", "--no-graph", "-r", '"ralph/ENG-1" & "ENG-1"@', "-T",
+                  '"x"').check().stdout == "x"
+    assert not leftovers(jj.workspace_root) - {"ENG-1"} - {
+        p.relative_to(jj.workspace_root).as_posix() for p in path.rglob("*")}
 
 
 def test_the_base_workspace_comes_back_after_being_deleted(tmp_path: Path,
