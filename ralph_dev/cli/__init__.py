@@ -183,13 +183,13 @@ def init(
         raw["limits"] = {"max_workers": max_workers}
     settings = build_project(project, raw)  # every option checked before anything is touched
     check_can_write(project, force=force, path=cli.config_path)
+    found = prepare_repo(repo, trunk=trunk, colocate=colocate)  # local, before Linear
+    settings = build_project(project, {**raw, "trunk": found.trunk})
     linear = None
     if tracker_kind == "linear":
         from ralph_dev.cli.linear_setup import prepare_linear
 
         linear = run(prepare_linear(settings))
-    found = prepare_repo(repo, trunk=trunk, colocate=colocate)
-    settings = build_project(project, {**raw, "trunk": found.trunk})
     for note in found.notes:
         click.echo(note)
     path = write_project(settings, force=force, path=cli.config_path)
