@@ -19,6 +19,7 @@ import pytest
 from swarm_kit import assert_git_reads, checkout_state, git, leftovers, make_person_repo
 
 from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.jj_cli import JJResult
 from ralph_dev.core.errors import WorkspaceHookFailed
 
 PERSON = {"JJ_USER": "Pat", "JJ_EMAIL": "pat@example.com"}
@@ -119,6 +120,34 @@ def test_the_persons_own_git_commits_on_trunk_are_built_upon(tmp_path: Path,
     assert_git_reads(repo, jj_bin)
 
 
+def test_a_merge_killed_before_its_export_reaches_git_on_the_next_attempt(
+        tmp_path: Path, jj_bin: str) -> None:
+    repo = colocated_person_repo(tmp_path, jj_bin)
+    jj = JJ(repo, tmp_path / "workspaces", "main", jj_bin=jj_bin)
+    work(jj, "ENG-1", {"one.txt": "one\n"})
+    before = git(repo, "rev-parse", "main").stdout.strip()
+    real = jj.run
+    moved: list[bool] = []
+
+    def dies_before_export(*args: str, cwd: Path | None = None,
+                           touch_checkout: bool = False) -> JJResult:
+        if args[:2] == ("git", "export") and moved:
+            raise KeyboardInterrupt("killed after trunk moved, before git heard of it")
+        moved.extend([True] if args[:3] == ("bookmark", "set", "main") else [])
+        return real(*args, cwd=cwd, touch_checkout=touch_checkout)
+
+    jj.run = dies_before_export  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        jj.merge("ENG-1")
+    del jj.run
+    assert jj.trunk_commit() != before
+    assert git(repo, "rev-parse", "main").stdout.strip() == before  # git has not seen it
+    # the controller's next attempt finds the work in trunk, and git is told now
+    assert not jj.merge("ENG-1").merged
+    assert git(repo, "rev-parse", "main").stdout.strip() == jj.trunk_commit()
+    assert_git_reads(repo, jj_bin)
+
+
 def test_forget_removes_the_workspace_with_its_build_outputs(tmp_path: Path,
                                                              jj_bin: str) -> None:
     repo = colocated_person_repo(tmp_path, jj_bin)
@@ -179,6 +208,7 @@ KILLED_IN_HOOK = """
 import os, signal, sys
 from pathlib import Path
 from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.jj_cli import JJResult
 
 def install_then_die(path: Path) -> None:
     (path / "node_modules").mkdir()

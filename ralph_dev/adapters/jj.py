@@ -152,6 +152,7 @@ class JJ(JJWorkspaces):
         """Rebase the workspace's change(s) onto trunk and move trunk forward to them."""
         path = self._require(name)
         self.import_from_git(path)  # trunk may have moved in the person's git
+        self.export_to_git(path)  # and a merge killed before it told git is told now
         head = self._rebased_head(name, path, "merge")
         if isinstance(head, MergeResult):
             return head
