@@ -54,9 +54,12 @@ def start_user_manager(env: dict[str, str], log: Path) -> subprocess.Popen[bytes
                     if Path(p).exists()), None)
     if systemd is None or shutil.which("unshare") is None:
         pytest.fail("systemd and unshare are needed: apt install systemd util-linux")
+    # root may make a mount namespace; anyone else needs a user namespace for it
+    unprivileged = ["--user", "--map-root-user"] if os.geteuid() != 0 else []
     with log.open("wb") as out:
         manager = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", MANAGER, systemd],
+            ["unshare", *unprivileged, "--mount", "--propagation", "private",
+             "sh", "-c", MANAGER, systemd],
             env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def answers() -> bool:
