@@ -50,6 +50,21 @@ def find_jj() -> str | None:
     return None
 
 
+def make_jj_repo(path: Path, *, trunk: str = "main") -> Path:
+    """A small jj repository (colocated with git) with one commit and a trunk bookmark:
+    what ``ralph-dev init`` accepts without a word."""
+    jj = find_jj()
+    assert jj, "jj is not installed: run ../shared/tools/install-jj.sh (CI does)"
+    path.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "JJ_USER": "Test", "JJ_EMAIL": "test@example.com"}
+    (path / "README.md").write_text("# a project\n")
+    for args in (["git", "init"], ["commit", "-m", "initial commit"],
+                 ["bookmark", "create", trunk, "-r", "@-"]):
+        subprocess.run([jj, "--no-pager", *args], cwd=path, env=env, check=True,
+                       capture_output=True)
+    return path
+
+
 @pytest.fixture(scope="session")
 def jj_bin() -> str:
     found = find_jj()

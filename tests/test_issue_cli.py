@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from conftest import make_jj_repo
 
 from ralph_dev.cli import main
 from ralph_dev.core.paths import ProjectPaths
@@ -53,7 +54,7 @@ def refused(*args: str, match: str) -> str:
 def project(xdg: Path) -> Path:
     """Projects demo (key DEMO) and other (key OTHER); returns demo's tracker db."""
     for name in ("demo", "other"):
-        (xdg / name).mkdir()
+        make_jj_repo(xdg / name)
         ok("init", name, "--repo", str(xdg / name))
     return ProjectPaths("demo").tracker_db
 

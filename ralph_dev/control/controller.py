@@ -25,6 +25,8 @@ from pathlib import Path
 
 import structlog
 
+from ralph_dev.control import workspace_hooks
+from ralph_dev.control.beating import while_beating
 from ralph_dev.control.merging import MergeLane
 from ralph_dev.control.metrics import TickHistogram
 from ralph_dev.core.config import ProjectSettings
@@ -302,7 +304,10 @@ class Controller:
             case Forget():
                 # in PR mode the change lives on under its pushed bookmark, not in trunk
                 keep = action.keep_bookmark or self.settings.merge.mode == "pr"
-                await asyncio.to_thread(self.jj.forget, action.issue, keep_bookmark=keep)
+                await while_beating(
+                    self._beat_while, "forget", self.jj.forget, action.issue, keep_bookmark=keep,
+                    before_remove=workspace_hooks.before_remove(self.settings, self.store,
+                                                                action.issue))
                 self.store.delete_record(action.issue)
             case Hold():
                 await self.tracker.add_labels(action.issue, [labels.user_input_needed])
@@ -349,7 +354,9 @@ class Controller:
     async def _spawn(self, action: Spawn | Restart, issue: Issue | None) -> None:
         if issue is None:
             raise TrackerError(f"{action.issue}: not in the tracker's answer this tick")
-        workspace: Path = await asyncio.to_thread(self.jj.add_workspace, action.issue)
+        workspace: Path = await while_beating(
+            self._beat_while, "spawn", self.jj.add_workspace, action.issue,
+            after_create=workspace_hooks.after_create(self.settings, self.store, action.issue))
         record = self.store.update_record(
             action.issue, role=action.role, attempts=action.attempt, started_at=self.clock(),
             done=False, blocked=False, nudged_at=None, iterations=0, lost=None,

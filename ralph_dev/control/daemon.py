@@ -21,6 +21,7 @@ from pathlib import Path
 import structlog
 
 from ralph_dev.adapters.jj_cli import child_path
+from ralph_dev.adapters.sd_notify import Notifier
 from ralph_dev.agent.launch import launch_via_spec
 from ralph_dev.agent.supervisor import start_supervisor
 from ralph_dev.control.processes import (
@@ -39,6 +40,9 @@ from ralph_dev.core.state import StateStore, from_iso, utcnow
 
 log = structlog.get_logger(__name__)
 
+WATCHDOG_MIN_S = 30.0
+"""systemd's watchdog patience is three health intervals, never less than this (a
+controller restart alone may wait 20 s for the old one to finish its action)."""
 
 
 def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -70,6 +74,8 @@ class Daemon:
         self.started_controller_at: datetime | None = None
         self._backoff_announced = False
         self._supervisor: subprocess.Popen[bytes] | None = None
+        self.notifier = Notifier()
+        """systemd's Type=notify/WatchdogSec: ready once up, fed by each health check."""
 
     # -- controller window --------------------------------------------------
 
@@ -167,6 +173,7 @@ class Daemon:
     # -- health loop --------------------------------------------------------
 
     async def health_check(self) -> None:
+        self.notifier.alive()  # a hung loop skips this, and systemd restarts the daemon
         if self._supervisor is not None:
             self._supervisor.poll()  # reap a finished supervisor (no zombie)
         try:
@@ -234,8 +241,12 @@ class Daemon:
                 )
                 scheduler.start()
                 await services.start()
+                interval = self.settings.timing.health_interval
+                self.notifier.ready(f"watching the controller every {interval:g}s",
+                                    watchdog_s=max(3 * interval, WATCHDOG_MIN_S))
                 await self.stop_event.wait()
             finally:
+                self.notifier.stopping()
                 await services.stop()
                 with contextlib.suppress(Exception):
                     scheduler.pause()

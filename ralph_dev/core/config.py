@@ -168,6 +168,20 @@ class MergeSettings:
 
 
 @dataclass(frozen=True)
+class WorkspaceHooks:
+    """Shell lines from the project's own config (never from an issue), run with
+    ``/bin/sh -c`` in a worker's workspace, like other orchestrators' setup scripts."""
+
+    after_create: str | None = None
+    """In a new workspace before its agent starts (copy .env, install dependencies);
+    a failure is a failed spawn, and the workspace is removed again."""
+    before_remove: str | None = None
+    """In a workspace about to be removed (its work is safe); a failure is reported."""
+    timeout: float = 600.0
+    """Seconds either may run before it is killed (and counted as failed)."""
+
+
+@dataclass(frozen=True)
 class WebSettings:
     """The dashboard, state API and metrics the daemon serves."""
 
@@ -219,6 +233,7 @@ class ProjectSettings:
     timing: Timing = field(default_factory=Timing)
     labels: Labels = field(default_factory=Labels)
     merge: MergeSettings = field(default_factory=MergeSettings)
+    hooks: WorkspaceHooks = field(default_factory=WorkspaceHooks)
     web: WebSettings = field(default_factory=WebSettings)
     notify: NotifySettings = field(default_factory=NotifySettings)
 
@@ -259,6 +274,7 @@ _SECTIONS: dict[str, type] = {
     "timing": Timing,
     "labels": Labels,
     "merge": MergeSettings,
+    "hooks": WorkspaceHooks,
     "web": WebSettings,
     "notify": NotifySettings,
 }

@@ -61,6 +61,8 @@ def validate(settings: ProjectSettings, where: str) -> None:
                 "retry_cap", "health_interval", "heartbeat_stale", "crash_loop_window"):
         if getattr(t, key) <= 0:
             raise bad(f"timing.{key}", "must be greater than 0")
+    if settings.hooks.timeout <= 0:
+        raise bad("hooks.timeout", "must be greater than 0")
     if t.max_attempts < 1:
         raise bad("timing.max_attempts", "must be at least 1")
     if t.retry_cap < t.retry_base:

@@ -10,7 +10,7 @@ there is no optional method that is probed for at run time. The adapters in
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -62,14 +62,19 @@ class WorkspaceLister(Protocol):
         ...
 
 
+WorkspaceHook = Callable[[Path], None]
+"""Called with a workspace's directory: the project's after_create / before_remove hooks."""
+
+
 class Workspaces(WorkspaceLister, Protocol):
     """Adding, merging and forgetting workers' workspaces."""
 
-    def add_workspace(self, name: str) -> Path: ...
+    def add_workspace(self, name: str, *, after_create: WorkspaceHook | None = None) -> Path: ...
 
     def merge(self, name: str) -> MergeResult: ...
 
-    def forget(self, name: str, *, keep_bookmark: bool = False) -> None: ...
+    def forget(self, name: str, *, keep_bookmark: bool = False,
+               before_remove: WorkspaceHook | None = None) -> None: ...
 
     def snapshot(self, name: str) -> list[str]: ...
 
