@@ -326,7 +326,7 @@ def test_a_broken_claude_json_of_a_person_is_reported_not_replaced(
 
 def test_missing_claude_is_a_clear_error(xdg: Path) -> None:
     settings = make_settings(xdg, claude_bin="claude-does-not-exist-here")
-    with pytest.raises(AgentError, match="not on the worker's PATH; install it"):
+    with pytest.raises(AgentError, match=r"not on the worker's PATH nor installed by"):
         build_launch(settings, hostile_issue(), Role.EXECUTE, workspace_for(settings, "DEMO-7"),
                      "sonnet", attempt=1)
     settings = make_settings(xdg, claude_bin="/nowhere/claude")

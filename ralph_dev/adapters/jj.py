@@ -53,7 +53,9 @@ class JJ(JJWorkspaces):
 
     def _work_heads(self, path: Path) -> list[str]:
         """Commit ids of the newest changes in the workspace that are not in trunk."""
-        revset = f"heads(({self._trunk}..@) ~ (empty() & description(exact:\"\")))"
+        # an empty nameless change on top is the agent's scratch @, not work; an empty
+        # merge (`jj new h1 h2`) is what joins two lines of work, so it counts
+        revset = f"heads(({self._trunk}..@) ~ (empty() & description(exact:\"\") ~ merges()))"
         return self.run(
             "log", "--no-graph", "-r", revset, "-T", 'commit_id ++ "\\n"', cwd=path
         ).check().lines()
@@ -112,7 +114,7 @@ class JJ(JJWorkspaces):
         self._guard(name, path, intent, heads[0])
         # no nameless commits leave the workspace (they cannot be pushed): name them,
         # now that the guard has checked they hold only this issue's work
-        nameless = f'({work}) & description(exact:"") ~ empty()'
+        nameless = f'({work}) & description(exact:"") ~ (empty() ~ merges())'
         if self._count(path, nameless):
             self.run("describe", "-r", nameless, "-m", name, cwd=path).check()
         head = self._work_heads(path)[0]

@@ -37,7 +37,13 @@ from typing import Any
 import structlog
 
 from ralph_dev.adapters.jj_cli import child_path
-from ralph_dev.agent.claude import claude_argv, plugin_dir, prepare_claude
+from ralph_dev.agent.claude import (
+    AgentError,
+    claude_argv,
+    plugin_dir,
+    prepare_claude,
+    resolve_claude_bin,
+)
 from ralph_dev.agent.prompt import render_prompt, write_prompt
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import (
@@ -222,6 +228,22 @@ def launch_via_spec(argv: Sequence[str], env: Mapping[str, str], cwd: Path, spec
         prompt_file=prompt_file,
         spec_file=spec_file,
     )
+
+
+def check_agent(settings: ProjectSettings, environ: Mapping[str, str] | None = None) -> None:
+    """Raise (naming the fix) when the project's agent program cannot be found on the
+    workers' PATH: a setup error, which pauses dispatch instead of charging attempts."""
+    environ = os.environ if environ is None else environ
+    path = child_path(base=environ.get("PATH", os.defpath))
+    if settings.agent.runner != "command":
+        resolve_claude_bin(settings, path)
+        return
+    program = command_argv(settings.agent.command or "", dict.fromkeys(PLACEHOLDERS, "x"))[0]
+    found = (os.access(program, os.X_OK) and Path(program).is_file() if os.sep in program
+             else shutil.which(program, path=path) is not None)
+    if not found:
+        raise AgentError(f"agent.command's program {program!r} is not an executable on the "
+                         "workers' PATH; install it or fix agent.command")
 
 
 def build_launch(

@@ -27,6 +27,7 @@ import structlog
 
 from ralph_dev.control import workspace_hooks
 from ralph_dev.control.beating import while_beating
+from ralph_dev.control.failures import AgentCheck, FailurePolicy
 from ralph_dev.control.merging import MergeLane
 from ralph_dev.control.metrics import TickHistogram
 from ralph_dev.core.config import ProjectSettings
@@ -161,6 +162,7 @@ class Controller:
         pull_requests: PullRequests,
         store: StateStore | None = None,
         clock: Callable[[], datetime] = utcnow,
+        agent_check: AgentCheck | None = None,
     ) -> None:
         self.settings = settings
         self.tracker = tracker
@@ -173,6 +175,8 @@ class Controller:
         self.stopping = False
         self.merges = MergeLane(settings, jj=jj, tracker=tracker, store=self.store,
                                 pull_requests=pull_requests, beat=self._beat_while)
+        self.failures = FailurePolicy(settings, store=self.store, tracker=tracker, clock=clock,
+                                      agent_check=agent_check)
         self.tick_seconds = TickHistogram()  # published in the heartbeat for /metrics
 
     def _end_pauses_due(self) -> None:
@@ -197,6 +201,7 @@ class Controller:
             except (RalphError, OSError) as exc:
                 self.store.append_event("trunk_recheck_failed", error=str(exc))
             self._end_pauses_due()
+            self.failures.check_setup()
             observed, tracker_error = await observe(self.tracker, self.tmux, self.jj, self.store)
             if tracker_error:
                 self.store.append_event("tracker_unavailable", error=tracker_error)
@@ -227,40 +232,12 @@ class Controller:
             except (RalphError, OSError) as exc:
                 failed_issues.add(action.issue)
                 result.failures.append((action, str(exc)))
-                self._record_failure(action, exc)
-                if isinstance(action, Merge) and isinstance(exc, RalphError) \
-                        and not exc.retryable:
-                    await self._hold_for_person(action.issue, exc)
+                await self.failures.after_failure(action, exc)
             else:
                 details = {k: v for k, v in action.details().items()
                            if v not in (None, "", False)}
                 self.store.append_event(action.kind, issue=action.issue, reason=action.reason,
                                         **details)
-
-    def _record_failure(self, action: Action, exc: Exception) -> None:
-        if isinstance(action, Spawn | Restart):
-            # a half-made spawn counts as a failed attempt: back off before the next
-            self.store.update_record(action.issue, last_failure_at=self.clock(),
-                                     last_failure=str(exc)[:500])
-        log.warning("action_failed", action=action.kind, issue=action.issue, error=str(exc))
-        self.store.append_event(
-            "action_failed", issue=action.issue, action=action.kind, reason=action.reason,
-            error=str(exc), retryable=exc.retryable if isinstance(exc, RalphError) else True,
-        )
-
-    async def _hold_for_person(self, issue: str, exc: RalphError) -> None:
-        """A failure retrying cannot fix (a refused merge): label the issue for a person
-        and say on it what happened and how to go on; decide then leaves it alone."""
-        labels = self.settings.labels
-        try:
-            await self.tracker.add_labels(issue, [labels.user_input_needed])
-            await self.tracker.comment(
-                issue, f"ralph-dev stopped: {exc}\n\nWhen it is fixed, add the label "
-                       f"{labels.user_feedback_given!r} and ralph-dev tries again.")
-        except TrackerError as tracker_exc:  # the next tick fails the same way and retries
-            log.warning("hold_failed", issue=issue, error=str(tracker_exc))
-            return
-        self.store.append_event("hold", issue=issue, reason=str(exc)[:500])
 
     def write_heartbeat(self, observed: Observed, plan: Plan, *,
                         acting: str | None = None) -> None:
@@ -320,7 +297,8 @@ class Controller:
                 await self.tracker.remove_labels(
                     action.issue, [labels.user_feedback_given, labels.user_input_needed])
                 self.store.update_record(action.issue, attempts=0, blocked=False,
-                                         last_failure_at=None, nudged_at=None)
+                                         last_failure_at=None, nudged_at=None,
+                                         merge_failures=0, merge_failed_at=None)
             case _:
                 raise RalphError(f"unknown action {action!r}")
 

@@ -20,7 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import (
@@ -435,6 +435,15 @@ class _Decider:
         self.merged = True
         return True
 
+    def merge_backing_off(self, ident: str) -> bool:
+        """A failed merge waits base·2^(n-1) before the next try, so one failing issue
+        neither loops every tick nor keeps the merge slot from the issues behind it."""
+        rec = self.world.records.get(ident)
+        if rec is None or not rec.merge_failures or rec.merge_failed_at is None:
+            return False
+        wait = backoff_seconds(rec.merge_failures, self.settings)
+        return self.now < _aware(rec.merge_failed_at) + timedelta(seconds=wait)
+
     def attempts(self, ident: str) -> int:
         rec = self.world.records.get(ident)
         return rec.attempts if rec is not None else 0
@@ -524,6 +533,8 @@ class _Decider:
             return
         if self.world.held(ident):
             return  # a person must answer first (a refused merge is held for one)
+        if self.merge_backing_off(ident):
+            return  # its last merge failed: retried after a backoff, not holding the slot
         if not self.take_merge_slot():
             return  # trunk is verified after each merge: this one goes next tick
         change = "its change" if ws.has_unmerged_change else "whatever it holds"

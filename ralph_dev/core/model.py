@@ -210,6 +210,10 @@ class WorkerRecord:
     """Why the worker went away for a cause outside the issue (its tmux session died):
     the next spawn charges no attempt."""
     summary: str | None = None
+    merge_failures: int = 0
+    """Merges of this issue's finished work that failed in a way retrying may fix; each
+    waits a backoff, and at ``timing.max_attempts`` the issue is held for a person."""
+    merge_failed_at: datetime | None = None
 
     @property
     def running(self) -> bool:
