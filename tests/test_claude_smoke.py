@@ -286,3 +286,56 @@ def test_supervisor_runs_ralph_dev_commands_only(world: World, tmp_path: Path,
             assert "denied" in refused and "don't ask mode" in refused, refused
         assert not marker.exists()
         assert api.errors == []
+
+
+SENTINELS = {
+    "GH_TOKEN": "sentinel-gh-4711",
+    "MY_DB_PASSWORD": "sentinel-pw-4711",
+    "LINEAR_API_KEY": "lin_api_sentinel4711",  # the project's tracker is local: not needed
+    "RALPH_DEV_LINEAR_WEBHOOK_SECRET": "sentinel-whsec-4711",
+    "PERSONAL_NOTE": "sentinel-note-4711",  # from a person's shell: no agent needs it
+}
+
+
+def test_workers_get_no_secret_of_the_daemon(world: World, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12: the tmux server and every agent start from an allowlist. The daemon's
+    keys and a person's shell variables reach neither claude, nor its Bash shells (nor
+    the hooks, its children), nor the server's global environment."""
+    for name, value in SENTINELS.items():
+        monkeypatch.setenv(name, value)
+    world.tmux.kill_session()  # the server starts again, from this environment
+    world.tmux.ensure_session(world.tmp, {"PATH": os.environ["PATH"]})
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Look around")])
+    dump = tmp_path / "seen"
+    look = (f"env > {dump}.env; tr '\\0' '\\n' < /proc/$PPID/environ > {dump}.parent; "
+            f"tmux show-environment -g > {dump}.tmux 2>&1; touch {dump}.done")
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        if "Bash" not in tool_names(request):
+            return [Text("ok")]
+        ran = any(m.get("role") == "assistant" and "tool_use" in json.dumps(m["content"])
+                  for m in request["messages"])
+        return [Text("Looked.")] if ran else [bash(look)]
+
+    with FakeAnthropic(brain) as api:
+        spawn(world, api, issue, Role.EXECUTE, monkeypatch)
+        retry_until(lambda: Path(f"{dump}.done").exists(), 90,
+                    what="the agent's Bash step" + diagnostics(world, api, issue))
+        (window,) = world.tmux.find(issue)
+        pid = world.tmux.run("display-message", "-p", "-t", window.pane_id, "#{pane_pid}")
+        claude_env = Path(f"/proc/{pid.check().stdout[0]}/environ").read_bytes().decode()
+        seen = {
+            "claude": claude_env,
+            "its Bash shell": Path(f"{dump}.env").read_text(),
+            "the shell's parent": Path(f"{dump}.parent").read_text(),
+            "tmux show-environment -g": Path(f"{dump}.tmux").read_text(),
+        }
+        for where, text in seen.items():
+            # the server's own list keeps a person's harmless variables, never a secret
+            kept = {"PERSONAL_NOTE"} if where.startswith("tmux") else set()
+            leaked = [name for name, value in SENTINELS.items()
+                      if value in text and name not in kept]
+            assert not leaked, f"{leaked} reached {where}"
+        assert FAKE_KEY in claude_env  # what it needs still comes (from the 0600 spec file)
+        assert FAKE_KEY not in seen["tmux show-environment -g"]

@@ -122,6 +122,7 @@ def agent_env(
         environ, project=settings.name, home=str(home), path=path,
         config_file=str(config_path) if config_path is not None else None,
         isolated_home=settings.agent.home == "isolated",
+        tracker_key=settings.tracker.kind == "linear",
     )
 
 
