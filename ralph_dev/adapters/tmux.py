@@ -405,6 +405,10 @@ class Tmux:
             text.pop()
         return "\n".join(text[-lines:])
 
+    def dismiss(self, target: str) -> None:
+        """Press Escape in a pane (a fixed key name: nothing from issue text)."""
+        self.run("send-keys", "-t", check_target(target), "Escape").check()
+
     def send_text(
         self, target: str, text: str, *, submit: bool = True, submit_delay: float = 0.15
     ) -> None:

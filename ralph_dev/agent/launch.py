@@ -123,6 +123,7 @@ def agent_env(
         config_file=str(config_path) if config_path is not None else None,
         isolated_home=settings.agent.home == "isolated",
         tracker_key=settings.tracker.kind == "linear",
+        pass_env=settings.agent.pass_env,
     )
 
 

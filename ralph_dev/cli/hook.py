@@ -58,6 +58,17 @@ def post_tool_use_cmd(cli: CliContext) -> None:
     _run(cli, "post-tool-use", body)
 
 
+@hook_group.command("stop-failure")
+@pass_ctx
+def stop_failure_cmd(cli: CliContext) -> None:
+    """Record that the agent's turn ended on an API error (the controller pauses)."""
+
+    def body(settings: Any, env: WorkerEnv, payload: dict[str, Any]) -> None:
+        hooks.stop_failure(settings, env, payload)
+
+    _run(cli, "stop-failure", body)
+
+
 @hook_group.command("stop")
 @pass_ctx
 def stop_cmd(cli: CliContext) -> None:

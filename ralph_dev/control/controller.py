@@ -26,6 +26,7 @@ from pathlib import Path
 import structlog
 
 from ralph_dev.control import workspace_hooks
+from ralph_dev.control.agent_waits import AgentWaits
 from ralph_dev.control.beating import while_beating
 from ralph_dev.control.failures import AgentCheck, FailurePolicy
 from ralph_dev.control.merging import MergeLane
@@ -177,6 +178,7 @@ class Controller:
                                 pull_requests=pull_requests, beat=self._beat_while)
         self.failures = FailurePolicy(settings, store=self.store, tracker=tracker, clock=clock,
                                       agent_check=agent_check)
+        self.agent_waits = AgentWaits(store=self.store, tmux=tmux, clock=clock)
         self.tick_seconds = TickHistogram()  # published in the heartbeat for /metrics
 
     def _end_pauses_due(self) -> None:
@@ -202,7 +204,9 @@ class Controller:
                 self.store.append_event("trunk_recheck_failed", error=str(exc))
             self._end_pauses_due()
             self.failures.check_setup()
+            self.agent_waits.pause_for_errors()
             observed, tracker_error = await observe(self.tracker, self.tmux, self.jj, self.store)
+            await self.agent_waits.continue_waiting(observed.windows)
             if tracker_error:
                 self.store.append_event("tracker_unavailable", error=tracker_error)
             plan = decide(observed, self.settings, self.clock())

@@ -45,11 +45,13 @@ WATCHDOG_MIN_S = 30.0
 controller restart alone may wait 20 s for the old one to finish its action)."""
 
 
-def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+def child_environment(settings: ProjectSettings,
+                      extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for processes the daemon starts in tmux panes (``core.environment``
     decides what passes). Panes inherit the tmux *server's* environment, not ours, so
     everything the controller needs is passed explicitly, with jj's git first on PATH."""
-    env = controller_environment(os.environ, path=child_path(), config_file=str(config_file()))
+    env = controller_environment(os.environ, path=child_path(), config_file=str(config_file()),
+                                 pass_env=settings.agent.pass_env)
     env.update(extra or {})
     return env
 
@@ -87,7 +89,7 @@ class Daemon:
         server died, taking every window with it)."""
         if self.tmux.session_exists():
             return
-        env = public_env(child_environment())
+        env = public_env(child_environment(self.settings))
         self.tmux.ensure_session(self.settings.repo, env)
         lost = sorted(r.issue for r in self.store.load_records().values() if r.running)
         for ident in lost:
@@ -107,7 +109,7 @@ class Daemon:
                                     reason="it did not stop when asked and held the lock")
         launch = launch_via_spec(
             ralph_command("controller", self.settings.name),
-            child_environment({"RALPH_DEV_PROJECT": self.settings.name}),
+            child_environment(self.settings, {"RALPH_DEV_PROJECT": self.settings.name}),
             self.settings.repo,
             self.store.paths.state_dir / "controller.launch.json",
         )

@@ -84,6 +84,9 @@ class AgentSettings:
     """Stop-hook continuations before an agent may stop without reporting."""
     extra_args: tuple[str, ...] = ()
     supervisor: bool = False
+    pass_env: tuple[str, ...] = ()
+    """Further variables agents get from ralph-dev's environment (a command runner's own
+    settings); everything else outside the allowlist stays back."""
     """When controller restarts do not help (a crash loop), run the supervisor once
     (``claude -p`` with the ralph-dev-supervisor skill and a status snapshot)."""
     home: Literal["user", "isolated"] = "user"

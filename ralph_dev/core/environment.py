@@ -64,11 +64,12 @@ _CONTROLLER_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "CLAUDE_", "LINEAR_", "JJ_",
                         "GH_", "GITHUB_")
 
 
-def controller_environment(environ: Mapping[str, str], *, path: str,
-                           config_file: str) -> dict[str, str]:
-    """What the controller window needs (it talks to the tracker and starts agents)."""
+def controller_environment(environ: Mapping[str, str], *, path: str, config_file: str,
+                           pass_env: tuple[str, ...] = ()) -> dict[str, str]:
+    """What the controller window needs (it talks to the tracker and starts agents, so
+    it carries what they are to get: ``agent.pass_env``)."""
     env = {k: v for k, v in environ.items()
-           if k in _CONTROLLER_EXACT or k.startswith(_CONTROLLER_PREFIXES)}
+           if k in _CONTROLLER_EXACT or k in pass_env or k.startswith(_CONTROLLER_PREFIXES)}
     env["PATH"] = path
     env.setdefault("RALPH_DEV_CONFIG", config_file)
     return env
@@ -87,7 +88,9 @@ AGENT_FLAGS = {
 _AGENT_EXACT = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
                 "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME",
                 "TMPDIR", "CLAUDE_CONFIG_DIR", *NETWORK)
-_AGENT_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "JJ_")
+# CLAUDE_CODE_: how Claude Code reaches its model (a subscriber's CLAUDE_CODE_OAUTH_TOKEN,
+# CLAUDE_CODE_USE_BEDROCK…), minus what a session sets for its own children.
+_AGENT_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "JJ_", "CLAUDE_CODE_")
 # Worker commands talk to the tracker too (`worker done` on Linear): its key goes
 # along, as a secret (through the launcher's 0600 file, never the tmux command line),
 # and only when the project's tracker is Linear.
@@ -112,15 +115,16 @@ pane's launcher removes them."""
 
 def agent_environment(environ: Mapping[str, str], *, project: str, home: str, path: str,
                       config_file: str | None, isolated_home: bool,
-                      tracker_key: bool = False) -> dict[str, str]:
+                      tracker_key: bool = False, pass_env: tuple[str, ...] = ()
+                      ) -> dict[str, str]:
     """What every agent process of the project gets, and all it gets: the pane's
     launcher starts from this, not from the tmux server's environment."""
     env: dict[str, str] = {}
     for name, value in environ.items():
-        if name in WORKER_IDENTITY or name in _AGENT_NEVER:
+        if name in WORKER_IDENTITY or name in _AGENT_NEVER or name in NESTED_CLAUDE_VARS:
             continue
         if (name in _AGENT_EXACT or (tracker_key and name in _AGENT_TRACKER)
-                or name.startswith(_AGENT_PREFIXES)):
+                or name in pass_env or name.startswith(_AGENT_PREFIXES)):
             env[name] = value
     if isolated_home:
         env.pop("CLAUDE_CONFIG_DIR", None)

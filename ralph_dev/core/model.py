@@ -214,6 +214,11 @@ class WorkerRecord:
     """Merges of this issue's finished work that failed in a way retrying may fix; each
     waits a backoff, and at ``timing.max_attempts`` the issue is held for a person."""
     merge_failed_at: datetime | None = None
+    agent_error: str | None = None
+    """The API error the agent's last turn ended on (Claude Code's ``StopFailure``), until
+    the controller has it continue after the pause that error caused."""
+    agent_error_text: str | None = None
+    agent_error_at: datetime | None = None
 
     @property
     def running(self) -> bool:

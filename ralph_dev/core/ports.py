@@ -42,6 +42,11 @@ class Panes(WindowLister, Protocol):
 
     def send_text(self, target: str, text: str) -> None: ...
 
+    def dismiss(self, target: str) -> None:
+        """Press Escape: close a menu the agent's UI opened (Claude Code's rate-limit
+        options) before text is typed."""
+        ...
+
     def kill_window(self, target: str) -> None: ...
 
 

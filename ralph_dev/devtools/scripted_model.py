@@ -41,8 +41,29 @@ class ToolUse:
     input: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """The API refusing the request, as the real one does: an HTTP error with its JSON
+    body and headers (a usage limit: 429 with the ``anthropic-ratelimit-unified-*``
+    headers, which a subscriber's Claude Code turns into "You've hit your … limit")."""
+
+    status: int
+    error_type: str
+    message: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def usage_limit(resets_at: float) -> Refusal:
+    """A claude.ai subscription's five-hour limit, lifting at ``resets_at`` (Unix s)."""
+    return Refusal(429, "rate_limit_error", "This request would exceed your account's rate "
+                   "limit. Please try again later.", {
+                       "anthropic-ratelimit-unified-status": "rejected",
+                       "anthropic-ratelimit-unified-reset": str(int(resets_at)),
+                       "anthropic-ratelimit-unified-representative-claim": "five_hour"})
+
+
 Block = Text | ToolUse
-Brain = Callable[[dict[str, Any]], Sequence[Block]]
+Brain = Callable[[dict[str, Any]], Sequence[Block | Refusal]]
 
 _ids = itertools.count(1)
 
@@ -329,9 +350,16 @@ class FakeAnthropic(LoopbackServer):
         except Exception as exc:  # a broken brain must show up in the test, not hang claude
             self.errors.append(f"{type(exc).__name__}: {exc}")
             blocks = [Text(f"brain error: {exc}")]
+        refused = [b for b in blocks if isinstance(b, Refusal)]
+        if refused:
+            return web.json_response(
+                {"type": "error", "error": {"type": refused[0].error_type,
+                                            "message": refused[0].message}},
+                status=refused[0].status, headers=dict(refused[0].headers))
+        answer = [b for b in blocks if not isinstance(b, Refusal)]
         with self._lock:
-            self.answers.append(blocks)
-        message = _message(blocks or [Text("")], str(body.get("model", "fake-model")))
+            self.answers.append(answer)
+        message = _message(answer or [Text("")], str(body.get("model", "fake-model")))
         if not body.get("stream"):
             return web.json_response(message)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import structlog
 
+from ralph_dev.core import wake
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.jsonsafe import parse_json
 from ralph_dev.core.model import Issue, Role
@@ -287,6 +288,20 @@ def post_tool_use(settings: ProjectSettings, env: WorkerEnv, jj: Any = None) -> 
         (jj or open_jj(settings)).snapshot(env.issue)
     finally:
         store.update_record(env.issue, last_activity=utcnow())
+
+
+def stop_failure(settings: ProjectSettings, env: WorkerEnv, payload: Mapping[str, Any]) -> None:
+    """The agent's turn ended on an API error (a usage limit, an overload): record it for
+    the controller, which pauses the swarm and has this worker continue afterwards."""
+    error = payload.get("error")
+    text = payload.get("last_assistant_message")
+    kind = error[:40] if isinstance(error, str) else "unknown"
+    shown = one_line(text)[:300] if isinstance(text, str) else ""
+    store = StateStore(settings.paths)
+    store.update_record(env.issue, agent_error=kind, agent_error_text=shown,
+                        agent_error_at=utcnow(), last_activity=utcnow())
+    store.append_event("agent_api_error", issue=env.issue, error=kind, text=shown)
+    wake.poke(store)
 
 
 # --- Stop ---------------------------------------------------------------------------------
