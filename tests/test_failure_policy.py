@@ -166,3 +166,19 @@ def test_two_lines_of_work_joined_as_jj_suggests_are_merged(
     assert "user-input-needed" not in labels(swarm, "DEMO-1")
     held = [e for e in swarm.events() if e["event"] == "hold"]
     assert held == []
+
+
+def test_what_a_research_worker_wrote_never_reaches_trunk(
+        swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12: a worker without edit rights may still write files (Bash): its
+    workspace is never merged, and what it wrote stays reachable for a person."""
+    swarm.import_plan('[[task]]\ntitle = "Find out"\nlabels = ["ralph:research"]\n')
+    ctl = in_process(swarm, monkeypatch)
+    wait_for(lambda: (tick(ctl), swarm.issue("DEMO-1")["state_type"] == "completed"
+                      and not swarm.workspaces())[1], 60, "the research issue done")
+    assert "changes/DEMO-1.txt" not in swarm.trunk_files()
+    kept = swarm.jj_out("file", "list", "-r", "ralph/DEMO-1").split()
+    assert "changes/DEMO-1.txt" in kept  # not lost: under its bookmark
+    forgets = [e for e in swarm.events() if e["event"] == "forget"]
+    assert "research worker's workspace is not merged" in forgets[-1]["reason"]
+    assert not [e for e in swarm.events() if e["event"] == "merge"]

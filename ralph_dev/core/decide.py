@@ -528,6 +528,16 @@ class _Decider:
         """
         if has_window:
             self.emit(Kill(ident, f"{why}: closing its window"))
+        rec = self.world.records.get(ident)
+        if rec is not None and not rec.role.may_edit:
+            # review, research, plan and groom workers change no code: whatever their
+            # workspace holds (Bash can write files) never reaches trunk; it stays
+            # reachable under its bookmark for a person to look at
+            self.emit(Forget(ident, f"{why}: a {rec.role.value} worker's workspace is not "
+                                    "merged (only execute and resolve workers change code); "
+                                    f"anything in it stays under the bookmark ralph/{ident}",
+                             keep_bookmark=True))
+            return
         if self.world.feedback(ident):
             self.resume(ident)  # a person answered the hold: the merge is tried again
             return
