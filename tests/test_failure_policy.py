@@ -182,3 +182,21 @@ def test_what_a_research_worker_wrote_never_reaches_trunk(
     forgets = [e for e in swarm.events() if e["event"] == "forget"]
     assert "research worker's workspace is not merged" in forgets[-1]["reason"]
     assert not [e for e in swarm.events() if e["event"] == "merge"]
+
+
+def test_a_persons_tracker_write_wakes_the_controller(
+        tmp_path: Path, jj_bin: str, tmux_socket: str) -> None:
+    """Issue 9: `issue add` pokes the running controller: the new issue starts long
+    before the next poll (60 s here)."""
+    swarm = Swarm.create(tmp_path, jj_bin, tmux_socket,
+                         timing={"poll_interval": 60, "heartbeat_stale": 300})
+    try:
+        swarm.start()
+        heartbeat = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo/heartbeat.json"
+        wait_for(lambda: heartbeat.exists() and '"tick": 1' in heartbeat.read_text(), 30,
+                 "the controller's first tick (the next poll is a minute away)")
+        swarm.cli("issue", "add", swarm.project, "Started at once")
+        wait_for(lambda: any(e["event"] == "spawn" for e in swarm.events()), 5,
+                 "the spawn, long before the next poll")
+    finally:
+        swarm.teardown()
