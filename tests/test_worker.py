@@ -340,6 +340,23 @@ def test_plan_is_refused_for_an_execute_worker(project: Project, tmp_path: Path)
     assert not project.tracker.get_sync(issue).children
 
 
+def test_done_refuses_a_file_jj_would_not_record(project: Project) -> None:
+    """Issue 9: the merge would refuse it (the work would be lost), so `worker done`
+    does, while the agent is still there to fix it; the advice works as written."""
+    issue = project.issue("Build it")
+    workspace = project.spawn(issue)
+    (workspace / "ok.txt").write_text("fine\n")
+    (workspace / "build.bin").write_bytes(b"x" * (2 * 1024 * 1024))  # a 2 MiB build output
+    refused = project.cli(["worker", "done", issue, "--summary", "built"], issue)
+    assert refused.exit_code != 0
+    assert "did not record build.bin" in refused.stderr and ".gitignore" in refused.stderr
+    assert not project.store.load_record(issue).done
+    (workspace / ".gitignore").write_text("build.bin\n")  # the first fix it names
+    done = project.cli(["worker", "done", issue, "--summary", "built"], issue)
+    assert done.exit_code == 0, done.output
+    assert project.store.load_record(issue).done
+
+
 def plan_text(count: int, labels: str = "") -> str:
     return "".join(f'[[task]]\nref = "t{i}"\ntitle = "Task {i}"\n{labels}\n' for i in range(count))
 

@@ -368,9 +368,12 @@ class JJWorkspaces(JjHome):
             )
 
     def describe(self, name: str, message: str) -> None:
-        """Set the description of the workspace's working change (snapshotting first)."""
+        """Set the description of the workspace's working change (snapshotting first).
+
+        Refuses, as the merge would, when the snapshot left files out (too large):
+        ``worker done`` then tells the agent while it can still fix it."""
         path = self._require(name)
-        self._snapshot(path)
+        self._refuse_if_unrecorded(name, self._snapshot(path), "finish")
         # `--message=…` so a message starting with '-' is never read as an option;
         # NUL cannot pass through argv at all.
         text = message.replace("\x00", "")
