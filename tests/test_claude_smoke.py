@@ -9,6 +9,7 @@ the verify command are all real. Nobody presses a key: the launch from
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -408,3 +409,44 @@ def test_a_usage_limit_pauses_the_swarm_and_the_worker_goes_on_after_the_reset(
         assert "worker_continued" in events
         assert events.count("worker_continued") == 1
         assert events.index("kill") > events.index("worker_done")  # nothing killed before
+
+
+def test_a_hung_model_call_is_noticed_behind_the_spinner(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13: the API accepts a request and then says nothing. Claude Code's spinner
+    keeps the pane busy, yet the worker's own activity (hooks, transcript) has stopped:
+    the controller nudges it after stall_timeout."""
+    from ralph_dev.adapters.gh import Gh
+    from ralph_dev.control.controller import Controller
+    from ralph_dev.control.wiring import launcher_for
+    from ralph_dev.core.config import Timing
+    from ralph_dev.devtools.scripted_model import Hang
+
+    settings = dataclasses.replace(world.settings, timing=Timing(
+        poll_interval=0.5, stall_timeout=8, restart_timeout=600))
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Think hard")])
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        return [Hang()] if is_main_conversation(request) else [Text("ok")]
+
+    with FakeAnthropic(brain) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        ctl = Controller(settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
+                         launcher=launcher_for(settings),
+                         pull_requests=Gh("gh", settings.repo), store=world.store)
+
+        def tick() -> Any:
+            return asyncio.run(ctl.tick())
+
+        tick()  # spawns the worker; its first model call hangs
+        log_file = world.store.log_path(issue)
+        retry_until(lambda: api.main_messages(), 60,
+                    what="the first model call" + diagnostics(world, api, issue))
+        size = log_file.stat().st_size
+        retry_until(lambda: (tick(), any(e["event"] == "nudge"
+                                         for e in world.store.iter_events()))[1], 60,
+                    what="a nudge while the call hangs" + diagnostics(world, api, issue))
+        assert log_file.stat().st_size > size  # the spinner printed all along
+        nudge = next(e for e in world.store.iter_events() if e["event"] == "nudge")
+        assert "no activity for" in nudge["reason"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,6 +52,7 @@ from ralph_dev.core.model import (
     Spawn,
     StateType,
     Window,
+    WorkerRecord,
     worker_windows,
 )
 from ralph_dev.core.ports import (
@@ -93,25 +94,48 @@ class TickResult:
                    for a in self.plan.actions)
 
 
-def output_marks(windows: Sequence[Window], store: StateStore) -> tuple[Window, ...]:
-    """Stamp each window with when its pane last printed, from its pipe-pane log.
+def _mtime(path: Path) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    except (OSError, ValueError):
+        return None
 
-    The log's mtime changes exactly when the pane prints something, so stuck
-    detection needs no per-window tmux call (the tick stays at one).
+
+def _pane_log(store: StateStore, window: Window) -> Path | None:
+    try:
+        return store.log_path(window.name)
+    except ValueError:
+        return None  # not a worker's window: no log of its own
+
+
+def output_marks(windows: Sequence[Window], store: StateStore,
+                 records: Mapping[str, WorkerRecord], *, agent_aware: bool) -> tuple[Window, ...]:
+    """Stamp each window with when its worker last did something.
+
+    For Claude Code (``agent_aware``) that is the agent's own account: its hooks
+    (``last_activity``) and its transcript's growth. Its pane is no witness: the
+    spinner keeps printing while a model call hangs. For the ``command`` runner it
+    is the pane: the pipe-pane log's mtime changes exactly when the pane prints.
+    Either way no per-window tmux call is needed (the tick stays at one).
     """
     marked = []
     for window in windows:
-        try:
-            changed = datetime.fromtimestamp(store.log_path(window.name).stat().st_mtime, UTC)
-        except (OSError, ValueError):
-            marked.append(window)
-            continue
-        marked.append(dataclasses.replace(window, output_changed_at=changed))
+        record = records.get(window.name)
+        if agent_aware and record is not None:
+            stamps = [t for t in (record.last_activity, record.started_at,
+                                  _mtime(Path(record.transcript)) if record.transcript else None)
+                      if t is not None]
+            changed = max(stamps) if stamps else None
+        else:
+            log_file = _pane_log(store, window)
+            changed = _mtime(log_file) if log_file is not None else None
+        marked.append(window if changed is None
+                      else dataclasses.replace(window, output_changed_at=changed))
     return tuple(marked)
 
 
 async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceLister,
-                  store: StateStore) -> tuple[Observed, str]:
+                  store: StateStore, *, agent_aware: bool = False) -> tuple[Observed, str]:
     """Everything decide needs, read now; and the tracker's error when it could not be read.
 
     Shared by the controller and ``ralph-dev plan`` (which observes but never acts).
@@ -125,11 +149,12 @@ async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceListe
         log.warning("tracker_unavailable", error=tracker_error)
     windows = await asyncio.to_thread(tmux.list_windows)
     workspaces = await asyncio.to_thread(jj.list_workspaces)
+    records = store.load_records()
     observed = Observed(
         issues=issues,
-        windows=output_marks(windows, store),
+        windows=output_marks(windows, store, records, agent_aware=agent_aware),
         workspaces=tuple(workspaces),
-        records=store.load_records(),
+        records=records,
         tracker_ok=not tracker_error,
         trunk_red=store.paths.trunk_red_file.exists(),
         pauses=store.load_pauses(),
@@ -205,7 +230,9 @@ class Controller:
             self._end_pauses_due()
             self.failures.check_setup()
             self.agent_waits.pause_for_errors()
-            observed, tracker_error = await observe(self.tracker, self.tmux, self.jj, self.store)
+            observed, tracker_error = await observe(
+                self.tracker, self.tmux, self.jj, self.store,
+                agent_aware=self.settings.agent.runner == "claude")
             await self.agent_waits.continue_waiting(observed.windows)
             if tracker_error:
                 self.store.append_event("tracker_unavailable", error=tracker_error)

@@ -111,7 +111,9 @@ class Limits:
 class Timing:
     poll_interval: float = 10.0
     stall_timeout: float = 900.0
-    """Seconds of unchanged output before a live worker is nudged."""
+    """Seconds without activity before a live worker is nudged: for Claude Code its hooks
+    and transcript (a spinner over a hung model call is not activity), for the command
+    runner its pane."""
     restart_timeout: float = 900.0
     """Seconds after a nudge, still unchanged, before the worker is restarted."""
     retry_base: float = 30.0

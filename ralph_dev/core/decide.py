@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 NUDGE_MESSAGE = (
-    "ralph-dev: no new output for a while. Continue working on {issue}. "
+    "ralph-dev: no activity for a while. Continue working on {issue}. "
     "When it is finished run: ralph-dev worker done {issue} --summary '...'; "
     "if you cannot go on without a person run: ralph-dev worker blocked {issue} --question '...'"
 )
@@ -729,7 +729,7 @@ class _Decider:
         # later: output that changed only that soon after a nudge is its echo.
         echo = 2 * timing.poll_interval + 5
         if nudged is None or _seconds(changed, nudged) > echo:
-            self.emit(Nudge(ident, f"{ident}: no new output for {idle:.0f}s "
+            self.emit(Nudge(ident, f"{ident}: no activity for {idle:.0f}s "
                                    f"(stall timeout {timing.stall_timeout:g}s); nudging",
                             message=nudge_message(ident)))
             return

@@ -219,6 +219,10 @@ class WorkerRecord:
     the controller has it continue after the pause that error caused."""
     agent_error_text: str | None = None
     agent_error_at: datetime | None = None
+    transcript: str | None = None
+    """The agent's transcript file (Claude Code's SessionStart hook says where): it
+    grows with every message, so activity is read from it, not from the pane, where
+    a spinner keeps printing while a model call hangs."""
 
     @property
     def running(self) -> bool:

@@ -264,6 +264,16 @@ async def gather_context(settings: ProjectSettings, env: WorkerEnv, tracker: Any
     return render_context(settings, env, issue, related)
 
 
+def note_session(settings: ProjectSettings, env: WorkerEnv,
+                 payload: Mapping[str, Any]) -> None:
+    """Where this session's transcript is, and that the agent is alive."""
+    transcript = payload.get("transcript_path")
+    fields: dict[str, Any] = {"last_activity": utcnow()}
+    if isinstance(transcript, str) and transcript.startswith("/") and "\x00" not in transcript:
+        fields["transcript"] = transcript[:1000]
+    StateStore(settings.paths).update_record(env.issue, **fields)
+
+
 def session_start(settings: ProjectSettings, env: WorkerEnv, tracker: Any = None) -> str:
     async def go() -> str:
         t = tracker if tracker is not None else open_tracker(settings)
