@@ -450,3 +450,63 @@ def test_a_hung_model_call_is_noticed_behind_the_spinner(
         assert log_file.stat().st_size > size  # the spinner printed all along
         nudge = next(e for e in world.store.iter_events() if e["event"] == "nudge")
         assert "no activity for" in nudge["reason"]
+
+
+def test_a_crashed_agent_is_resumed_in_its_own_session(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13: the agent process dies mid-task; its restart continues the same
+    conversation (``--resume`` of the session its SessionStart hook recorded), and its
+    prompt says it is a continuation."""
+    from ralph_dev.adapters.gh import Gh
+    from ralph_dev.control.controller import Controller
+    from ralph_dev.control.wiring import launcher_for
+    from ralph_dev.core.config import Timing
+    from ralph_dev.devtools.scripted_model import Hang
+
+    settings = dataclasses.replace(world.settings, timing=Timing(
+        poll_interval=0.5, retry_base=0.5, retry_cap=1))
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Two steps")])
+    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'two steps'"
+    crashed = {"yet": False}
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        if not is_main_conversation(request):
+            return [Text("ok")]
+        text = json.dumps(request["messages"])
+        if "echo step-one" not in text:
+            return [bash("echo step-one > one.txt")]
+        if not crashed["yet"]:
+            return [Hang()]  # the agent dies while it waits here
+        return [Text("Done.")] if "touch ok.txt &&" in text else [bash(finish)]
+
+    with FakeAnthropic(brain) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        ctl = Controller(settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
+                         launcher=launcher_for(settings),
+                         pull_requests=Gh("gh", settings.repo), store=world.store)
+
+        def tick() -> Any:
+            return asyncio.run(ctl.tick())
+
+        tick()
+        retry_until(lambda: len(api.main_messages()) >= 2, 60,
+                    what="the second model call" + diagnostics(world, api, issue))
+        session = world.store.load_record(issue).session_id
+        assert session
+        (window,) = world.tmux.find(issue)
+        pid = world.tmux.run("display-message", "-p", "-t", window.pane_id, "#{pane_pid}")
+        crashed["yet"] = True
+        os.kill(int(pid.check().stdout[0]), 9)  # kill -9 of the agent
+        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
+                             is StateType.COMPLETED)[1], 120,
+                    what="the issue done after the crash" + diagnostics(world, api, issue))
+        spawns = [e for e in world.store.iter_events() if e["event"] == "spawn"]
+        assert [e["attempt"] for e in spawns] == [1, 2]
+        after = api.main_messages()[2:]
+        history = json.dumps(after[0]["messages"])
+        # the same conversation goes on: the first session's start is in its history.
+        # (Claude Code 2.1.197 drops a tool call whose result it had not yet written
+        # when it was killed, so the agent may redo that last step.)
+        assert "SessionStart:startup" in history and "SessionStart:resume" in history
+        assert "continuation of your own earlier session" in json.dumps(after[0]["messages"])

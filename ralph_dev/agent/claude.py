@@ -191,11 +191,11 @@ def resolve_claude_bin(settings: ProjectSettings, path: str) -> str:
 
 
 def claude_argv(claude_bin: str, role: Role, model: str, *, plugin: Path,
-                extra_args: Sequence[str] = ()) -> list[str]:
+                extra_args: Sequence[str] = (), resume: str | None = None) -> list[str]:
     """Claude Code's argv, without the prompt (the exec wrapper adds it after ``--``)."""
     fence = tool_fence(role)
     return [
-        claude_bin,
+        *([claude_bin, "--resume", resume] if resume else [claude_bin]),
         "--model", model,
         "--plugin-dir", str(plugin),
         "--permission-mode", "dontAsk",

@@ -259,8 +259,12 @@ def build_launch(
     feedback: str | None = None,
     config_path: Path | None = None,
     environ: Mapping[str, str] | None = None,
+    resume_session: str | None = None,
 ) -> Launch:
-    """Prepare one worker: prompt file, environment, trusted HOME, and the window's argv."""
+    """Prepare one worker: prompt file, environment, trusted HOME, and the window's argv.
+
+    ``resume_session``: Claude Code continues that earlier conversation of this issue
+    (``--resume``) instead of starting over; the prompt then says so."""
     environ = os.environ if environ is None else environ
     identifier = check_identifier(issue.identifier)
     role = Role(role)
@@ -270,8 +274,9 @@ def build_launch(
     home = agent_home(settings, environ)
     env = worker_env(settings, identifier, role, workspace, attempt=attempt, home=home,
                      config_path=config_path, environ=environ)
+    resumed = resume_session if settings.agent.runner == "claude" else None
     prompt = render_prompt(issue, role, workspace, attempt=attempt, feedback=feedback,
-                           project=settings.name)
+                           project=settings.name, resumed=resumed is not None)
     prompt_file = write_prompt(settings, identifier, role, attempt, prompt)
 
     if settings.agent.runner == "command":
@@ -285,7 +290,7 @@ def build_launch(
     else:
         claude = prepare_claude(settings, env, home, _trust_roots(settings, workspace))
         argv = claude_argv(claude, role, model, plugin=plugin_dir(),
-                           extra_args=settings.agent.extra_args)
+                           extra_args=settings.agent.extra_args, resume=resumed)
         prompt_arg = True
     log.info("agent_launch", issue=identifier, role=role.value, runner=settings.agent.runner,
              model=model, attempt=attempt, home=settings.agent.home, program=Path(argv[0]).name)

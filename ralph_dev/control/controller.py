@@ -360,9 +360,23 @@ class Controller:
         else:
             self.store.update_record(action.issue, blocked=False)
 
+    def _resumable(self, action: Spawn | Restart) -> str | None:
+        """The Claude Code session a new start of this issue's worker continues: the
+        last one of the same role whose transcript is still there (else a fresh start,
+        said in the events)."""
+        record = self.store.load_record(action.issue)
+        if record is None or record.session_id is None or record.role is not action.role:
+            return None
+        if record.transcript is None or not Path(record.transcript).is_file():
+            self.store.append_event("session_fresh", issue=action.issue,
+                                    why="the earlier session's transcript is gone")
+            return None
+        return record.session_id
+
     async def _spawn(self, action: Spawn | Restart, issue: Issue | None) -> None:
         if issue is None:
             raise TrackerError(f"{action.issue}: not in the tracker's answer this tick")
+        resume = self._resumable(action)
         workspace: Path = await while_beating(
             self._beat_while, "spawn", self.jj.add_workspace, action.issue,
             after_create=workspace_hooks.after_create(self.settings, self.store, action.issue))
@@ -374,7 +388,8 @@ class Controller:
             await self.tracker.set_state(action.issue, type=StateType.STARTED)
         launch = self.launcher(issue, action.role, workspace,
                                action.model or self.settings.agent.model,
-                               attempt=action.attempt, feedback=human_feedback(issue))
+                               attempt=action.attempt, feedback=human_feedback(issue),
+                               resume_session=resume)
         try:
             await asyncio.to_thread(
                 self.tmux.open_window, action.issue, cwd=launch.cwd, command=launch.argv,

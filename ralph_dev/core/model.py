@@ -219,6 +219,8 @@ class WorkerRecord:
     the controller has it continue after the pause that error caused."""
     agent_error_text: str | None = None
     agent_error_at: datetime | None = None
+    session_id: str | None = None
+    """The agent's conversation (Claude Code's session id): a restart resumes it."""
     transcript: str | None = None
     """The agent's transcript file (Claude Code's SessionStart hook says where): it
     grows with every message, so activity is read from it, not from the pane, where

@@ -176,7 +176,8 @@ class AgentLauncher(Protocol):
     """Prepares one worker's agent: prompt, environment, and the window's argv."""
 
     def __call__(self, issue: Issue, role: Role, workspace: Path, model: str, *,
-                 attempt: int, feedback: str | None = None) -> Launch: ...
+                 attempt: int, feedback: str | None = None,
+                 resume_session: str | None = None) -> Launch: ...
 
 
 class PullRequests(Protocol):

@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -264,11 +265,18 @@ async def gather_context(settings: ProjectSettings, env: WorkerEnv, tracker: Any
     return render_context(settings, env, issue, related)
 
 
+SESSION_ID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{7,63}")
+"""What a session id may look like before it goes on a command line (``--resume``)."""
+
+
 def note_session(settings: ProjectSettings, env: WorkerEnv,
                  payload: Mapping[str, Any]) -> None:
     """Where this session's transcript is, and that the agent is alive."""
     transcript = payload.get("transcript_path")
+    session = payload.get("session_id")
     fields: dict[str, Any] = {"last_activity": utcnow()}
+    if isinstance(session, str) and SESSION_ID_RE.fullmatch(session):
+        fields["session_id"] = session
     if isinstance(transcript, str) and transcript.startswith("/") and "\x00" not in transcript:
         fields["transcript"] = transcript[:1000]
     StateStore(settings.paths).update_record(env.issue, **fields)
