@@ -214,7 +214,9 @@ class Controller:
                 self.store.clear_pause(pause.kind, why="its stated end has passed")
 
     def _beat_while(self, acting: str) -> None:
-        self.store.write_heartbeat(tick=self.tick_number, acting=acting)
+        # the whole beat, not a part of it: /metrics reads tick_seconds from the file
+        self.store.write_heartbeat(tick=self.tick_number, acting=acting,
+                                   tick_seconds=self.tick_seconds.as_json())
 
     # -- tick ---------------------------------------------------------------
 
