@@ -69,6 +69,8 @@ from ralph_dev.core.state import StateStore, utcnow
 
 log = structlog.get_logger(__name__)
 
+SPAWN_UNFINISHED = "its start did not finish (the controller stopped mid-spawn)"
+
 FEEDBACK_MESSAGE = (
     "ralph-dev: a person left feedback on your issue. Run `ralph-dev worker feedback "
     "{issue}` to read it, then carry on with it in mind."
@@ -384,7 +386,10 @@ class Controller:
             after_create=workspace_hooks.after_create(self.settings, self.store, action.issue))
         record = self.store.update_record(
             action.issue, role=action.role, attempts=action.attempt, started_at=self.clock(),
-            done=False, blocked=False, nudged_at=None, iterations=0, lost=None,
+            done=False, blocked=False, nudged_at=None, iterations=0,
+            # until its window is open: a controller stopped (killed, frozen) mid-spawn is
+            # a cause outside the issue, and the next start charges nothing for it
+            lost=SPAWN_UNFINISHED,
         )
         if issue.state_type in (StateType.UNSTARTED, StateType.BACKLOG, StateType.TRIAGE):
             await self.tracker.set_state(action.issue, type=StateType.STARTED)
@@ -400,4 +405,5 @@ class Controller:
         except BaseException:
             launch.discard_secrets()
             raise
+        self.store.update_record(action.issue, lost=None)
         log.info("spawned", issue=action.issue, role=record.role.value, attempt=record.attempts)
