@@ -239,7 +239,7 @@ def test_worker_environment(xdg: Path, recorder: Path, monkeypatch: pytest.Monke
     for flag in ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_TELEMETRY",
                  "DISABLE_AUTOUPDATER"):
         assert env[flag] == "1"
-    assert env["HOME"] == str(settings.paths.agent_home)
+    assert env["HOME"] == str(settings.paths.worker_dir("DEMO-7") / "home")
     # ralph-dev (for hooks and worker commands) comes first, and is THIS installation's
     first = env["PATH"].split(os.pathsep)[0]
     link = Path(first) / "ralph-dev"
@@ -302,7 +302,7 @@ def test_isolated_home_is_seeded_and_seeding_is_idempotent(xdg: Path, recorder: 
     settings = make_settings(xdg, claude_bin=str(recorder))
     build_launch(settings, hostile_issue(), Role.EXECUTE, workspace_for(settings, "DEMO-7"),
                  "sonnet", attempt=1)
-    path = settings.paths.agent_home / ".claude.json"
+    path = settings.paths.worker_dir("DEMO-7") / "home" / ".claude.json"
     data = json.loads(path.read_text())
     assert data["hasCompletedOnboarding"] is True
     assert data["projects"][str(settings.workspaces)]["hasTrustDialogAccepted"] is True

@@ -45,6 +45,7 @@ from ralph_dev.agent.claude import (
     resolve_claude_bin,
 )
 from ralph_dev.agent.prompt import render_prompt, write_prompt
+from ralph_dev.core.channel import RUN_DIR_VAR
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import (
     NESTED_CLAUDE_VARS,
@@ -135,17 +136,22 @@ def worker_env(
     *,
     attempt: int,
     home: Path,
+    run_dir: Path,
     config_path: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The agent environment plus the worker identity ``ralph-dev worker …`` and the
-    hooks read (they refuse to act on any issue but ``RALPH_DEV_ISSUE``)."""
+    """The agent environment plus who the worker is, for the agent's own use (its skills
+    name ``$RALPH_DEV_ISSUE``). ``ralph-dev worker …`` and the hooks do not trust these:
+    they know the worker by its run directory (``core.channel``)."""
     env = agent_env(settings, home=home, config_path=config_path, environ=environ)
     env.update({
         "RALPH_DEV_ISSUE": check_identifier(identifier),
         "RALPH_DEV_ROLE": role.value,
         "RALPH_DEV_WORKSPACE": str(workspace),
         "RALPH_DEV_ATTEMPT": str(int(attempt)),
+        # where an unconfined worker's commands find its run dir; a sandboxed one's
+        # ignore it (theirs is at core.channel.RUN_MOUNT)
+        RUN_DIR_VAR: str(run_dir),
         # Claude Code ends a turn after 8 Stop-hook blocks by default; ralph-dev's own
         # iteration cap (agent.iteration_cap) decides when a worker may stop instead.
         "CLAUDE_CODE_STOP_HOOK_BLOCK_CAP": str(settings.agent.iteration_cap + 1),
@@ -256,6 +262,7 @@ def build_launch(
     model: str,
     *,
     attempt: int,
+    worker_dir: Path | None = None,
     feedback: str | None = None,
     config_path: Path | None = None,
     environ: Mapping[str, str] | None = None,
@@ -271,9 +278,11 @@ def build_launch(
     workspace = Path(workspace)
     if config_path is None and environ.get("RALPH_DEV_CONFIG"):
         config_path = Path(environ["RALPH_DEV_CONFIG"])
-    home = agent_home(settings, environ)
+    worker_dir = worker_dir or settings.paths.worker_dir(identifier)
+    home = worker_dir / "home" if settings.agent.home == "isolated" \
+        else agent_home(settings, environ)
     env = worker_env(settings, identifier, role, workspace, attempt=attempt, home=home,
-                     config_path=config_path, environ=environ)
+                     run_dir=worker_dir / "run", config_path=config_path, environ=environ)
     resumed = resume_session if settings.agent.runner == "claude" else None
     prompt = render_prompt(issue, role, workspace, attempt=attempt, feedback=feedback,
                            project=settings.name, resumed=resumed is not None)

@@ -83,6 +83,10 @@ class Workspaces(WorkspaceLister, Protocol):
 
     def snapshot(self, name: str) -> list[str]: ...
 
+    def describe(self, name: str, message: str) -> None:
+        """Name the workspace's change (refusing when jj left files out of it)."""
+        ...
+
 
 class Trunk(Protocol):
     """Trunk's commit and a checkout of it, for verifying trunk after merges."""
@@ -176,7 +180,7 @@ class AgentLauncher(Protocol):
     """Prepares one worker's agent: prompt, environment, and the window's argv."""
 
     def __call__(self, issue: Issue, role: Role, workspace: Path, model: str, *,
-                 attempt: int, feedback: str | None = None,
+                 attempt: int, worker_dir: Path, feedback: str | None = None,
                  resume_session: str | None = None) -> Launch: ...
 
 
