@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from channel_kit import ControllerEnd
 from claude_env import ClaudeUnavailable, find_claude
 from conftest import retry_until
 
@@ -27,6 +28,7 @@ from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.agent.launch import build_launch
+from ralph_dev.control.channel import Channel
 from ralph_dev.core.config import load_project
 from ralph_dev.core.model import NewIssue, Role, StateType
 from ralph_dev.core.state import StateStore, utcnow
@@ -65,6 +67,7 @@ class World:
     store: StateStore
     tmux: Tmux
     jj_bin: str
+    controller: ControllerEnd
 
     def jj_out(self, *args: str) -> str:
         env = {**os.environ, "PATH": self.jj.child_path()}
@@ -101,9 +104,12 @@ def world(xdg: Path, jj_bin: str, tmux_socket: str, claude_bin: str,
     settings = load_project("demo", path=config)
     tmux = Tmux(settings.session_name, socket_name=tmux_socket)
     tmux.ensure_session(xdg, {"PATH": os.environ["PATH"]})
-    yield World(xdg, settings, LocalTracker(settings.paths.tracker_db, "DEMO"),
-                JJ.from_settings(settings), StateStore(settings.paths), tmux, jj_bin)
+    tracker, jj, store = (LocalTracker(settings.paths.tracker_db, "DEMO"),
+                          JJ.from_settings(settings), StateStore(settings.paths))
+    controller = ControllerEnd(Channel(settings, store=store, tracker=tracker, jj=jj))
+    yield World(xdg, settings, tracker, jj, store, tmux, jj_bin, controller)
     tmux.kill_session()
+    controller.close()
 
 
 def spawn(world: World, api: FakeAnthropic, issue: str, role: Role,
@@ -115,8 +121,12 @@ def spawn(world: World, api: FakeAnthropic, issue: str, role: Role,
     world.store.update_record(issue, role=role, attempts=1, started_at=utcnow(), done=False,
                               blocked=False, iterations=0)
     world.tracker.set_state_sync(issue, type=StateType.STARTED)
+    channel = world.controller.channel
+    channel.publish(tuple(world.tracker.list_issues_sync()))
+    worker_dir = channel.prepare(world.tracker.get_sync(issue), role, workspace, 1)
+    world.controller.call(channel.listen())
     launch = build_launch(world.settings, world.tracker.get_sync(issue), role, workspace,
-                          "sonnet", attempt=1)
+                          "sonnet", attempt=1, worker_dir=worker_dir)
     world.tmux.open_window(issue, cwd=launch.cwd, command=launch.argv, environment=launch.env,
                            log_file=world.store.log_path(issue))
     return launch, workspace
@@ -124,7 +134,7 @@ def spawn(world: World, api: FakeAnthropic, issue: str, role: Role,
 
 def diagnostics(world: World, api: FakeAnthropic, issue: str) -> str:
     panes = "\n".join(world.tmux.capture(w.pane_id, 60) for w in world.tmux.find(issue))
-    hooks = world.settings.paths.logs_dir / "hooks.log"
+    hooks = world.settings.paths.worker_dir(issue) / "run" / "hooks.log"
     return (f"\n--- pane ---\n{panes}\n--- hooks.log ---\n"
             f"{hooks.read_text()[-3000:] if hooks.exists() else '(none)'}\n"
             f"--- api ---\n{[(r.method, r.path) for r in api.requests]}\nerrors: {api.errors}")
@@ -492,6 +502,7 @@ def test_a_crashed_agent_is_resumed_in_its_own_session(
         tick()
         retry_until(lambda: len(api.main_messages()) >= 2, 60,
                     what="the second model call" + diagnostics(world, api, issue))
+        tick()  # the controller hears the SessionStart hook's news
         session = world.store.load_record(issue).session_id
         assert session
         (window,) = world.tmux.find(issue)

@@ -14,7 +14,6 @@ import pytest
 from test_worker import Project, hostile_text, make_project
 
 from ralph_dev.core.model import Role
-from ralph_dev.core.state import StateStore
 
 RALPH_DEV = [sys.executable, "-m", "ralph_dev"]
 """How Claude Code runs it, minus the console-script shim (works in any venv layout)."""

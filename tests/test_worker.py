@@ -3,16 +3,15 @@ controller's real end of the channel (its sockets, report acceptance and tracker
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
-import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from channel_kit import ControllerEnd
 from click.testing import CliRunner, Result
 
 from ralph_dev.adapters.jj import JJ
@@ -27,28 +26,6 @@ from ralph_dev.core.state import StateStore, utcnow
 VERIFY = (
     "echo checking; test -f ok.txt || { echo 'ok.txt is missing' >&2; exit 3; }; echo verify-ok"
 )
-
-T = TypeVar("T")
-
-
-class ControllerEnd:
-    """The controller's end of the channel on an event loop of its own (a thread), as the
-    controller process runs it: listening on every worker's socket."""
-
-    def __init__(self, channel: Channel) -> None:
-        self.channel = channel
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
-
-    def close(self) -> None:
-        self.call(self.channel.close())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
 
 @dataclass
 class Project:

@@ -31,7 +31,15 @@ from ralph_dev.core import channel as ch
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
 from ralph_dev.core.fsutil import atomic_write_text, private_dir
-from ralph_dev.core.model import SESSION_ID_RE, Issue, NewIssue, Role, StateType
+from ralph_dev.core.model import (
+    SESSION_ID_RE,
+    Issue,
+    NewIssue,
+    Observed,
+    Role,
+    StateType,
+    worker_windows,
+)
 from ralph_dev.core.plan_admission import PlanRefused, admit_plan
 from ralph_dev.core.ports import Tracker, Workspaces
 from ralph_dev.core.state import StateStore, from_iso, to_iso, utcnow
@@ -105,6 +113,25 @@ class Channel:
         self._write_view(issue)
         return base
 
+    async def adopt(self, observed: Observed) -> None:
+        """A live worker with no run dir was started by a release before the channel: give
+        it one (its commands find it by the project and issue its pane knows)."""
+        workspaces = {w.name: w for w in observed.workspaces}
+        issues = {i.identifier: i for i in observed.issues}
+        adopted = False
+        for window in worker_windows(observed.windows):
+            record = observed.records.get(window.name)
+            ws, issue = workspaces.get(window.name), issues.get(window.name)
+            if (not window.alive or record is None or ws is None or issue is None or not ws.path
+                    or self.worker_dir(window.name).is_dir()):
+                continue
+            self.prepare(issue, record.role, Path(ws.path), record.attempts)
+            self.store.append_event("worker_adopted", issue=window.name,
+                                    why="started before the worker channel existed")
+            adopted = True
+        if adopted:
+            await self.listen()
+
     def _write_view(self, issue: Issue) -> None:
         run = self.run_dir(issue.identifier)
         if not run.is_dir():
@@ -148,7 +175,8 @@ class Channel:
             sock = self.run_dir(name) / ch.SOCKET
             held = self._servers.get(name)
             with contextlib.suppress(OSError):
-                if held is not None and sock.stat().st_ino == held[1]:
+                if held is not None and sock.stat().st_ino == held[1] \
+                        and held[0].get_loop() is asyncio.get_running_loop():
                     continue
             await self._stop_listening(name)
             with contextlib.suppress(OSError):

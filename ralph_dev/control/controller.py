@@ -252,6 +252,7 @@ class Controller:
                 relaying=self.channel.relay.owed())
             if not tracker_error:
                 self.channel.publish(observed.issues)
+                await self.channel.adopt(observed)
             await self.agent_waits.continue_waiting(observed.windows)
             if tracker_error:
                 self.store.append_event("tracker_unavailable", error=tracker_error)

@@ -151,7 +151,24 @@ def find_run_dir(environ: Mapping[str, str] | None = None) -> Path | None:
     given = environ.get(RUN_DIR_VAR, "").strip()
     if given and Path(given).is_absolute() and (Path(given) / WORKER_FILE).is_file():
         return Path(given)
-    return None
+    return _adopted_run_dir(environ)
+
+
+def _adopted_run_dir(environ: Mapping[str, str]) -> Path | None:
+    """The run dir of a worker started by a release before the channel, which the
+    controller adopted after an upgrade: its pane knows only its project and issue.
+    (Unconfined, as it always ran; a sandboxed worker never gets here.)"""
+    from ralph_dev.core.errors import RalphError
+    from ralph_dev.core.paths import ProjectPaths, check_project_name
+
+    project, issue = environ.get("RALPH_DEV_PROJECT", ""), environ.get("RALPH_DEV_ISSUE", "")
+    if not project or not issue:
+        return None
+    try:
+        run_dir = ProjectPaths(check_project_name(project)).worker_dir(issue) / "run"
+    except (RalphError, ValueError):
+        return None
+    return run_dir if (run_dir / WORKER_FILE).is_file() else None
 
 
 # --- reports: the worker writes, the controller reads ------------------------------------
