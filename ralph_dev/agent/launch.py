@@ -45,6 +45,7 @@ from ralph_dev.agent.claude import (
     resolve_claude_bin,
 )
 from ralph_dev.agent.prompt import render_prompt, write_prompt
+from ralph_dev.agent.sandbox import bwrap_path, sandbox_args, write_filter
 from ralph_dev.core.channel import RUN_DIR_VAR
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import (
@@ -53,7 +54,7 @@ from ralph_dev.core.environment import (
     split_secrets,
 )
 from ralph_dev.core.errors import ConfigError
-from ralph_dev.core.fsutil import atomic_write_text
+from ralph_dev.core.fsutil import atomic_write_text, private_dir
 from ralph_dev.core.model import Issue, Launch, Role, check_identifier
 
 log = structlog.get_logger(__name__)
@@ -205,7 +206,7 @@ def command_argv(template: str, values: Mapping[str, str]) -> list[str]:
 
 def launch_via_spec(argv: Sequence[str], env: Mapping[str, str], cwd: Path, spec_file: Path,
                     *, prompt_file: Path | None = None, prompt_arg: bool = False,
-                    **about: Any) -> Launch:
+                    sandbox: Mapping[str, Any] | None = None, **about: Any) -> Launch:
     """Start ``argv`` in a pane through ``python -m ralph_dev.launcher SPEC``.
 
     tmux replaces a new pane's PATH with the PATH of the tmux client that created
@@ -222,6 +223,7 @@ def launch_via_spec(argv: Sequence[str], env: Mapping[str, str], cwd: Path, spec
         "prompt_file": str(prompt_file) if prompt_file else None,
         "env": public,
         "unset": list(NESTED_CLAUDE_VARS),
+        "sandbox": dict(sandbox) if sandbox else None,
         **about,
     }
     if secrets:
@@ -243,6 +245,8 @@ def check_agent(settings: ProjectSettings, environ: Mapping[str, str] | None = N
     workers' PATH: a setup error, which pauses dispatch instead of charging attempts."""
     environ = os.environ if environ is None else environ
     path = child_path(base=environ.get("PATH", os.defpath))
+    if settings.agent.sandbox == "bwrap":
+        bwrap_path()
     if settings.agent.runner != "command":
         resolve_claude_bin(settings, path)
         return
@@ -299,10 +303,32 @@ def build_launch(
     else:
         claude = prepare_claude(settings, env, home, _trust_roots(settings, workspace))
         argv = claude_argv(claude, role, model, plugin=plugin_dir(),
-                           extra_args=settings.agent.extra_args, resume=resumed)
+                           extra_args=settings.agent.extra_args, resume=resumed,
+                           workspace=workspace.resolve())
         prompt_arg = True
+    sandbox = worker_sandbox(settings, workspace=workspace, worker_dir=worker_dir,
+                             home=home, environ=environ,
+                             readable=[prompt_file, Path(argv[0]).resolve().parent])
     log.info("agent_launch", issue=identifier, role=role.value, runner=settings.agent.runner,
-             model=model, attempt=attempt, home=settings.agent.home, program=Path(argv[0]).name)
+             model=model, attempt=attempt, home=settings.agent.home, program=Path(argv[0]).name,
+             sandbox=settings.agent.sandbox)
     return launch_via_spec(argv, env, workspace, prompt_file.with_suffix(".launch.json"),
-                           prompt_file=prompt_file, prompt_arg=prompt_arg,
+                           prompt_file=prompt_file, prompt_arg=prompt_arg, sandbox=sandbox,
                            issue=identifier, role=role.value, attempt=int(attempt))
+
+
+def worker_sandbox(settings: ProjectSettings, *, workspace: Path, worker_dir: Path, home: Path,
+                   environ: Mapping[str, str], readable: Sequence[Path]) -> dict[str, Any] | None:
+    """How the launcher confines this worker (``agent.sandbox``; None: unconfined)."""
+    if settings.agent.sandbox == "off":
+        return None
+    for own in ("tmp", "run"):
+        private_dir(worker_dir / own)
+    if settings.agent.home == "user":
+        (home / ".claude").mkdir(mode=0o700, exist_ok=True)
+    person_home = Path(environ.get("HOME") or Path.home())
+    tools = [p for p in (agent_bin_dir(settings), *readable) if p is not None]
+    args = sandbox_args(settings, workspace=workspace, worker_dir=worker_dir, agent_home=home,
+                        person_home=person_home, tool_dirs=tools)
+    seccomp = write_filter(worker_dir)
+    return {"bwrap": bwrap_path(), "args": args, "seccomp": str(seccomp) if seccomp else None}
