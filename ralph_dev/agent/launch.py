@@ -324,7 +324,9 @@ def worker_sandbox(settings: ProjectSettings, *, workspace: Path, worker_dir: Pa
         return None
     for own in ("tmp", "run"):
         private_dir(worker_dir / own)
-    if settings.agent.home == "user":
+    if settings.agent.home == "isolated":
+        private_dir(home)
+    else:
         (home / ".claude").mkdir(mode=0o700, exist_ok=True)
     person_home = Path(environ.get("HOME") or Path.home())
     tools = [p for p in (agent_bin_dir(settings), *readable) if p is not None]
