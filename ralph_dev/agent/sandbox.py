@@ -34,6 +34,7 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
+from ralph_dev.adapters.process import run_command
 from ralph_dev.agent.claude import AgentError
 from ralph_dev.core.channel import RUN_MOUNT
 from ralph_dev.core.config import ProjectSettings
@@ -62,6 +63,22 @@ def bwrap_path() -> str:
             "your distribution's bubblewrap package), or set agent.sandbox = \"off\" to run "
             "workers unconfined")
     return found
+
+
+def try_sandbox() -> str:
+    """Run ``true`` in the smallest sandbox of the same kind (doctor): bubblewrap may be
+    installed yet refused (user namespaces disabled, e.g. by an AppArmor policy).
+    Returns bubblewrap's version; raises AgentError naming the fix."""
+    bwrap = bwrap_path()
+    result = run_command([bwrap, "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+                          "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev",
+                          "--proc", "/proc", "true"], timeout=30)
+    if not result.ok:
+        raise AgentError(
+            f"bubblewrap cannot make a sandbox here ({result.first_line}"
+            "): allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; "
+            "on Ubuntu 24.04 an AppArmor profile for bwrap), or set agent.sandbox = \"off\"")
+    return run_command([bwrap, "--version"], timeout=30).first_line
 
 
 def no_tiocsti_filter() -> bytes | None:
