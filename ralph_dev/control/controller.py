@@ -66,6 +66,7 @@ from ralph_dev.core.ports import (
     WindowLister,
     WorkspaceLister,
 )
+from ralph_dev.core.renumber import keep_local_names, local_aliases
 from ralph_dev.core.state import StateStore, utcnow
 
 log = structlog.get_logger(__name__)
@@ -154,6 +155,11 @@ async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceListe
     windows = await asyncio.to_thread(tmux.list_windows)
     workspaces = await asyncio.to_thread(jj.list_workspaces)
     records = store.load_records()
+    local = {*records, *(w.name for w in windows), *(w.name for w in workspaces)}
+    renamed = tracker.renamed()
+    if aliases := local_aliases(renamed, local):
+        log.info("issues_renumbered", kept_as=aliases)  # its one worker keeps its name
+    issues = keep_local_names(issues, renamed, local)
     observed = Observed(
         issues=issues,
         windows=output_marks(windows, store, records, agent_aware=agent_aware),

@@ -126,6 +126,11 @@ class TrackerReader(Protocol):
         """Release connections."""
         ...
 
+    def renamed(self) -> Mapping[str, str]:
+        """Earlier identifiers of the project's issues → their current ones (Linear
+        renumbers an issue moved to another team); empty for a tracker that never does."""
+        ...
+
     def usage(self) -> Mapping[str, Any] | None:
         """Requests and budget spent this hour (None: the tracker has no budget)."""
         ...
