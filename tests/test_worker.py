@@ -618,3 +618,28 @@ def test_peoples_commands_refuse_inside_a_worker(project: Project) -> None:
         assert result.exit_code != 0, args
         assert "person's command" in result.stderr
     assert project.tracker.get_sync(other).state_type is StateType.UNSTARTED
+
+
+def test_the_controller_reads_reports_warily(project: Project, tmp_path: Path) -> None:
+    """The outbox is the worker's: a link to a file its sandbox hides is not followed,
+    and a flood of reports is heard a few at a time."""
+    from ralph_dev.core import channel as ch
+
+    issue = project.issue()
+    project.spawn(issue, listen=False)
+    run = project.run_dir(issue)
+    secret = tmp_path / "elsewhere.json"
+    report = ch.write_report(run, "note", {"text": "from a link"})
+    (run / "outbox" / f"{report.id}.json").rename(secret)
+    (run / "outbox" / f"{report.id}.json").symlink_to(secret)
+    for n in range(30):
+        ch.write_report(run, "note", {"text": f"note {n}"})
+    channel = project.controller.channel
+    first = project.controller.call(channel.accept(issue))
+    assert ch.REPORTS_AT_ONCE - 1 <= len(first) <= ch.REPORTS_AT_ONCE  # (the link: refused)
+    project.controller.call(channel.accept_all())
+    project.controller.call(channel.accept_all())
+    bodies = [c.body for c in project.tracker.get_sync(issue).comments]
+    assert len(bodies) == 30 and not any("from a link" in b for b in bodies)
+    assert secret.exists()
+    assert any(e["event"] == "report_refused" for e in project.store.iter_events())

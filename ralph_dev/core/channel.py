@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import socket
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,9 @@ report is recorded and will be applied later."""
 
 REPORT_LIMIT = 256 * 1024
 """Bytes one report file may hold; a bigger one is refused unread."""
+
+REPORTS_AT_ONCE = 20
+"""Reports of one worker the controller takes at a time; the rest wait their turn."""
 
 
 class ChannelError(Exception):
@@ -198,11 +202,17 @@ def _report_id_ok(text: str) -> bool:
 
 
 def read_report(path: Path) -> Report | None:
-    """One outbox file as a report; None for anything malformed (it is refused)."""
+    """One outbox file as a report; None for anything malformed (it is refused). Read
+    without following a link: the controller sees paths the worker's sandbox hides."""
     try:
-        if path.stat().st_size > REPORT_LIMIT:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            raw = handle.read(REPORT_LIMIT + 1)
+        if len(raw) > REPORT_LIMIT:
             return None
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(raw.decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("fields", {}), dict):
@@ -214,16 +224,19 @@ def read_report(path: Path) -> Report | None:
                   at=str(data.get("at", "")))
 
 
-def pending_reports(run_dir: Path) -> list[tuple[Path, Report | None]]:
-    """Outbox files not answered yet, oldest first (None: a malformed file)."""
+def pending_reports(run_dir: Path, limit: int = REPORTS_AT_ONCE
+                    ) -> list[tuple[Path, Report | None]]:
+    """Outbox files not answered yet, oldest first, at most ``limit`` (a worker that
+    floods its outbox is heard a few reports a tick); None: a malformed file."""
     outbox = run_dir / OUTBOX
     try:
-        files = [p for p in outbox.iterdir() if p.suffix == ".json" and not p.name.startswith(".")]
+        files = [(p.lstat().st_mtime, p.name, p) for p in outbox.iterdir()
+                 if p.suffix == ".json" and not p.name.startswith(".")]
     except OSError:
         return []
-    files.sort(key=lambda p: (p.stat().st_mtime if p.exists() else 0.0, p.name))
-    return [(p, read_report(p)) for p in files
-            if not (run_dir / ANSWERS / p.name).exists()]
+    files.sort()
+    waiting = [p for _mtime, _name, p in files if not (run_dir / ANSWERS / p.name).exists()]
+    return [(p, read_report(p)) for p in waiting[:limit]]
 
 
 def write_answer(run_dir: Path, answer: Answer) -> None:
