@@ -322,9 +322,9 @@ def test_workers_get_no_secret_of_the_daemon(world: World, tmp_path: Path,
     world.tmux.kill_session()  # the server starts again, from this environment
     world.tmux.ensure_session(world.tmp, {"PATH": os.environ["PATH"]})
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Look around")])
-    dump = tmp_path / "seen"
-    look = (f"env > {dump}.env; tr '\\0' '\\n' < /proc/$PPID/environ > {dump}.parent; "
-            f"tmux show-environment -g > {dump}.tmux 2>&1; touch {dump}.done")
+    # into its workspace: the only place of the host's its sandbox may write
+    look = ("env > .seen.env; tr '\\0' '\\n' < /proc/$PPID/environ > .seen.parent; "
+            "touch .seen.done")
 
     def brain(request: dict[str, Any]) -> list[Any]:
         if "Bash" not in tool_names(request):
@@ -334,7 +334,8 @@ def test_workers_get_no_secret_of_the_daemon(world: World, tmp_path: Path,
         return [Text("Looked.")] if ran else [bash(look)]
 
     with FakeAnthropic(brain) as api:
-        spawn(world, api, issue, Role.EXECUTE, monkeypatch)
+        _launch, workspace = spawn(world, api, issue, Role.EXECUTE, monkeypatch)
+        dump = workspace / ".seen"
         retry_until(lambda: Path(f"{dump}.done").exists(), 90,
                     what="the agent's Bash step" + diagnostics(world, api, issue))
         (window,) = world.tmux.find(issue)
@@ -344,7 +345,8 @@ def test_workers_get_no_secret_of_the_daemon(world: World, tmp_path: Path,
             "claude": claude_env,
             "its Bash shell": Path(f"{dump}.env").read_text(),
             "the shell's parent": Path(f"{dump}.parent").read_text(),
-            "tmux show-environment -g": Path(f"{dump}.tmux").read_text(),
+            "tmux show-environment -g": "\n".join(
+                world.tmux.run("show-environment", "-g").check().stdout),
         }
         for where, text in seen.items():
             # the server's own list keeps a person's harmless variables, never a secret
