@@ -64,11 +64,9 @@ class Refused(WorkerError):
 
 @dataclass(frozen=True)
 class Outcome:
-    """What became of a report: the controller's word, or None while it is not running."""
+    """What became of a report, in the words the agent reads."""
 
     message: str
-    answered: bool
-    pending: bool = False
     already: bool = False
 
 
@@ -76,11 +74,10 @@ def _send(w: Worker, kind: str, fields: dict[str, Any]) -> Outcome:
     _report, answer = ch.submit(w.run_dir, kind, fields)
     if answer is None:
         return Outcome("ralph-dev's controller is not answering right now; the report is "
-                       "recorded and applied as soon as it runs.", answered=False)
+                       "recorded and applied as soon as it runs.")
     if not answer.ok:
         raise Refused(answer.message)
-    return Outcome(answer.message, answered=True, pending=answer.pending,
-                   already=bool(answer.data.get("already")))
+    return Outcome(answer.message, already=bool(answer.data.get("already")))
 
 
 def done(w: Worker, summary: str, *, timeout: float = VERIFY_TIMEOUT
