@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -312,6 +312,18 @@ SENTINELS = {
 }
 
 
+def controller_ticks(world: World, settings: Any) -> Callable[[], Any]:
+    """One controller tick per call, the real controller on the world's parts."""
+    from ralph_dev.adapters.gh import Gh
+    from ralph_dev.control.controller import Controller
+    from ralph_dev.control.wiring import launcher_for
+
+    ctl = Controller(settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
+                     launcher=launcher_for(settings), pull_requests=Gh("gh", settings.repo),
+                     store=world.store)
+    return lambda: asyncio.run(ctl.tick())
+
+
 def test_workers_get_no_secret_of_the_daemon(world: World, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 12: the tmux server and every agent start from an allowlist. The daemon's
@@ -363,9 +375,6 @@ def test_a_usage_limit_pauses_the_swarm_and_the_worker_goes_on_after_the_reset(
     """Issue 13: a subscriber's Claude Code hits its session limit. The controller pauses
     dispatch until the stated reset (no attempt charged, no nudge, no hold, no kill),
     spends no API call meanwhile, and then has the same session continue to done."""
-    from ralph_dev.adapters.gh import Gh
-    from ralph_dev.control.controller import Controller
-    from ralph_dev.control.wiring import launcher_for
     from ralph_dev.devtools.scripted_model import usage_limit
 
     now = time.time()
@@ -387,12 +396,7 @@ def test_a_usage_limit_pauses_the_swarm_and_the_worker_goes_on_after_the_reset(
         monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
         monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-fake-subscriber-0123456789")
         monkeypatch.setenv("CLAUDE_CODE_SUBSCRIPTION_TYPE", "max")
-        ctl = Controller(world.settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
-                         launcher=launcher_for(world.settings),
-                         pull_requests=Gh("gh", world.settings.repo), store=world.store)
-
-        def tick() -> Any:
-            return asyncio.run(ctl.tick())
+        tick = controller_ticks(world, world.settings)
 
         tick()  # spawns the worker
         retry_until(lambda: (tick(), any(p.kind == "usage-limit"
@@ -428,9 +432,6 @@ def test_a_hung_model_call_is_noticed_behind_the_spinner(
     """Issue 13: the API accepts a request and then says nothing. Claude Code's spinner
     keeps the pane busy, yet the worker's own activity (hooks, transcript) has stopped:
     the controller nudges it after stall_timeout."""
-    from ralph_dev.adapters.gh import Gh
-    from ralph_dev.control.controller import Controller
-    from ralph_dev.control.wiring import launcher_for
     from ralph_dev.core.config import Timing
     from ralph_dev.devtools.scripted_model import Hang
 
@@ -444,12 +445,7 @@ def test_a_hung_model_call_is_noticed_behind_the_spinner(
     with FakeAnthropic(brain) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
-        ctl = Controller(settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
-                         launcher=launcher_for(settings),
-                         pull_requests=Gh("gh", settings.repo), store=world.store)
-
-        def tick() -> Any:
-            return asyncio.run(ctl.tick())
+        tick = controller_ticks(world, settings)
 
         tick()  # spawns the worker; its first model call hangs
         log_file = world.store.log_path(issue)
@@ -469,9 +465,6 @@ def test_a_crashed_agent_is_resumed_in_its_own_session(
     """Issue 13: the agent process dies mid-task; its restart continues the same
     conversation (``--resume`` of the session its SessionStart hook recorded), and its
     prompt says it is a continuation."""
-    from ralph_dev.adapters.gh import Gh
-    from ralph_dev.control.controller import Controller
-    from ralph_dev.control.wiring import launcher_for
     from ralph_dev.core.config import Timing
     from ralph_dev.devtools.scripted_model import Hang
 
@@ -494,12 +487,7 @@ def test_a_crashed_agent_is_resumed_in_its_own_session(
     with FakeAnthropic(brain) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
-        ctl = Controller(settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
-                         launcher=launcher_for(settings),
-                         pull_requests=Gh("gh", settings.repo), store=world.store)
-
-        def tick() -> Any:
-            return asyncio.run(ctl.tick())
+        tick = controller_ticks(world, settings)
 
         tick()
         retry_until(lambda: len(api.main_messages()) >= 2, 60,
