@@ -70,8 +70,8 @@ def labels(swarm: Swarm, issue: str) -> list[str]:
 
 
 def test_a_missing_agent_pauses_dispatch_and_charges_nobody(
-        swarm: Swarm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir = tmp_path / "bin"
+        swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = swarm.shared / "bin"  # where the sandboxed workers can see it (not /tmp)
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     swarm.env["PATH"] = f"{bin_dir}:{swarm.env['PATH']}"
@@ -110,16 +110,16 @@ def test_a_failing_merge_backs_off_and_does_not_block_the_next_one(
         config.write_text(config.read_text() + "\n[projects.demo.merge]\nverify_trunk = true\n")
         swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
         ctl = in_process(swarm, monkeypatch)
-        real_merge = ctl.jj.merge
+        real_prepare = ctl.jj.prepare_merge
         tried: list[str] = []
 
-        def merge(name: str) -> Any:
+        def prepare_merge(name: str) -> Any:
             tried.append(name)
             if name == "DEMO-1":  # killed every time, as by an OOM killer
                 raise JJInterrupted("jj was killed (simulated)", command=["jj", "rebase"])
-            return real_merge(name)
+            return real_prepare(name)
 
-        ctl.jj.merge = merge  # type: ignore[method-assign]
+        ctl.jj.prepare_merge = prepare_merge  # type: ignore[method-assign]
         wait_for(lambda: (tick(ctl), "DEMO-2" in tried and "user-input-needed"
                           in labels(swarm, "DEMO-1"))[1], 120,
                  "DEMO-2 merged while DEMO-1's merge keeps failing, then DEMO-1 held")

@@ -152,12 +152,42 @@ class JJ(JJWorkspaces):
 
     def merge(self, name: str) -> MergeResult:
         """Rebase the workspace's change(s) onto trunk and move trunk forward to them."""
+        head = self.prepare_merge(name)
+        if isinstance(head, MergeResult):
+            return head
+        return self._move_trunk(name, head)
+
+    def prepare_merge(self, name: str) -> MergeResult | str:
+        """Rebase the workspace's work onto current trunk: its single head, checked out
+        in the workspace (for the verify command), or why there is nothing to move."""
         path = self._require(name)
         self.import_from_git(path)  # trunk may have moved in the person's git
         self.export_to_git(path)  # and a merge killed before it told git is told now
         head = self._rebased_head(name, path, "merge")
         if isinstance(head, MergeResult):
             return head
+        if not self._count(path, f"@- & {head}") or self._count(path, "@ ~ empty()"):
+            self.run("new", "-r", head, cwd=path).check()
+        return head
+
+    def advance_trunk(self, name: str, head: str) -> MergeResult:
+        """Move trunk to ``head`` prepared by :meth:`prepare_merge` — unless trunk moved
+        since (a person pushed while the change was verified): then nothing moves and
+        the result says so (``moved``), so the change is rebased and verified again."""
+        path = self._require(name)
+        self.import_from_git(path)
+        trunk = self.trunk_commit()
+        if not self._count(None, f"{trunk} & ::{head}"):
+            return MergeResult(merged=False, moved=True,
+                               detail=f"{self.trunk} moved to {trunk[:12]} while {name} was "
+                                      "being verified")
+        intent = self.intents.load(name)
+        if intent is not None:
+            self._guard(name, path, intent, head)
+        return self._move_trunk(name, head)
+
+    def _move_trunk(self, name: str, head: str) -> MergeResult:
+        path = self._require(name)
         self.run("bookmark", "set", self.trunk, "-r", head, cwd=path).check()
         self.intents.clear(name)
         self.run("bookmark", "delete", self.bookmark(name), cwd=path)

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -54,9 +55,12 @@ class VerifyOutcome:
 
 def run_verify(
     command: str, cwd: Path, *, timeout: float = 1800.0, env: dict[str, str] | None = None,
-    log_path: Path | None = None,
+    log_path: Path | None = None, wrapper: Sequence[str] = (),
 ) -> VerifyOutcome:
     """Run ``command`` in ``cwd``; a timeout or a missing shell is a failure, not a crash.
+
+    ``wrapper``: an argv the shell runs under (the workers' sandbox, when the controller
+    runs code workers wrote).
 
     With ``log_path`` the output is appended there as it comes (a worker's log, which
     ``ralph-dev logs`` follows) and the tail is read back from it.
@@ -74,7 +78,7 @@ def run_verify(
             # Its own process group, so a timeout kills everything the command forked
             # (test runners love to leave children behind).
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", command],
+                [*wrapper, "/bin/sh", "-c", command],
                 cwd=cwd,
                 # the command runs code agents wrote: it gets no API keys or secrets
                 env=public_env(env if env is not None else os.environ),

@@ -271,11 +271,13 @@ def build_launch(
     config_path: Path | None = None,
     environ: Mapping[str, str] | None = None,
     resume_session: str | None = None,
+    sent_back: str | None = None,
 ) -> Launch:
     """Prepare one worker: prompt file, environment, trusted HOME, and the window's argv.
 
     ``resume_session``: Claude Code continues that earlier conversation of this issue
-    (``--resume``) instead of starting over; the prompt then says so."""
+    (``--resume``) instead of starting over; the prompt then says so. ``sent_back``:
+    the verify output the issue's finished change failed with on top of trunk."""
     environ = os.environ if environ is None else environ
     identifier = check_identifier(issue.identifier)
     role = Role(role)
@@ -289,7 +291,8 @@ def build_launch(
                      run_dir=worker_dir / "run", config_path=config_path, environ=environ)
     resumed = resume_session if settings.agent.runner == "claude" else None
     prompt = render_prompt(issue, role, workspace, attempt=attempt, feedback=feedback,
-                           project=settings.name, resumed=resumed is not None)
+                           project=settings.name, resumed=resumed is not None,
+                           sent_back=sent_back)
     prompt_file = write_prompt(settings, identifier, role, attempt, prompt)
 
     if settings.agent.runner == "command":

@@ -100,16 +100,16 @@ def _under(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)
 
 
-def sandbox_args(settings: ProjectSettings, *, workspace: Path, worker_dir: Path,
-                 agent_home: Path, person_home: Path, tool_dirs: Iterable[Path] = ()
-                 ) -> list[str]:
-    """bubblewrap's options for one worker (without the program and the seccomp fd)."""
-    workspace, worker_dir = workspace.resolve(), worker_dir.resolve()
+def _confined(settings: ProjectSettings, *, workspace: Path, person_home: Path,
+              private_tmp: list[str], tool_dirs: Iterable[Path] = ()) -> list[str]:
+    """The part every sandbox shares: read-only everything, secrets hidden, its own
+    /tmp (``private_tmp``), ``agent.shared_paths`` and the workspace writable."""
+    workspace = workspace.resolve()
     args = ["--die-with-parent", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", "/run", "--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve",
-            "--bind", str(worker_dir / "tmp"), SANDBOX_TMP]
+            *private_tmp]
     hidden = [Path(SANDBOX_TMP), Path("/run")]
     secret = [config_home(), state_home(), data_home(), settings.workspaces]
     for path in (*(p.resolve() for p in secret),
@@ -130,17 +130,40 @@ def sandbox_args(settings: ProjectSettings, *, workspace: Path, worker_dir: Path
                              "name the directory in full")
         if Path(shared).exists():
             args += ["--bind", shared, shared]
-    args += ["--bind", str(workspace), str(workspace)]
+    return [*args, "--bind", str(workspace), str(workspace)]
+
+
+def _leave(workspace: Path) -> list[str]:
+    return ["--unsetenv", "TMUX", "--unsetenv", "TMUX_PANE", "--setenv", "TMPDIR", SANDBOX_TMP,
+            "--chdir", str(workspace.resolve())]
+
+
+def sandbox_args(settings: ProjectSettings, *, workspace: Path, worker_dir: Path,
+                 agent_home: Path, person_home: Path, tool_dirs: Iterable[Path] = ()
+                 ) -> list[str]:
+    """bubblewrap's options for one worker (without the program and the seccomp fd)."""
+    worker_dir = worker_dir.resolve()
+    args = _confined(settings, workspace=workspace, person_home=person_home,
+                     private_tmp=["--bind", str(worker_dir / "tmp"), SANDBOX_TMP],
+                     tool_dirs=tool_dirs)
     if settings.agent.home == "isolated":
         args += ["--bind", str(agent_home), str(agent_home)]
     else:  # the person's HOME: only Claude Code's own state is writable
         for name in (".claude", ".claude.json"):
             if (agent_home / name).exists():
                 args += ["--bind", str(agent_home / name), str(agent_home / name)]
-    args += ["--bind", str(worker_dir / "run"), str(RUN_MOUNT),
-             "--unsetenv", "TMUX", "--unsetenv", "TMUX_PANE", "--setenv", "TMPDIR", SANDBOX_TMP,
-             "--chdir", str(workspace)]
-    return args
+    return [*args, "--bind", str(worker_dir / "run"), str(RUN_MOUNT), *_leave(workspace)]
+
+
+def verify_wrapper(settings: ProjectSettings, checkout: Path) -> list[str]:
+    """The argv prefix the controller runs the verify command under: the code it runs
+    was written by workers, so it gets the workers' sandbox (its checkout writable, an
+    empty /tmp, nothing of ralph-dev's) — or nothing with ``agent.sandbox = "off"``."""
+    if settings.agent.sandbox != "bwrap":
+        return []
+    return [bwrap_path(), *_confined(settings, workspace=checkout, person_home=Path.home(),
+                                     private_tmp=["--tmpfs", SANDBOX_TMP]),
+            *_leave(checkout)]
 
 
 def write_filter(worker_dir: Path) -> Path | None:

@@ -352,7 +352,8 @@ class Channel:
         self.relay.add(RelayItem(report_id, "done", name, {
             "role": role.value, "summary": summary[:20000], "verify": verify, "since": since,
             "finished": to_iso(utcnow())}))
-        self.store.update_record(name, role=role, done=True, summary=summary[:20000])
+        self.store.update_record(name, role=role, done=True, summary=summary[:20000],
+                                 sent_back=None)
         self.store.append_event("worker_done", issue=name, role=role,
                                 verify_exit=verify.get("exit_code") if verify else None,
                                 verify_seconds=verify.get("duration_s") if verify else None)

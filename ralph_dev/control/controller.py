@@ -421,7 +421,8 @@ class Controller:
         launch = self.launcher(issue, action.role, workspace,
                                action.model or self.settings.agent.model,
                                attempt=action.attempt, feedback=human_feedback(issue),
-                               resume_session=resume, worker_dir=worker_dir)
+                               resume_session=resume, worker_dir=worker_dir,
+                               sent_back=record.sent_back if action.role.may_edit else None)
         try:
             await asyncio.to_thread(
                 self.tmux.open_window, action.issue, cwd=launch.cwd, command=launch.argv,

@@ -15,6 +15,8 @@ cause outside their issue.
   keep the merge slot from other issues; after ``timing.max_attempts`` such
   failures it is held too. A tracker outage is nobody's failure: it is only
   reported, and the next tick tries again.
+* A change that fails the verify command on top of trunk (the verified merge lane)
+  goes back to a worker of its issue; that worker's start is the attempt charged.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from datetime import datetime
 import structlog
 
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.errors import RalphError, TrackerError
+from ralph_dev.core.errors import RalphError, SentBack, TrackerError
 from ralph_dev.core.model import Action, Merge, Pause, Restart, Spawn
 from ralph_dev.core.ports import Tracker
 from ralph_dev.core.state import StateStore
@@ -76,7 +78,7 @@ class FailurePolicy:
             # a half-made spawn counts as a failed attempt: back off before the next
             self.store.update_record(action.issue, last_failure_at=self.clock(),
                                      last_failure=str(exc)[:500], lost=None)
-        elif isinstance(action, Merge) and not isinstance(exc, TrackerError):
+        elif isinstance(action, Merge) and not isinstance(exc, TrackerError | SentBack):
             await self._merge_failed(action.issue, exc, retryable=retryable)
 
     async def _merge_failed(self, issue: str, exc: Exception, *, retryable: bool) -> None:

@@ -2,9 +2,13 @@
 
 Local mode rebases the worker's change onto trunk and moves trunk to it
 (``adapters.jj``); a conflict leaves trunk untouched and hands the workspace
-to a resolve worker. Pull-request mode pushes ``ralph/ISSUE`` and opens a pull
-request instead. With ``merge.verify_trunk`` the verify command runs on trunk
-after each merge; while it fails trunk is "red" (a marker file) and no further
+to a resolve worker. With a verify command (``merge.verified``, the default) the
+lane is verified: the rebased change is verified in its own workspace first, and
+trunk moves only to a change that passed on top of it; a red change goes back to a
+worker of its issue (same workspace, the output in its prompt), and a pass on a trunk
+that moved meanwhile is re-run. Pull-request mode pushes ``ralph/ISSUE`` and opens a
+pull request instead. With ``merge.verify_trunk`` the verify command also runs on
+trunk after each merge; while it fails trunk is "red" (a marker file) and no further
 merge happens until trunk moves and verifies green again.
 """
 
@@ -14,24 +18,38 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import structlog
 
 from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.verify import VerifyOutcome, run_verify
+from ralph_dev.agent.sandbox import verify_wrapper
 from ralph_dev.control.beating import while_beating
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.errors import RalphError, TrackerError
+from ralph_dev.core.errors import RalphError, SentBack, TrackerError
 from ralph_dev.core.fsutil import atomic_write_text
-from ralph_dev.core.model import Issue, Merge, Role
+from ralph_dev.core.model import Issue, Merge, MergeResult, Role
 from ralph_dev.core.ports import PullRequests, Repository, Tracker
-from ralph_dev.core.state import StateStore
+from ralph_dev.core.state import StateStore, utcnow
+from ralph_dev.core.text import output_block
 
 log = structlog.get_logger(__name__)
 
 
 class MergeConflict(RalphError):
     retryable = True
+
+
+class TrunkKeepsMoving(RalphError):
+    """Trunk moved under every verify of a change: the next merge try starts over."""
+
+    retryable = True
+
+
+TRUNK_RACES = 3
+"""Verifies of one change on a trunk that moved meanwhile, before the merge is retried
+later (a person pushing in a loop must not hold the controller's tick forever)."""
 
 
 class MergeLane:
@@ -81,10 +99,18 @@ class MergeLane:
     async def _run_trunk_verify(self) -> VerifyOutcome:
         """The verify command on trunk's files, beating while it runs (it may take
         longer than the daemon's heartbeat patience)."""
-        command = self.settings.verify_command
-        assert command, "trunk is verified only when a verify command is configured"
         cwd = await asyncio.to_thread(self.jj.trunk_checkout)
-        return await while_beating(self.beat, "verify_trunk", run_verify, command, cwd)
+        return await self._verify_in(cwd, "verify_trunk")
+
+    async def _verify_in(self, checkout: Path, doing: str) -> VerifyOutcome:
+        """The verify command from the controller's own config, in the workers' sandbox
+        (it runs code workers wrote), beating while it runs (it may take longer than the
+        daemon's heartbeat patience)."""
+        command = self.settings.verify_command
+        assert command, "verify runs only when a verify command is configured"
+        wrapper = verify_wrapper(self.settings, checkout)
+        return await while_beating(self.beat, doing, run_verify, command, checkout,
+                                   wrapper=wrapper)
 
     # -- a merge ----------------------------------------------------------------
 
@@ -93,6 +119,8 @@ class MergeLane:
         pr_mode = self.settings.merge.mode == "pr"
         if pr_mode:
             result = await asyncio.to_thread(self.jj.publish, name, self.settings.merge.remote)
+        elif self.settings.verifies_merges:
+            result = await self._verified_merge(name)
         else:
             result = await asyncio.to_thread(self.jj.merge, name)
         if result.conflicted:
@@ -112,6 +140,46 @@ class MergeLane:
             await self._open_pull_request(name, issue)
         elif self.settings.merge.verify_trunk and self.settings.verify_command:
             await self._verify_trunk(name)
+
+    async def _verified_merge(self, name: str) -> MergeResult:
+        """Rebase, verify the rebased change in its workspace, and only then move trunk;
+        again from the rebase when trunk moved during the verify."""
+        for _ in range(TRUNK_RACES):
+            head = await asyncio.to_thread(self.jj.prepare_merge, name)
+            if isinstance(head, MergeResult):
+                return head
+            outcome = await self._verify_in(self.jj.workspace_path(name), "verify_merge")
+            if not outcome.ok:
+                await self._send_back(name, head, outcome)
+            result = await asyncio.to_thread(self.jj.advance_trunk, name, head)
+            if not result.moved:
+                self.store.append_event("merge_verified", issue=name, commit=head,
+                                        seconds=round(outcome.duration_s, 1))
+                return result
+            self.store.append_event("merge_reverify", issue=name, detail=result.detail)
+        raise TrunkKeepsMoving(f"{name}: {self.settings.trunk} moved during each of "
+                               f"{TRUNK_RACES} verifies of its change; the merge is tried "
+                               "again after a wait")
+
+    async def _send_back(self, name: str, head: str, outcome: VerifyOutcome) -> None:
+        """A red change never moves trunk: the issue goes back to a worker of its own,
+        which finds the failure's output in its prompt; other merges go on."""
+        self.store.update_record(
+            name, done=False, sent_back=outcome.output_tail[-8000:] or "(no output)",
+            last_failure_at=utcnow(),
+            last_failure=f"`{outcome.command}` failed (exit {outcome.exit_code}) on its "
+                         f"change rebased onto {self.settings.trunk}")
+        self.store.append_event("merge_sent_back", issue=name, commit=head,
+                                exit_code=outcome.exit_code)
+        with contextlib.suppress(TrackerError):
+            await self.tracker.comment(
+                name,
+                f"ralph-dev: `{outcome.command}` failed (exit {outcome.exit_code}) on {name}'s "
+                f"change rebased onto {self.settings.trunk}; {self.settings.trunk} is "
+                f"untouched. A worker of {name} gets the workspace back with this output:"
+                f"\n\n{output_block(outcome.output_tail)}")
+        raise SentBack(f"{name}: its change fails `{outcome.command}` on top of "
+                       f"{self.settings.trunk} (exit {outcome.exit_code}); sent back to a worker")
 
     async def _open_pull_request(self, name: str, issue: Issue | None) -> None:
         """The body is the worker's own summary, which ralph-dev recorded."""

@@ -14,7 +14,6 @@ no report: the item waits a backoff and is tried again.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -28,7 +27,7 @@ from ralph_dev.core.fsutil import atomic_write_text, private_dir
 from ralph_dev.core.model import Comment, Issue, NewIssue, Role, StateType, check_identifier
 from ralph_dev.core.ports import Tracker
 from ralph_dev.core.state import StateStore, from_iso, to_iso, utcnow
-from ralph_dev.core.text import strip_ansi
+from ralph_dev.core.text import output_block, strip_ansi
 
 log = structlog.get_logger(__name__)
 
@@ -64,18 +63,6 @@ def _in_target(issue: Issue, name: str | None, type_: StateType | None) -> bool:
     return True
 
 
-def _fence(text: str) -> str:
-    """A Markdown code fence longer than any backtick run inside ``text``."""
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    return "`" * max(3, longest + 1)
-
-
-def _clip(text: str, lines: int = 40, chars: int = 4000) -> str:
-    kept = strip_ansi(text).rstrip("\n").split("\n")[-lines:]
-    out = "\n".join(kept)
-    return out if len(out) <= chars else "…" + out[-(chars - 1):]
-
-
 def evidence_comment(issue: str, role: Role, summary: str, verify: dict[str, Any] | None,
                      verify_command: str | None, finished: datetime) -> str:
     """The ``done`` comment: the worker's summary and the verify run's evidence."""
@@ -86,13 +73,11 @@ def evidence_comment(issue: str, role: Role, summary: str, verify: dict[str, Any
                else f"the {role.value} role does not run the verify command")
         lines.append(f"Evidence: none ({why}); finished {finished:%Y-%m-%dT%H:%M:%SZ}.")
     else:
-        tail = _clip(str(verify.get("output_tail", ""))) or "(no output)"
-        fence = _fence(tail)
         lines += [
             f"Evidence: `{strip_ansi(str(verify.get('command', '')))}` exited "
             f"{verify.get('exit_code')} at {verify.get('started_at')} UTC after "
             f"{float(verify.get('duration_s') or 0):.1f} s.",
-            "Output (last lines):", fence, tail, fence,
+            "Output (last lines):", output_block(str(verify.get("output_tail", ""))),
         ]
     return "\n".join(lines) + "\n"
 

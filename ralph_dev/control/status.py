@@ -341,7 +341,7 @@ async def _trunk(settings: ProjectSettings,
             if isinstance(red_data, dict) else {}
     if red is not None:
         colour = "red"
-    elif settings.merge.verify_trunk and settings.verify_command:
+    elif settings.verify_command and (settings.merge.verify_trunk or settings.verifies_merges):
         colour = "green"
     else:
         colour = "unverified"

@@ -23,25 +23,6 @@ from ralph_dev.core.model import Role
 from ralph_dev.core.paths import ProjectPaths, check_project_name, config_file
 from ralph_dev.core.typed_toml import coerce
 
-# --- XDG paths -----------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # --- settings ------------------------------------------------------------------
 
 
@@ -174,6 +155,9 @@ class MergeSettings:
     gh_bin: str = "gh"
     verify_trunk: bool = False
     """Run the verify command on trunk after each merge; red trunk stops merges."""
+    verified: bool = True
+    """The verified merge lane (local mode, with a verify command): each change is
+    rebased onto trunk and verified there before trunk moves; red goes back to a worker."""
 
 
 @dataclass(frozen=True)
@@ -251,6 +235,11 @@ class ProjectSettings:
         return ProjectPaths(self.name)
 
     @property
+    def verifies_merges(self) -> bool:
+        """Trunk moves only to a change that passed the verify command on top of it."""
+        return bool(self.merge.verified and self.verify_command and self.merge.mode == "local")
+
+    @property
     def workspaces(self) -> Path:
         return self.workspace_root or self.paths.default_workspace_root
 
@@ -289,12 +278,6 @@ _SECTIONS: dict[str, type] = {
 }
 
 
-
-
-
-
-
-
 def _build(cls: type, raw: Mapping[str, Any], where: str, **fixed: Any) -> Any:
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
@@ -315,8 +298,6 @@ def _build(cls: type, raw: Mapping[str, Any], where: str, **fixed: Any) -> Any:
         else:
             values[name] = coerce(value, tp, f"{where}.{name}")
     return cls(**values)
-
-
 
 
 # Environment overrides: RALPH_DEV_<SECTION>_<KEY> for scalar settings, plus a
@@ -440,9 +421,5 @@ def build_project(name: str, raw: Mapping[str, Any]) -> ProjectSettings:
     settings: ProjectSettings = _build(ProjectSettings, raw, where, name=name)
     validate(settings, where)
     return settings
-
-
-
-
 
 

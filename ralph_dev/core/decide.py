@@ -254,12 +254,20 @@ class _World:
             current = self.issues.get(current.parent) if current.parent else None
         return None
 
+    def sent_back(self, ident: str) -> bool:
+        """Its finished change failed the verify command on top of trunk (the verified
+        merge lane) and waits for a worker of the issue to fix it."""
+        rec = self.records.get(ident)
+        return rec is not None and rec.sent_back is not None and not rec.done
+
     def route(self, issue: Issue) -> Role:
         lab = self.settings.labels
         ident = issue.identifier
         ws = self.workspaces.get(ident)
         if ws is not None and ws.conflicted:
             return Role.RESOLVE
+        if ws is not None and self.sent_back(ident):
+            return Role.EXECUTE  # its change failed verify on trunk: its worker redoes it
         if self.has(ident, lab.plan) or (self.has(ident, lab.phase) and not self.kids(ident)):
             return Role.PLAN
         if self.in_review_state(issue) or self.has(ident, lab.review):
@@ -428,9 +436,9 @@ class _Decider:
         self.actions.extend(actions)
 
     def take_merge_slot(self) -> bool:
-        """Merges run one at a time, in identifier order. With ``verify_trunk`` only one
-        goes per plan: the next tick, after trunk was verified, takes the next."""
-        if self.merged and self.settings.merge.verify_trunk:
+        """Merges run one at a time, in identifier order. When merges are verified (before
+        or after trunk moves) only one goes per plan: the next tick takes the next."""
+        if self.merged and (self.settings.merge.verify_trunk or self.settings.verifies_merges):
             return False
         self.merged = True
         return True
@@ -473,10 +481,13 @@ class _Decider:
             self.unknown(ident)
 
     def resolving(self, ident: str) -> bool:
-        """A resolve worker on a finished issue's conflicted workspace is not a zombie."""
+        """A worker reworking a finished issue's change is not a zombie: a resolve worker
+        on its conflicted workspace, or a worker fixing a change sent back by verify."""
         rec = self.world.records.get(ident)
         ws = self.world.workspaces.get(ident)
-        return rec is not None and rec.role == Role.RESOLVE and ws is not None and ws.conflicted
+        if rec is None or ws is None:
+            return False
+        return (rec.role == Role.RESOLVE and ws.conflicted) or self.world.sent_back(ident)
 
     def canceled(self, ident: str, issue: Issue) -> None:
         state = issue.state_type.value
@@ -578,6 +589,13 @@ class _Decider:
             else:
                 self.resolve(ident, issue)
             return
+        if w.sent_back(ident):
+            if has_window:
+                self.emit(Kill(ident, f"{why}: closing its dead window before it is redone"))
+            else:
+                self.rework(ident, issue, Role.EXECUTE,
+                            "its change fails the verify command on top of trunk")
+            return
         if self.trunk_red:
             if has_window:
                 self.emit(Kill(ident, f"{why}: closing its dead window; merge waits (trunk red)"))
@@ -585,7 +603,11 @@ class _Decider:
         self.merge_chain(ident, ws, why, has_window)
 
     def resolve(self, ident: str, issue: Issue | None) -> None:
-        """Queue a resolve worker for a conflicted workspace (cap, backoff and holds apply)."""
+        self.rework(ident, issue, Role.RESOLVE, "its change conflicts with trunk")
+
+    def rework(self, ident: str, issue: Issue | None, role: Role, what: str) -> None:
+        """Queue a worker for a finished issue's change that cannot merge as it is
+        (conflicted, or red on top of trunk); cap, backoff and holds apply."""
         if issue is None or not self.tracker_ok:
             return
         if self.world.feedback(ident):
@@ -593,7 +615,7 @@ class _Decider:
             return
         if self.world.held(ident):
             return
-        self.retry(ident, issue, Role.RESOLVE, "its change conflicts with trunk", self.resolves)
+        self.retry(ident, issue, role, what, self.resolves)
 
     def retry(
         self, ident: str, issue: Issue, role: Role, what: str, queue: list[_Candidate]

@@ -67,3 +67,11 @@ class WorkspaceHookFailed(RalphError):
     def __init__(self, message: str, *, retryable: bool) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class SentBack(RalphError):
+    """A finished change failed the verify command on top of trunk and went back to a
+    worker of its issue. Already taken where it belongs: the issue's next worker is
+    the attempt charged for it, so the failure policy counts no failed merge."""
+
+    retryable = True

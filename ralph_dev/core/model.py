@@ -221,6 +221,10 @@ class WorkerRecord:
     agent_error_at: datetime | None = None
     session_id: str | None = None
     """The agent's conversation (Claude Code's session id): a restart resumes it."""
+    sent_back: str | None = None
+    """The verify command's output on this issue's change rebased onto trunk, which
+    failed: the change went back to a worker of the issue (its prompt shows this),
+    and is merged only once a worker reports done again."""
     transcript: str | None = None
     """The agent's transcript file (Claude Code's SessionStart hook says where): it
     grows with every message, so activity is read from it, not from the pane, where
@@ -391,6 +395,8 @@ class MergeResult:
 
     merged: bool
     conflicted: bool = False
+    moved: bool = False
+    """Trunk moved while the change was verified: it is rebased and verified again."""
     commit: str | None = None
     """Commit id trunk (or the pushed bookmark) points at after a successful merge."""
     detail: str = ""

@@ -76,7 +76,18 @@ class Workspaces(WorkspaceLister, Protocol):
 
     def add_workspace(self, name: str, *, after_create: WorkspaceHook | None = None) -> Path: ...
 
+    def workspace_path(self, name: str) -> Path: ...
+
     def merge(self, name: str) -> MergeResult: ...
+
+    def prepare_merge(self, name: str) -> MergeResult | str:
+        """The change rebased onto trunk and checked out in its workspace: its commit id,
+        or the result that ends the merge here (nothing to merge, a conflict)."""
+        ...
+
+    def advance_trunk(self, name: str, head: str) -> MergeResult:
+        """Trunk moved to the prepared ``head``, unless trunk moved since (``moved``)."""
+        ...
 
     def forget(self, name: str, *, keep_bookmark: bool = False,
                before_remove: WorkspaceHook | None = None) -> None: ...
@@ -186,7 +197,9 @@ class AgentLauncher(Protocol):
 
     def __call__(self, issue: Issue, role: Role, workspace: Path, model: str, *,
                  attempt: int, worker_dir: Path, feedback: str | None = None,
-                 resume_session: str | None = None) -> Launch: ...
+                 resume_session: str | None = None, sent_back: str | None = None) -> Launch:
+        """``sent_back``: the verify output its change failed with on top of trunk."""
+        ...
 
 
 class PullRequests(Protocol):

@@ -23,6 +23,15 @@ def strip_ansi(text: str) -> str:
     return _CONTROL.sub("", text)
 
 
+def output_block(text: str, lines: int = 40, chars: int = 4000) -> str:
+    """A command's output for a Markdown comment: its last lines, cleaned, in a code
+    fence longer than any backtick run inside (so the output cannot close it)."""
+    kept = "\n".join(strip_ansi(text).rstrip("\n").split("\n")[-lines:])
+    kept = (kept if len(kept) <= chars else "…" + kept[-(chars - 1):]) or "(no output)"
+    fence = "`" * max(3, max((len(m) for m in re.findall(r"`+", kept)), default=0) + 1)
+    return f"{fence}\n{kept}\n{fence}"
+
+
 def last_line(text: str, width: int = 100) -> str:
     for line in reversed(strip_ansi(text).splitlines()):
         if line.strip():
