@@ -4,6 +4,7 @@ controller's real end of the channel (its sockets, report acceptance and tracker
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -203,7 +204,7 @@ def test_done_with_failing_verify_refuses_and_keeps_the_issue_open(project: Proj
 def test_done_without_verify_command_still_closes(xdg: Path, jj_bin: str) -> None:
     project = make_project(xdg, jj_bin, verify=None)
     issue = project.issue()
-    project.spawn(issue)
+    (project.spawn(issue) / "ok.txt").write_text("ok\n")
     result = project.cli(["worker", "done", issue, "--summary", "trivial"], issue)
     assert result.exit_code == 0, result.output
     got = project.tracker.get_sync(issue)
@@ -392,6 +393,51 @@ def test_done_refuses_a_file_jj_would_not_record(project: Project) -> None:
     assert project.store.load_record(issue).done
 
 
+def jj_in(project: Project, cwd: Path, *args: str) -> str:
+    """jj as an unconfined agent (or a person) runs it in a workspace."""
+    env = {**os.environ, "JJ_USER": "a", "JJ_EMAIL": "a@example.com"}
+    return subprocess.run([project.jj_bin, *args], cwd=cwd, env=env, check=True,
+                          capture_output=True, text=True).stdout
+
+
+def done(project: Project, issue: str) -> Result:
+    return project.cli(["worker", "done", issue, "--summary", "did it"], issue)
+
+
+def test_done_refuses_an_execute_worker_that_changed_nothing(xdg: Path, jj_bin: str) -> None:
+    """Issue 9: the merge would find nothing and the issue would close with no work."""
+    project = make_project(xdg, jj_bin, verify=None)
+    try:
+        issue = project.issue("Build it")
+        workspace = project.spawn(issue)
+        refused = done(project, issue)
+        assert refused.exit_code != 0 and "holds no change" in refused.stderr
+        assert "worker blocked" in refused.stderr  # the way out when nothing is needed
+        assert not project.store.load_record(issue).done
+        (workspace / "ok.txt").write_text("the change\n")  # the fix it names
+        assert done(project, issue).exit_code == 0
+    finally:
+        for end in project.ends:
+            end.close()
+
+
+def test_done_refuses_a_conflicted_change_until_the_markers_are_gone(project: Project) -> None:
+    issue = project.issue("Build it")
+    workspace = project.spawn(issue)
+    (workspace / "ok.txt").write_text("mine\n")
+    jj_in(project, workspace, "describe", "-m", "mine")
+    repo = project.settings.repo  # meanwhile trunk got its own ok.txt
+    jj_in(project, repo, "new", "main")
+    (repo / "ok.txt").write_text("theirs\n")
+    jj_in(project, repo, "bookmark", "set", "main", "-r", "@")
+    jj_in(project, workspace, "rebase", "-b", "@", "-o", "main")  # the conflict is here now
+    refused = done(project, issue)
+    assert refused.exit_code != 0 and "hold conflicts" in refused.stderr
+    assert "<<<<<<<" in (workspace / "ok.txt").read_text()
+    (workspace / "ok.txt").write_text("mine and theirs\n")  # the fix: no markers
+    assert done(project, issue).exit_code == 0, "resolved in the conflicted change itself"
+
+
 def plan_text(count: int, labels: str = "") -> str:
     return "".join(f'[[task]]\nref = "t{i}"\ntitle = "Task {i}"\n{labels}\n' for i in range(count))
 
@@ -464,7 +510,8 @@ def test_hostile_issue_text_is_data_through_done(project: Project, tmp_path: Pat
     assert result.exit_code == 0, result.output
     assert not marker.exists()
     described = project.description(issue)
-    assert f"$(touch {marker})" in described and f"`touch {marker}`" in described
+    # the title, verbatim as data (the description keeps its first 200 characters)
+    assert described.startswith(f"{issue}: $(touch {marker})")
     assert "\x1b" not in described
     body = project.tracker.get_sync(issue).comments[-1].body
     assert f"$(touch {marker})" in body and "\x1b" not in body

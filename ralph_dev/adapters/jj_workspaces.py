@@ -44,6 +44,11 @@ worker workspace name, and list_workspaces leaves it out (like every dotted one)
 LIST_SEP = "\x1e"  # list separator inside a field
 
 
+
+class UnmergeableWork(JJError):
+    """The workspace holds what its merge would refuse (files jj did not record,
+    conflicts, no change at all): the agent can fix it while it is still running."""
+
 class InvalidWorkspaceName(JJError, ValueError):
     """A workspace name that is not a plain ``[A-Za-z0-9._-]`` word inside the root."""
 
@@ -360,20 +365,36 @@ class JJWorkspaces(JjHome):
     def _refuse_if_unrecorded(self, name: str, refused: list[str], doing: str) -> None:
         if refused:
             shown = ", ".join(refused[:5]) + (" …" if len(refused) > 5 else "")
-            raise JJError(
+            raise UnmergeableWork(
                 f"refusing to {doing} workspace {name}: jj did not record {shown} (too large "
                 f"for snapshot.max-new-file-size), so it would be lost; add it to .gitignore, "
                 f"remove it, or raise the limit with `jj config set --repo "
                 f"snapshot.max-new-file-size SIZE` in {self.repo}"
             )
 
-    def describe(self, name: str, message: str) -> None:
+    def describe(self, name: str, message: str, *, require_change: bool = False) -> None:
         """Set the description of the workspace's working change (snapshotting first).
 
-        Refuses, as the merge would, when the snapshot left files out (too large):
-        ``worker done`` then tells the agent while it can still fix it."""
+        Refuses what the merge would refuse — files the snapshot left out (too large),
+        conflicted changes — and, with
+        ``require_change``, a workspace with no change at all: ``worker done`` then
+        tells the agent while it can still fix it."""
         path = self._require(name)
         self._refuse_if_unrecorded(name, self._snapshot(path), "finish")
+        work = f"{self._trunk}..@"
+        conflicted = self._count(path, f"conflicts() & ({work})")
+        if conflicted:
+            raise UnmergeableWork(
+                f"refusing to finish workspace {name}: {conflicted} of its change(s) hold "
+                "conflicts (files with conflict markers such as `<<<<<<<`, `%%%%%%%`, "
+                "`+++++++`, `>>>>>>>`); edit each conflicted file to the content you intend, "
+                "removing the markers, then report done again")
+        if require_change and not self._count(path, f"({work}) ~ empty()"):
+            raise UnmergeableWork(
+                f"refusing to finish workspace {name}: it holds no change ({self.trunk} already "
+                "has everything in it), so there is nothing to merge; make the change the "
+                "issue asks for, or, if it truly needs none, ask a person with `ralph-dev "
+                "worker blocked` and say why")
         # `--message=…` so a message starting with '-' is never read as an option;
         # NUL cannot pass through argv at all.
         text = message.replace("\x00", "")

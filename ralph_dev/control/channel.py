@@ -26,6 +26,7 @@ from typing import Any
 
 import structlog
 
+from ralph_dev.adapters.jj_workspaces import UnmergeableWork
 from ralph_dev.control.relay import RELAY_KINDS, RelayItem, RelayQueue
 from ralph_dev.core import channel as ch
 from ralph_dev.core.config import ProjectSettings
@@ -182,7 +183,9 @@ class Channel:
             with contextlib.suppress(OSError):
                 sock.unlink()
             try:
-                server = await asyncio.start_unix_server(self._server_for(name), path=str(sock))
+                with ch.socket_address(sock) as address:
+                    server = await asyncio.start_unix_server(self._server_for(name),
+                                                             path=address)
                 sock.chmod(0o600)
                 self._servers[name] = (server, sock.stat().st_ino)
             except OSError as exc:
@@ -347,7 +350,11 @@ class Channel:
                           "you checked it")
         if role.may_edit:
             title = " ".join(strip_ansi(issue.title if issue else "").split())[:200]
-            await asyncio.to_thread(self.jj.describe, name, f"{name}: {title}".rstrip(": "))
+            try:
+                await asyncio.to_thread(self.jj.describe, name, f"{name}: {title}".rstrip(": "),
+                                        require_change=role is Role.EXECUTE)
+            except UnmergeableWork as exc:  # the agent can still fix it
+                raise Refused(str(exc)) from None
         verify = fields.get("verify") if isinstance(fields.get("verify"), dict) else None
         self.relay.add(RelayItem(report_id, "done", name, {
             "role": role.value, "summary": summary[:20000], "verify": verify, "since": since,

@@ -26,7 +26,7 @@ import json
 import os
 import socket
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -267,12 +267,32 @@ def reports_of(run_dir: Path, kinds: frozenset[str]) -> list[tuple[Report, Answe
 
 # --- the socket: "look now", and the answer back -------------------------------------------
 
+SUN_PATH_MAX = 107
+"""Bytes of a unix socket's path the kernel takes (``sun_path``, less its NUL)."""
+
+
+@contextlib.contextmanager
+def socket_address(path: Path) -> Iterator[str]:
+    """An address for the socket at ``path`` that fits ``sun_path`` however deep the
+    run dir lies (a long XDG_STATE_HOME, project or identifier): through an ``O_PATH``
+    descriptor of its directory, ``/proc/self/fd/N/ctl.sock`` (Linux)."""
+    if len(os.fsencode(str(path))) <= SUN_PATH_MAX:
+        yield str(path)
+        return
+    directory = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{directory}/{path.name}"
+    finally:
+        os.close(directory)
+
+
 
 def _ask(run_dir: Path, line: str, timeout: float) -> bytes | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
-        sock.connect(str(run_dir / SOCKET))
+        with socket_address(run_dir / SOCKET) as address:
+            sock.connect(address)
         sock.sendall(line.encode() + b"\n")
         chunks = []
         while chunk := sock.recv(65536):

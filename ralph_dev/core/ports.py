@@ -94,8 +94,9 @@ class Workspaces(WorkspaceLister, Protocol):
 
     def snapshot(self, name: str) -> list[str]: ...
 
-    def describe(self, name: str, message: str) -> None:
-        """Name the workspace's change (refusing when jj left files out of it)."""
+    def describe(self, name: str, message: str, *, require_change: bool = False) -> None:
+        """Name the workspace's change, refusing what its merge would refuse (files jj
+        left out, conflicts; no change, with ``require_change``)."""
         ...
 
 
