@@ -189,6 +189,14 @@ class NotifySettings:
 
 
 @dataclass(frozen=True)
+class PatternSettings:
+    """Pattern learning (``core.patterns``): the project's own decomposition strategies."""
+
+    strategies: Mapping[str, str] = field(default_factory=dict)
+    """name → case-insensitive regex, added to (or replacing) the shipped vocabulary."""
+
+
+@dataclass(frozen=True)
 class ProjectSettings:
     name: str
     repo: Path
@@ -211,6 +219,7 @@ class ProjectSettings:
     merge: MergeSettings = field(default_factory=MergeSettings)
     web: WebSettings = field(default_factory=WebSettings)
     notify: NotifySettings = field(default_factory=NotifySettings)
+    patterns: PatternSettings = field(default_factory=PatternSettings)
 
     @property
     def paths(self) -> ProjectPaths:
@@ -251,6 +260,7 @@ _SECTIONS: dict[str, type] = {
     "merge": MergeSettings,
     "web": WebSettings,
     "notify": NotifySettings,
+    "patterns": PatternSettings,
 }
 
 
