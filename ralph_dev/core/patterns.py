@@ -131,11 +131,14 @@ class Lifecycle(StrEnum):
     @property
     def weight(self) -> float:
         """How strongly a plan worker's prompt recommends it (0: not at all)."""
-        return _WEIGHTS[self]
+        weight: float = _WEIGHTS[self]
+        return weight
 
 
-_WEIGHTS: dict[Lifecycle, float] = {Lifecycle.CANDIDATE: 0.5, Lifecycle.ESTABLISHED: 1.0, Lifecycle.PROVEN: 1.5,
-            Lifecycle.DEPRECATED: 0.0}
+_WEIGHTS: dict[Lifecycle, float] = {
+    Lifecycle.CANDIDATE: 0.5, Lifecycle.ESTABLISHED: 1.0, Lifecycle.PROVEN: 1.5,
+    Lifecycle.DEPRECATED: 0.0,
+}
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,7 @@ class Observation:
 
 def decay(age_days: float) -> float:
     """The weight of an observation ``age_days`` old (1 today, ½ after 90 days)."""
-    return 0.5 ** (max(age_days, 0.0) / HALF_LIFE_DAYS)
+    return float(0.5 ** (max(age_days, 0.0) / HALF_LIFE_DAYS))
 
 
 def lifecycle(helpful: float, harmful: float) -> Lifecycle:
