@@ -3,8 +3,9 @@
 # virtualenv in .venv with ralph-dev installed, and with --test the test
 # extras, chromium + chromedriver (apt) and the pinned Claude Code CLI that
 # the end-to-end tests drive.
-# Idempotent: a second run only checks. Prints the PATH line to use.
+# Idempotent: a second run only checks. Prints (on stdout) the PATH line to use.
 set -euo pipefail
+USER_PATH=$PATH
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 WITH_TEST=0
@@ -67,5 +68,16 @@ if [ "$WITH_TEST" = 1 ] || [ "${RALPH_DEV_WITH_CLAUDE:-1}" = 1 ]; then
       say "npm not found: Claude Code not installed (the demo falls back to a scripted agent)"
     fi
   fi
-  [ -x "$CLAUDE_DIR/node_modules/.bin/claude" ] && say "claude $("$CLAUDE_DIR/node_modules/.bin/claude" --version)"
+  if [ -x "$CLAUDE_DIR/node_modules/.bin/claude" ]; then
+    say "claude $("$CLAUDE_DIR/node_modules/.bin/claude" --version) (ralph-dev finds it there)"
+  fi
 fi
+
+# --- the PATH line ---------------------------------------------------------
+# ralph-dev is in .venv/bin, and jj may sit in a directory that is not on the
+# caller's PATH (~/.local/bin): the line puts both first.
+DIRS="$ROOT/.venv/bin"
+JJ_DIR=$(dirname "$(command -v jj)")
+case ":$USER_PATH:" in *":$JJ_DIR:"*) ;; *) DIRS="$DIRS:$JJ_DIR" ;; esac
+say "done; to use ralph-dev and jj from your shell, add this line to ~/.profile (or ~/.bashrc):"
+printf 'export PATH="%s:$PATH"\n' "$DIRS"

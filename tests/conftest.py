@@ -50,6 +50,21 @@ def find_jj() -> str | None:
     return None
 
 
+def make_jj_repo(path: Path, *, trunk: str = "main") -> Path:
+    """A small jj repository (colocated with git) with one commit and a trunk bookmark:
+    what ``ralph-dev init`` accepts without a word."""
+    jj = find_jj()
+    assert jj, "jj is not installed: run ../shared/tools/install-jj.sh (CI does)"
+    path.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "JJ_USER": "Test", "JJ_EMAIL": "test@example.com"}
+    (path / "README.md").write_text("# a project\n")
+    for args in (["git", "init"], ["commit", "-m", "initial commit"],
+                 ["bookmark", "create", trunk, "-r", "@-"]):
+        subprocess.run([jj, "--no-pager", *args], cwd=path, env=env, check=True,
+                       capture_output=True)
+    return path
+
+
 @pytest.fixture(scope="session")
 def jj_bin() -> str:
     found = find_jj()
@@ -91,3 +106,22 @@ def assert_implements(obj: object, protocol: type) -> None:
               for name in vars(cls) if not name.startswith("_")}
     missing = sorted(name for name in wanted if not callable(getattr(obj, name, None)))
     assert wanted and not missing, f"{type(obj).__name__} lacks {missing}"
+
+
+_SKIPPED_IN_CI: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Remember skips: in CI a skipped test is a test that did not run, not a pass."""
+    if report.skipped and os.environ.get("CI"):
+        _SKIPPED_IN_CI.append(report.nodeid)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under CI=true any skip fails the run (a missing tool or schema must be installed,
+    not silently counted as green)."""
+    if _SKIPPED_IN_CI and exitstatus == pytest.ExitCode.OK:
+        print(f"\nCI: {len(_SKIPPED_IN_CI)} test(s) skipped, e.g. {_SKIPPED_IN_CI[0]}: "
+              "under CI every test must run (see the skip reasons above)")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -5,6 +5,7 @@ person would."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -71,6 +72,91 @@ blocked_by = ["i"]
 """
 
 
+SYSTEM_GIT = "/usr/bin/git"
+"""The person's git: Debian 12's 2.39, older than the git jj works with."""
+
+
+def person_gits(jj_bin: str) -> list[str]:
+    """Every git the person's repository must stay readable by: the system's and the
+    newer one installed beside jj (the one ralph-dev puts first on its own PATH)."""
+    beside_jj = Path(os.path.realpath(jj_bin)).parent / "git"
+    found = [g for g in (SYSTEM_GIT, str(beside_jj)) if Path(g).is_file()]
+    assert len(found) == 2, f"expected {SYSTEM_GIT} and {beside_jj} on this machine"
+    return found
+
+
+def git(repo: Path, *args: str, git_bin: str = SYSTEM_GIT) -> subprocess.CompletedProcess[str]:
+    """The person running git in their checkout (their own identity, no ralph-dev env)."""
+    env = {"PATH": os.defpath, "HOME": str(repo.parent), "GIT_AUTHOR_NAME": "Pat",
+           "GIT_AUTHOR_EMAIL": "pat@example.com", "GIT_COMMITTER_NAME": "Pat",
+           "GIT_COMMITTER_EMAIL": "pat@example.com"}
+    return subprocess.run([git_bin, *args], cwd=repo, env=env, capture_output=True, text=True,
+                          check=False)
+
+
+def make_person_repo(path: Path, *, branch: str = "main") -> Path:
+    """A plain git repository as a person has it: one commit on ``branch`` (made with
+    Debian's git 2.39), then uncommitted work: a modified file, a staged new file and
+    an untracked one."""
+    path.mkdir(parents=True)
+    assert git(path, "init", "-q", "-b", branch).returncode == 0
+    (path / "README.md").write_text("# the person's project\n")
+    (path / ".gitignore").write_text("node_modules/\ntarget/\n.env\n")
+    assert git(path, "add", ".").returncode == 0
+    assert git(path, "commit", "-q", "-m", "initial commit").returncode == 0
+    (path / "README.md").write_text("# the person's project\n\nhalf-written line")
+    (path / "staged.txt").write_text("staged, not committed\n")
+    assert git(path, "add", "staged.txt").returncode == 0
+    (path / "scratch.txt").write_text("the person's notes, untracked\n")
+    return path
+
+
+def checkout_state(repo: Path, jj_bin: str) -> dict[str, Any]:
+    """Everything of the person's checkout ralph-dev must leave alone: every file's
+    bytes (untracked ones too; not jj's and git's own stores), git's HEAD file and
+    index, the commit HEAD names, and the default workspace's ``@`` (id, author)."""
+    files = {}
+    for path in sorted(repo.rglob("*")):
+        rel = path.relative_to(repo)
+        if rel.parts[0] in (".git", ".jj") or not path.is_file():
+            continue
+        files[rel.as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    jj_env = {**os.environ, "PATH": os.defpath}
+    default = subprocess.run(
+        [jj_bin, "--ignore-working-copy", "--no-pager", "log", "--no-graph", "-r", "default@",
+         "-T", 'commit_id ++ " " ++ author'], cwd=repo, env=jj_env, capture_output=True,
+        text=True, check=True).stdout
+    return {
+        "files": files,
+        "git_HEAD_file": (repo / ".git/HEAD").read_text(),
+        "git_index": hashlib.sha256((repo / ".git/index").read_bytes()).hexdigest(),
+        "HEAD": git(repo, "rev-parse", "HEAD").stdout.strip(),
+        "default@": default,
+    }
+
+
+def assert_git_reads(repo: Path, jj_bin: str) -> None:
+    """Both gits can still open the repository: status, log and worktree list work."""
+    for git_bin in person_gits(jj_bin):
+        for args in (("status",), ("log", "--oneline", "-3"), ("worktree", "list")):
+            result = git(repo, *args, git_bin=git_bin)
+            assert result.returncode == 0, f"{git_bin} {' '.join(args)}: {result.stderr}"
+        listed = git(repo, "worktree", "list", git_bin=git_bin).stdout.splitlines()
+        assert len(listed) == 1, listed  # no worktree of ralph-dev's is registered
+
+
+BOOKKEEPING = {".ralph-merge", ".ralph-pending", ".ralph-pending/add", ".ralph-pending/forget"}
+"""ralph-dev's own directories under a workspace root that outlive workspaces (empty once
+every merge, add and forget has finished); ``.ralph-base`` holds no files of the project."""
+
+
+def leftovers(root: Path) -> set[str]:
+    """What is under a workspace root besides ralph-dev's base workspace and empty
+    bookkeeping directories: a removed workspace's files, an unfinished marker or intent."""
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")
+            if not p.is_relative_to(root / ".ralph-base")} - BOOKKEEPING - {".ralph-base"}
+
+
 def run_cli(*args: str, env: dict[str, str], check: bool = True, timeout: float = 60,
             python: str = sys.executable, cwd: Path | None = None,
             ) -> subprocess.CompletedProcess[str]:
@@ -113,7 +199,9 @@ class Swarm:
     @classmethod
     def create(cls, root: Path, jj_bin: str, tmux_socket: str, *, max_workers: int = 3,
                timing: dict[str, float] | None = None, verify: str | None = None,
-               agent_seconds: float = 0.5) -> Swarm:
+               agent_seconds: float = 0.5, person: bool = False) -> Swarm:
+        """``person``: the project is a person's plain git repository with uncommitted
+        work (``make_person_repo``), colocated by ``init --colocate``."""
         env = sandbox_env(root, os.environ)
         env["RALPH_DEV_TMUX_SOCKET"] = tmux_socket
         env["RALPH_DEV_JJ"] = jj_bin
@@ -121,10 +209,15 @@ class Swarm:
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
         repo = root / "repo"
         swarm = cls(root=root, env=env, repo=repo, jj=jj_bin)
-        swarm.make_repo()
+        if person:
+            make_person_repo(repo)
+        else:
+            swarm.make_repo()
         agent = f"{shlex.quote(sys.executable)} -m ralph_dev.devtools.demo_agent {{issue}} {{role}}"
         args = ["init", swarm.project, "--repo", str(repo), "--agent", "command",
                 "--agent-command", agent, "--max-workers", str(max_workers), "--key", "DEMO"]
+        if person:
+            args.append("--colocate")
         if verify:
             args += ["--verify", verify]
         run_cli(*args, env=env)
@@ -207,15 +300,18 @@ class Swarm:
         return [w for w in self.windows() if w.startswith("DEMO-")]
 
     def jj_out(self, *args: str) -> str:
-        return subprocess.run([self.jj, "--no-pager", *args], cwd=self.repo, env=self.env,
-                              capture_output=True, text=True, check=True).stdout
+        """A jj query in the repository that, like ralph-dev, never snapshots its checkout."""
+        return subprocess.run([self.jj, "--no-pager", "--ignore-working-copy", *args],
+                              cwd=self.repo, env=self.env, capture_output=True, text=True,
+                              check=True).stdout
 
     def trunk_files(self) -> list[str]:
         return self.jj_out("file", "list", "-r", "main").split()
 
     def workspaces(self) -> list[str]:
+        """Workers' workspaces (not the person's, nor ralph-dev's own base and trunk)."""
         out = self.jj_out("workspace", "list", "-T", 'name ++ "\\n"')
-        return [w for w in out.split() if w and w != "default"]
+        return [w for w in out.split() if w and w != "default" and not w.startswith("ralph-")]
 
     def daemon_pid(self) -> int | None:
         path = Path(self.env["XDG_STATE_HOME"]) / "ralph-dev" / self.project / "daemon.pid"

@@ -43,7 +43,8 @@ def hostile_issue(identifier: str = "DEMO-7") -> Issue:
 
 RECORDER = """#!{python}
 import json, os, sys
-out = os.environ["RECORD_TO"]
+# beside its bin/ directory: the launcher passes no variable the spec does not name
+out = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "record.json")
 with open(out, "w") as fh:
     json.dump({{"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ)}}, fh)
 """
@@ -147,11 +148,15 @@ def test_huge_description_is_capped_below_the_argv_element_limit(xdg: Path,
 
 
 def run_launch(launch: Launch, record_to: Path, **extra_env: str) -> dict:
-    env = {**launch.env, "RECORD_TO": str(record_to), **extra_env}
+    """Run a launch as its pane would; ``record_to`` is where the recorder writes (its
+    bin/ directory's parent), ``extra_env`` what the pane inherits besides."""
+    env = {**launch.env, "UNRELATED_INHERITED": "from-the-tmux-server", **extra_env}
     proc = subprocess.run(launch.argv, env=env, cwd=launch.cwd, capture_output=True, text=True,
                           timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(record_to.read_text())
+    got = json.loads(record_to.read_text())
+    assert "UNRELATED_INHERITED" not in got["env"]  # only what the spec names
+    return got
 
 
 def test_exec_wrapper_passes_the_prompt_as_one_argv_element(
@@ -202,7 +207,7 @@ def test_exec_wrapper_reports_a_missing_spec(tmp_path: Path) -> None:
 
 def test_worker_environment(xdg: Path, recorder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
-    monkeypatch.setenv("LINEAR_API_KEY", "lin_api_test_0000")  # worker done talks to Linear
+    monkeypatch.setenv("LINEAR_API_KEY", "lin_api_test_0000")  # not a Linear project: kept back
     monkeypatch.setenv("RALPH_DEV_LINEAR_WEBHOOK_SECRET", "whsec-controller-only")
     monkeypatch.setenv("RALPH_DEV_LOG_LEVEL", "INFO")
     monkeypatch.setenv("UNRELATED_SECRET", "nope")
@@ -227,8 +232,7 @@ def test_worker_environment(xdg: Path, recorder: Path, monkeypatch: pytest.Monke
     # never as `tmux -e` (visible in ps), argv, the spec or the prompt
     assert "ANTHROPIC_API_KEY" not in env
     secrets_file = launch.spec_file.with_suffix(".secrets.json")
-    assert json.loads(secrets_file.read_text()) == {"ANTHROPIC_API_KEY": FAKE_KEY,
-                                                    "LINEAR_API_KEY": "lin_api_test_0000"}
+    assert json.loads(secrets_file.read_text()) == {"ANTHROPIC_API_KEY": FAKE_KEY}
     assert "whsec-controller-only" not in json.dumps(env) + secrets_file.read_text()
     assert secrets_file.stat().st_mode & 0o777 == 0o600
     assert "UNRELATED_SECRET" not in env
@@ -326,7 +330,7 @@ def test_a_broken_claude_json_of_a_person_is_reported_not_replaced(
 
 def test_missing_claude_is_a_clear_error(xdg: Path) -> None:
     settings = make_settings(xdg, claude_bin="claude-does-not-exist-here")
-    with pytest.raises(AgentError, match="not on the worker's PATH; install it"):
+    with pytest.raises(AgentError, match=r"not on the worker's PATH nor installed by"):
         build_launch(settings, hostile_issue(), Role.EXECUTE, workspace_for(settings, "DEMO-7"),
                      "sonnet", attempt=1)
     settings = make_settings(xdg, claude_bin="/nowhere/claude")
@@ -429,7 +433,7 @@ def front_matter(path: Path) -> dict[str, str]:
 SKILLS = [f"ralph-dev-{r.value}" for r in Role] + ["ralph-dev-supervisor"]
 
 
-def test_plugin_has_a_skill_per_role_and_the_three_hooks() -> None:
+def test_plugin_has_a_skill_per_role_and_its_hooks() -> None:
     root = plugin_dir()
     manifest = json.loads((root / ".claude-plugin" / "plugin.json").read_text())
     assert manifest["name"] == PLUGIN_NAME == "ralph-dev"
@@ -455,6 +459,7 @@ def test_plugin_has_a_skill_per_role_and_the_three_hooks() -> None:
         "SessionStart": ["ralph-dev hook session-start"],
         "PostToolUse": ["ralph-dev hook post-tool-use"],
         "Stop": ["ralph-dev hook stop"],
+        "StopFailure": ["ralph-dev hook stop-failure"],
     }
     assert hooks["PostToolUse"][0]["matcher"] == "Edit|Write|Bash|MultiEdit"
 
@@ -600,6 +605,13 @@ def test_supervisor_launch(xdg: Path, recorder: Path, tmp_path: Path,
     assert argv[1] == "-p"
     assert argv[argv.index("--tools") + 1] == "Bash,Read,Skill"
     allowed = argv[argv.index("--allowedTools") + 1].split(",")
-    assert "Bash(ralph-dev:*)" in allowed and "Bash" not in allowed
+    assert "Bash(ralph-dev status:*)" in allowed and "Bash(ralph-dev stop:*)" in allowed
+    # no prefix that covers init, issue writes, service, worker or --config (issue 12)
+    assert not [rule for rule in allowed if rule.startswith("Bash(ralph-dev")
+                and rule.split("ralph-dev", 1)[1].split(":", 1)[0].strip().split(" ")[0]
+                not in {"status", "doctor", "events", "plan", "logs", "issue", "stop", "start"}]
+    assert {"Bash(ralph-dev issue list:*)", "Bash(ralph-dev issue show:*)"} == {
+        rule for rule in allowed if rule.startswith("Bash(ralph-dev issue")}
+    assert "Bash" not in allowed and "Bash(ralph-dev:*)" not in allowed
     assert {"Edit", "Write", "Agent"} <= set(argv[argv.index("--disallowedTools") + 1].split(","))
     assert argv[-1] == text

@@ -60,33 +60,39 @@ def jj_children(pid: int) -> list[int]:
     return [int(line.split()[0]) for line in out.splitlines() if line.split()[-1] == "jj"]
 
 
+def killed(pid: int) -> bool:
+    """SIGKILL ``pid``; False when it had already ended (it was listed a moment ago)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def strike(swarm: Swarm, target: str, rng: random.Random) -> str:
     """Kill one thing; say what was killed (or why nothing could be)."""
     panes = pane_pids(swarm)
     if target == "daemon":
         pid = swarm.daemon_pid()
-        if not pid:
+        if not pid or not killed(pid):
             return "daemon: none running"
-        os.kill(pid, signal.SIGKILL)
         wait_for(lambda: subprocess.run(["kill", "-0", str(pid)], capture_output=True)
                  .returncode != 0, 10, "the daemon gone")
         swarm.start()  # what systemd's Restart=always does
         return f"daemon {pid} (restarted)"
-    if target == "controller" and "controller" in panes:
-        os.kill(panes["controller"], signal.SIGKILL)
+    if target == "controller" and "controller" in panes and killed(panes["controller"]):
         return f"controller {panes['controller']}"
     if target == "agent":
         workers = sorted(name for name in panes if name.startswith("DEMO-"))
         if workers:
             victim = rng.choice(workers)
-            os.kill(panes[victim], signal.SIGKILL)
-            return f"agent of {victim}"
+            if killed(panes[victim]):
+                return f"agent of {victim}"
     if target == "jj" and "controller" in panes:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:  # jj runs briefly: catch one in the act
             children = jj_children(panes["controller"])
-            if children:
-                os.kill(children[0], signal.SIGKILL)
+            if children and killed(children[0]):
                 return f"jj child {children[0]} of the controller"
             time.sleep(0.01)
     if target == "tmux":

@@ -8,9 +8,12 @@ the verify command are all real. Nobody presses a key: the launch from
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +36,10 @@ from ralph_dev.devtools.scripted_model import (
     Text,
     bash,
     conversation_text,
+    is_main_conversation,
     tool_names,
     tool_results,
+    tool_uses_so_far,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.claude]
@@ -249,7 +254,10 @@ def test_supervisor_runs_ralph_dev_commands_only(world: World, tmp_path: Path,
     from ralph_dev.agent.supervisor import build_supervisor_launch
 
     marker = tmp_path / "supervisor-wrote-this"
-    steps = [bash("ralph-dev --version"), bash(f"touch {marker}"),
+    project = world.settings.name
+    steps = [bash(f"ralph-dev status {project}"),
+             bash(f"ralph-dev init {project} --force --repo {tmp_path} --verify true"),
+             bash("ralph-dev issue state DEMO-1 Canceled"), bash(f"touch {marker}"),
              [Text("Diagnosis: all healthy.")]]
 
     def brain(request: dict[str, Any]) -> list[Any]:
@@ -276,7 +284,229 @@ def test_supervisor_runs_ralph_dev_commands_only(world: World, tmp_path: Path,
         assert "ralph-dev:ralph-dev-supervisor" in opening
         assert "controller heartbeat stale $(id)" in opening
         results = tool_results(main[-1])
-        assert "0.1.0" in results[0]  # ralph-dev ran
-        assert "denied" in results[1] and "don't ask mode" in results[1]
-        assert not marker.exists()  # anything else was denied without asking
+        assert "denied" not in results[0] and project in results[0]  # a read ran
+        # init (which rewrites the verify command), issue writes and anything else:
+        # denied without asking (issue 12)
+        for refused in results[1:4]:
+            assert "denied" in refused and "don't ask mode" in refused, refused
+        assert not marker.exists()
         assert api.errors == []
+
+
+SENTINELS = {
+    "GH_TOKEN": "sentinel-gh-4711",
+    "MY_DB_PASSWORD": "sentinel-pw-4711",
+    "LINEAR_API_KEY": "lin_api_sentinel4711",  # the project's tracker is local: not needed
+    "RALPH_DEV_LINEAR_WEBHOOK_SECRET": "sentinel-whsec-4711",
+    "PERSONAL_NOTE": "sentinel-note-4711",  # from a person's shell: no agent needs it
+}
+
+
+def test_workers_get_no_secret_of_the_daemon(world: World, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12: the tmux server and every agent start from an allowlist. The daemon's
+    keys and a person's shell variables reach neither claude, nor its Bash shells (nor
+    the hooks, its children), nor the server's global environment."""
+    for name, value in SENTINELS.items():
+        monkeypatch.setenv(name, value)
+    world.tmux.kill_session()  # the server starts again, from this environment
+    world.tmux.ensure_session(world.tmp, {"PATH": os.environ["PATH"]})
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Look around")])
+    dump = tmp_path / "seen"
+    look = (f"env > {dump}.env; tr '\\0' '\\n' < /proc/$PPID/environ > {dump}.parent; "
+            f"tmux show-environment -g > {dump}.tmux 2>&1; touch {dump}.done")
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        if "Bash" not in tool_names(request):
+            return [Text("ok")]
+        ran = any(m.get("role") == "assistant" and "tool_use" in json.dumps(m["content"])
+                  for m in request["messages"])
+        return [Text("Looked.")] if ran else [bash(look)]
+
+    with FakeAnthropic(brain) as api:
+        spawn(world, api, issue, Role.EXECUTE, monkeypatch)
+        retry_until(lambda: Path(f"{dump}.done").exists(), 90,
+                    what="the agent's Bash step" + diagnostics(world, api, issue))
+        (window,) = world.tmux.find(issue)
+        pid = world.tmux.run("display-message", "-p", "-t", window.pane_id, "#{pane_pid}")
+        claude_env = Path(f"/proc/{pid.check().stdout[0]}/environ").read_bytes().decode()
+        seen = {
+            "claude": claude_env,
+            "its Bash shell": Path(f"{dump}.env").read_text(),
+            "the shell's parent": Path(f"{dump}.parent").read_text(),
+            "tmux show-environment -g": Path(f"{dump}.tmux").read_text(),
+        }
+        for where, text in seen.items():
+            # the server's own list keeps a person's harmless variables, never a secret
+            kept = {"PERSONAL_NOTE"} if where.startswith("tmux") else set()
+            leaked = [name for name, value in SENTINELS.items()
+                      if value in text and name not in kept]
+            assert not leaked, f"{leaked} reached {where}"
+        assert FAKE_KEY in claude_env  # what it needs still comes (from the 0600 spec file)
+        assert FAKE_KEY not in seen["tmux show-environment -g"]
+
+
+def test_a_usage_limit_pauses_the_swarm_and_the_worker_goes_on_after_the_reset(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13: a subscriber's Claude Code hits its session limit. The controller pauses
+    dispatch until the stated reset (no attempt charged, no nudge, no hold, no kill),
+    spends no API call meanwhile, and then has the same session continue to done."""
+    from ralph_dev.adapters.gh import Gh
+    from ralph_dev.control.controller import Controller
+    from ralph_dev.control.wiring import launcher_for
+    from ralph_dev.devtools.scripted_model import usage_limit
+
+    now = time.time()
+    resets_at = (int(now) // 60 + 1) * 60
+    if resets_at - now < 25:
+        resets_at += 60  # the limit must still hold when the first request comes
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
+    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        if not is_main_conversation(request):
+            return [Text("ok")]
+        if time.time() < resets_at:
+            return [usage_limit(resets_at)]
+        return [Text("Done.")] if tool_uses_so_far(request) else [bash(finish)]
+
+    with FakeAnthropic(brain) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+        monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-fake-subscriber-0123456789")
+        monkeypatch.setenv("CLAUDE_CODE_SUBSCRIPTION_TYPE", "max")
+        ctl = Controller(world.settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
+                         launcher=launcher_for(world.settings),
+                         pull_requests=Gh("gh", world.settings.repo), store=world.store)
+
+        def tick() -> Any:
+            return asyncio.run(ctl.tick())
+
+        tick()  # spawns the worker
+        retry_until(lambda: (tick(), any(p.kind == "usage-limit"
+                                         for p in world.store.load_pauses()))[1], 60,
+                    what="the usage-limit pause" + diagnostics(world, api, issue))
+        (pause,) = world.store.load_pauses()
+        assert pause.until is not None and pause.quiet_workers
+        # the text states the reset to the minute (the CLI's rounding): about then
+        assert resets_at - 60 <= pause.until.timestamp() <= resets_at + 90
+        refused = len(api.main_messages())
+        while any(p.kind == "usage-limit" for p in world.store.load_pauses()):
+            assert len(api.main_messages()) == refused  # no call at all while paused
+            tick()
+            time.sleep(0.5)
+        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
+                             is StateType.COMPLETED)[1], 120,
+                    what="the issue done after the reset" + diagnostics(world, api, issue))
+        assert refused <= 2  # the limited call (and the CLI's own retry, if any)
+        assert "ok.txt" in world.jj_out("file", "list", "-r", "main").split()  # merged
+        spawns = [e for e in world.store.iter_events() if e["event"] == "spawn"]
+        assert [e["attempt"] for e in spawns] == [1]  # no attempt charged, no respawn
+        events = [e["event"] for e in world.store.iter_events()]
+        for absent in ("hold", "restart", "nudge", "reap"):  # (kill: after done)
+            assert absent not in events, absent
+        assert "swarm_paused" in events and "swarm_resumed" in events
+        assert "worker_continued" in events
+        assert events.count("worker_continued") == 1
+        assert events.index("kill") > events.index("worker_done")  # nothing killed before
+
+
+def test_a_hung_model_call_is_noticed_behind_the_spinner(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13: the API accepts a request and then says nothing. Claude Code's spinner
+    keeps the pane busy, yet the worker's own activity (hooks, transcript) has stopped:
+    the controller nudges it after stall_timeout."""
+    from ralph_dev.adapters.gh import Gh
+    from ralph_dev.control.controller import Controller
+    from ralph_dev.control.wiring import launcher_for
+    from ralph_dev.core.config import Timing
+    from ralph_dev.devtools.scripted_model import Hang
+
+    settings = dataclasses.replace(world.settings, timing=Timing(
+        poll_interval=0.5, stall_timeout=8, restart_timeout=600))
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Think hard")])
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        return [Hang()] if is_main_conversation(request) else [Text("ok")]
+
+    with FakeAnthropic(brain) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        ctl = Controller(settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
+                         launcher=launcher_for(settings),
+                         pull_requests=Gh("gh", settings.repo), store=world.store)
+
+        def tick() -> Any:
+            return asyncio.run(ctl.tick())
+
+        tick()  # spawns the worker; its first model call hangs
+        log_file = world.store.log_path(issue)
+        retry_until(lambda: api.main_messages(), 60,
+                    what="the first model call" + diagnostics(world, api, issue))
+        size = log_file.stat().st_size
+        retry_until(lambda: (tick(), any(e["event"] == "nudge"
+                                         for e in world.store.iter_events()))[1], 60,
+                    what="a nudge while the call hangs" + diagnostics(world, api, issue))
+        assert log_file.stat().st_size > size  # the spinner printed all along
+        nudge = next(e for e in world.store.iter_events() if e["event"] == "nudge")
+        assert "no activity for" in nudge["reason"]
+
+
+def test_a_crashed_agent_is_resumed_in_its_own_session(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13: the agent process dies mid-task; its restart continues the same
+    conversation (``--resume`` of the session its SessionStart hook recorded), and its
+    prompt says it is a continuation."""
+    from ralph_dev.adapters.gh import Gh
+    from ralph_dev.control.controller import Controller
+    from ralph_dev.control.wiring import launcher_for
+    from ralph_dev.core.config import Timing
+    from ralph_dev.devtools.scripted_model import Hang
+
+    settings = dataclasses.replace(world.settings, timing=Timing(
+        poll_interval=0.5, retry_base=0.5, retry_cap=1))
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Two steps")])
+    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'two steps'"
+    crashed = {"yet": False}
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        if not is_main_conversation(request):
+            return [Text("ok")]
+        text = json.dumps(request["messages"])
+        if "echo step-one" not in text:
+            return [bash("echo step-one > one.txt")]
+        if not crashed["yet"]:
+            return [Hang()]  # the agent dies while it waits here
+        return [Text("Done.")] if "touch ok.txt &&" in text else [bash(finish)]
+
+    with FakeAnthropic(brain) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        ctl = Controller(settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
+                         launcher=launcher_for(settings),
+                         pull_requests=Gh("gh", settings.repo), store=world.store)
+
+        def tick() -> Any:
+            return asyncio.run(ctl.tick())
+
+        tick()
+        retry_until(lambda: len(api.main_messages()) >= 2, 60,
+                    what="the second model call" + diagnostics(world, api, issue))
+        session = world.store.load_record(issue).session_id
+        assert session
+        (window,) = world.tmux.find(issue)
+        pid = world.tmux.run("display-message", "-p", "-t", window.pane_id, "#{pane_pid}")
+        crashed["yet"] = True
+        os.kill(int(pid.check().stdout[0]), 9)  # kill -9 of the agent
+        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
+                             is StateType.COMPLETED)[1], 120,
+                    what="the issue done after the crash" + diagnostics(world, api, issue))
+        spawns = [e for e in world.store.iter_events() if e["event"] == "spawn"]
+        assert [e["attempt"] for e in spawns] == [1, 2]
+        after = api.main_messages()[2:]
+        history = json.dumps(after[0]["messages"])
+        # the same conversation goes on: the first session's start is in its history.
+        # (Claude Code 2.1.197 drops a tool call whose result it had not yet written
+        # when it was killed, so the agent may redo that last step.)
+        assert "SessionStart:startup" in history and "SessionStart:resume" in history
+        assert "continuation of your own earlier session" in json.dumps(after[0]["messages"])

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import make_jj_repo
 
 from ralph_dev.cli import main
 from ralph_dev.core.config import load_project
@@ -103,8 +104,7 @@ def test_broken_toml_and_unknown_project(xdg: Path) -> None:
 
 
 def test_init_writes_table_and_refuses_to_clobber(xdg: Path, tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
+    repo = make_jj_repo(tmp_path / "repo")
     path = write_config("# my own notes\n[projects.other]\nrepo = \"/x\"\n")
     runner = CliRunner()
     result = runner.invoke(main, ["init", "app", "--repo", str(repo), "--verify", "make test"])

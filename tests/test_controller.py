@@ -103,14 +103,14 @@ def test_failed_action_is_recorded_and_retried(swarm: Swarm, in_process) -> None
     real_add = ctl.jj.add_workspace
     calls = {"n": 0}
 
-    def flaky_add(name: str) -> Path:
+    def flaky_add(name: str, **hooks: object) -> Path:
         calls["n"] += 1
         if calls["n"] == 1:
             from ralph_dev.adapters.jj_cli import JJError
 
             raise JJError("simulated jj failure", command=["jj", "workspace", "add"],
                           stderr="boom", returncode=1)
-        return real_add(name)
+        return real_add(name, **hooks)
 
     ctl.jj.add_workspace = flaky_add
     first = _tick(ctl)
@@ -236,7 +236,10 @@ def test_people_commands_status_events_doctor(swarm: Swarm) -> None:
 def test_doctor_names_what_to_fix(swarm: Swarm, tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
-    swarm.cli("init", "other", "--repo", str(plain))
+    refused = swarm.cli("init", "other", "--repo", str(plain), check=False)
+    assert refused.returncode != 0 and "not a repository" in refused.stderr
+    config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    config.write_text(config.read_text() + f'[projects.other]\nrepo = "{plain}"\n')
     doctor = swarm.cli("doctor", "other", check=False)
     assert doctor.returncode != 0
     assert "[FAIL] repo other" in doctor.stdout and "jj git init" in doctor.stdout

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import retry_until
+from conftest import make_jj_repo, retry_until
 
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.cli import main
@@ -28,8 +28,7 @@ def test_crash_loop_backs_off_once_and_starts_the_supervisor(
 ) -> None:
     from claude_env import find_claude
 
-    repo = tmp_path / "repo"
-    repo.mkdir()
+    repo = make_jj_repo(tmp_path / "repo")
     assert CliRunner().invoke(main, ["init", "demo", "--repo", str(repo)]).exit_code == 0
     config = xdg / "config/ralph-dev/config.toml"
     config.write_text(config.read_text() + (

@@ -30,10 +30,12 @@ def project(xdg: Path, jj_bin: str) -> Project:
 
 
 def hook(name: str, env: dict[str, str], payload: object = None,
-         timeout: float = 10) -> tuple[subprocess.CompletedProcess, float]:
+         timeout: float = 10, *, stdin: str | None = None
+         ) -> tuple[subprocess.CompletedProcess, float]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("RALPH_DEV_")}
     full.update(env)
-    stdin = json.dumps(payload if payload is not None else {"hook_event_name": name})
+    if stdin is None:
+        stdin = json.dumps(payload if payload is not None else {"hook_event_name": name})
     start = time.monotonic()
     proc = subprocess.run([*RALPH_DEV, "hook", name], input=stdin, env=full, capture_output=True,
                           text=True, timeout=timeout, check=False)
@@ -171,6 +173,16 @@ def test_stop_blocks_until_done_then_allows(project: Project) -> None:
     assert project.cli(["worker", "done", issue, "--summary", "done"], issue).exit_code == 0
     proc, _ = hook("stop", project.env(issue), stop_payload(active=True))
     assert proc.returncode == 0 and proc.stdout == ""
+
+
+def test_stop_keeps_the_agent_working_on_a_payload_nested_too_deeply(project: Project) -> None:
+    """A payload the JSON parser cannot follow fails safe: as if there were none."""
+    issue = project.issue()
+    project.spawn(issue)
+    deep = '{"stop_hook_active": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    proc, _ = hook("stop", project.env(issue), stdin=deep)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["decision"] == "block"
 
 
 def test_stop_allows_after_blocked(project: Project) -> None:

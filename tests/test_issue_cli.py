@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from conftest import make_jj_repo
 
 from ralph_dev.cli import main
 from ralph_dev.core.paths import ProjectPaths
@@ -53,7 +54,7 @@ def refused(*args: str, match: str) -> str:
 def project(xdg: Path) -> Path:
     """Projects demo (key DEMO) and other (key OTHER); returns demo's tracker db."""
     for name in ("demo", "other"):
-        (xdg / name).mkdir()
+        make_jj_repo(xdg / name)
         ok("init", name, "--repo", str(xdg / name))
     return ProjectPaths("demo").tracker_db
 
@@ -61,8 +62,9 @@ def project(xdg: Path) -> Path:
 def test_add_list_show(project: Path) -> None:
     assert ok("issue", "add", "demo", "Schema", "--label", "backend", "--priority", "2",
               "-d", "Tables\nand indexes") == "DEMO-1\n"
-    assert ok("issue", "add", "demo", "API", "--blocked-by", "DEMO-1", "--parent", "DEMO-1",
+    assert ok("issue", "add", "demo", "API", "--blocked-by", "DEMO-1",
               "--label", "a", "--label", "b") == "DEMO-2\n"
+    assert ok("issue", "add", "demo", "Docs", "--parent", "DEMO-1") == "DEMO-3\n"
     assert project.is_file()
     table = ok("issue", "list", "demo")
     lines = table.splitlines()
@@ -70,16 +72,19 @@ def test_add_list_show(project: Path) -> None:
     assert lines[1].split() == ["DEMO-1", "Todo", "2", "backend", "-", "Schema"]
     assert lines[2].split() == ["DEMO-2", "Todo", "0", "a,b", "DEMO-1", "API"]
     data = json.loads(ok("issue", "list", "demo", "--json"))
-    assert [d["identifier"] for d in data] == ["DEMO-1", "DEMO-2"]
-    assert data[0]["children"] == ["DEMO-2"] and data[1]["parent"] == "DEMO-1"
+    assert [d["identifier"] for d in data] == ["DEMO-1", "DEMO-2", "DEMO-3"]
+    assert data[0]["children"] == ["DEMO-3"] and data[2]["parent"] == "DEMO-1"
     assert data[1]["blocked_by"] == ["DEMO-1"] and data[1]["labels"] == ["a", "b"]
     assert data[0]["description"] == "Tables\nand indexes"
     assert data[0]["state_type"] == "unstarted"
     shown = ok("issue", "show", "DEMO-2")
     assert "DEMO-2  API" in shown and "blocked by: DEMO-1" in shown
-    assert "parent:     DEMO-1" in shown
+    assert "parent:     DEMO-1" in ok("issue", "show", "DEMO-3")
     one = json.loads(ok("issue", "show", "DEMO-1", "--json"))
     assert one["title"] == "Schema" and one["priority"] == 2
+    # a sub-issue blocked by its own parent would wait forever: refused by name
+    refused("issue", "add", "demo", "Loop", "--parent", "DEMO-1", "--blocked-by", "DEMO-1",
+            match="dependency cycle DEMO-1 → 'Loop' → DEMO-1")
 
 
 def test_empty_list(project: Path) -> None:
@@ -301,3 +306,20 @@ def test_terminal_escapes_in_issue_text_are_blanked(project: Path) -> None:
     # --json keeps the data exactly (JSON escapes it).
     data = json.loads(ok("issue", "show", "DEMO-1", "--json"))
     assert data["title"] == "evil \x1b]2;pwned\x07 title"
+
+
+def test_labels_with_control_characters_are_refused_and_never_shown_raw(project: Path) -> None:
+    evil = "x\x1b]2;pwned\x07"
+    refused("issue", "add", "demo", "t", "--label", evil, match="no control characters")
+    assert json.loads(ok("issue", "list", "demo", "--json")) == []  # nothing half-made
+    ok("issue", "add", "demo", "t", "--label", "backend")
+    refused("issue", "label", "DEMO-1", "+" + evil, match="no control characters")
+    # a label made elsewhere (Linear's UI, an older version) is blanked when shown
+    import sqlite3
+
+    with sqlite3.connect(project) as db:
+        db.execute("INSERT INTO labels (issue, label) VALUES (1, ?)", ("\x1b[2Jwipe",))
+    for out in (ok("issue", "list", "demo"), ok("issue", "show", "DEMO-1"),
+                ok("issue", "label", "DEMO-1", "+frontend")):
+        assert "\x1b" not in out and "\x07" not in out, out
+        assert " [2Jwipe" in out

@@ -237,10 +237,11 @@ def test_foreign_directory_is_not_taken_over(jj: JJ, tmp_path: Path) -> None:
 
 
 def test_default_and_foreign_workspaces_are_not_listed(
-    jj: JJ, repo: Path, tmp_path: Path
+    jj: JJ, repo: Path, tmp_path: Path, jj_bin: str
 ) -> None:
     jj.add_workspace("ENG-1")
-    jj.run("workspace", "add", "--name", "mine", str(tmp_path / "elsewhere"), cwd=repo).check()
+    jj.trunk_checkout()
+    _jj(jj_bin, repo, "workspace", "add", "--name", "mine", str(tmp_path / "elsewhere"))
     assert [w.name for w in jj.list_workspaces()] == ["ENG-1"]
 
 

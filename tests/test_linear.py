@@ -254,6 +254,26 @@ async def test_create_issues_reports_what_was_created_on_failure(world: World) -
     assert len(world.fake.issues) == 1
 
 
+async def test_a_plan_that_would_deadlock_is_refused_by_name(world: World) -> None:
+    (existing,) = seed(world, 1)
+    tracker = world.tracker()
+    await tracker.list_issues()
+    cases = [  # a task blocked by its phase; a sub-issue blocked by its own parent
+        ([NewIssue("phase", ref="phase"), NewIssue("task", ref="t", parent="phase",
+                                                   blocked_by=("phase",))], "phase → t → phase"),
+        ([NewIssue("sub", ref="s", parent=existing, blocked_by=(existing,))],
+         f"{existing} → s → {existing}"),
+    ]
+    for batch, named in cases:
+        with pytest.raises(TrackerInputError, match="dependency cycle") as err:
+            await tracker.create_issues(batch)
+        assert named in str(err.value) and "nothing was created" in str(err.value)
+    assert len(world.fake.issues) == 1  # nothing half-made
+    (child,) = await tracker.create_issues([NewIssue("sub", parent=existing)])
+    with pytest.raises(TrackerInputError, match="dependency cycle"):
+        await tracker.add_blocker(child, existing)
+
+
 async def test_add_blocker_refuses_a_cycle(world: World) -> None:
     a, b, c = seed(world, 3)
     tracker = world.tracker()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import structlog
 from click.testing import CliRunner
-from conftest import assert_implements
+from conftest import assert_implements, make_jj_repo
 from fake_linear import Clock, FakeLinear, World
 
 from ralph_dev.adapters.tracker.linear.apikey import KEY_ENV, ApiKey, load_api_key
@@ -259,7 +259,7 @@ def test_init_with_a_wrong_key_exits_non_zero_and_writes_nothing(
 ) -> None:
     monkeypatch.setenv(KEY_ENV, "lin_api_WRONGwrong987654321")
     monkeypatch.setenv(URL_ENV, world.fake.url)
-    (xdg / "repo").mkdir()
+    make_jj_repo(xdg / "repo")
     config = xdg / "config" / "ralph-dev" / "config.toml"
     result = CliRunner().invoke(main, ["init", "alpha", "--repo", str(xdg / "repo"),
                                        "--tracker", "linear", "--linear-project", "Alpha"])
@@ -270,7 +270,7 @@ def test_init_with_a_wrong_key_exits_non_zero_and_writes_nothing(
 
 
 def test_init_with_linear_writes_config(linear_env: World, xdg: Path) -> None:
-    (xdg / "repo").mkdir()
+    make_jj_repo(xdg / "repo")
     config = xdg / "config" / "ralph-dev" / "config.toml"
     result = CliRunner().invoke(main, ["init", "alpha", "--repo", str(xdg / "repo"),
                                        "--tracker", "linear", "--linear-project", "alpha"])

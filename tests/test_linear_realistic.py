@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import make_jj_repo
 from fake_linear import OPS_STATES, Clock, FakeLinear, Workspace, World, populate_workspace
 
 from ralph_dev.adapters.tracker.linear import client as linear_client
@@ -331,7 +332,7 @@ def test_9_issue_commands_accept_every_team_key_of_the_project(
     ops_issue = world.fake.add_issue(ws.ops, "ops work", project_id=ws.alpha, state="Ready")
     monkeypatch.setenv(KEY_ENV, world.fake.api_key)
     monkeypatch.setenv(URL_ENV, world.fake.url)
-    (xdg / "repo").mkdir()
+    make_jj_repo(xdg / "repo")
     runner = CliRunner()
     result = runner.invoke(main, ["init", "alpha", "--repo", str(xdg / "repo"),
                                   "--tracker", "linear", "--linear-project", "Alpha"])

@@ -263,6 +263,12 @@ async def test_other_projects_and_unknown_issues(tracker: LocalTracker, db: Path
             "a → c → b → a",
         ),
         ([NewIssue("a", ref="a", parent="b"), NewIssue("b", ref="b", parent="a")], "parent cycle"),
+        (  # a task blocked by its own phase would wait forever (so would the phase)
+            [NewIssue("phase", ref="p"), NewIssue("t", ref="t", parent="p", blocked_by=("p",))],
+            "dependency cycle p → t → p",
+        ),
+        ([NewIssue("sub", parent="DEMO-1", blocked_by=("DEMO-1",))],
+         "dependency cycle DEMO-1 → 'sub' → DEMO-1"),
         ([NewIssue("a", blocked_by=("nope",))], "neither an issue identifier nor a ref"),
         ([NewIssue("a", ref="x"), NewIssue("b", ref="x")], "used twice"),
         ([NewIssue("a", ref="DEMO-5")], "looks like an issue identifier"),
@@ -298,6 +304,7 @@ async def test_blocker_cycle_through_existing_relations(tracker: LocalTracker, d
     assert "DEMO-1 → DEMO-3 → DEMO-2 → DEMO-1" in str(err.value)
     with pytest.raises(TrackerInputError, match="DEMO-2 → DEMO-2"):
         await tracker.add_blocker("DEMO-2", "DEMO-2")
+
     assert dump(db) == before
     issue = await tracker.add_blocker("DEMO-3", "DEMO-1")
     assert issue.blocked_by == ("DEMO-1", "DEMO-2")
@@ -519,3 +526,10 @@ def test_batches_are_all_or_nothing(tmp_path_factory: pytest.TempPathFactory, ba
                                         if entry.parent else None)
     graph = {i: set(issue.blocked_by) for i, issue in issues.items()}
     assert find_cycle(graph) is None
+
+
+async def test_a_sub_issue_cannot_be_blocked_by_its_own_parent(tracker: LocalTracker) -> None:
+    (parent,) = await tracker.create_issues([NewIssue("phase")])
+    (sub,) = await tracker.create_issues([NewIssue("sub", parent=parent)])
+    with pytest.raises(TrackerInputError, match=f"dependency cycle {parent} → {sub} → {parent}"):
+        await tracker.add_blocker(sub, parent)

@@ -1,17 +1,18 @@
 """No merge ever reverts trunk: the merge guard, on a real jj, colocated or not.
 
-The defect it closes: a ``jj rebase`` killed after it moved a colocated
+The defect it closed: a ``jj rebase`` killed after it moved a colocated
 workspace's git HEAD but before it committed its operation made the next jj
 command there adopt the old on-disk tree on top of the new HEAD, as a nameless
 change that deleted what other issues had merged; ralph-dev named it after the
-issue and moved trunk to it. Moving the workspace's git HEAD with git (what
-the killed rebase did) reproduces it.
+issue and moved trunk to it. Workspaces are no longer git worktrees (issue 11),
+so that path is gone; the guard still stands between a workspace whose files
+went back to before its rebase and trunk. A merge killed right before it moved
+trunk, then the files trunk brought in deleted on disk, reproduces that state.
 """
 
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,16 +21,28 @@ from test_executor_contract import world as world  # the fixture, shared
 from test_jj import make_repo, show, trunk_commit, trunk_files, work
 
 from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.jj_cli import JJResult
 from ralph_dev.adapters.jj_guard import MergeRefused
 from ralph_dev.core.model import StateType
 
 
-def git_for(jj: JJ) -> str:
-    """The git that works with jj's colocated worktrees (jj's own, first on its PATH)."""
-    for directory in jj.child_path().split(":"):
-        if (Path(directory) / "git").is_file():
-            return str(Path(directory) / "git")
-    return "git"
+def merge_killed_before_trunk_moved(jj: JJ, name: str) -> None:
+    """Run a merge of NAME that dies right before it moves trunk: its work is rebased
+    onto trunk (files and all) and its intent is on disk, as a killed controller leaves them."""
+    real = jj.run
+
+    def run(*args: str, cwd: Path | None = None, touch_checkout: bool = False) -> JJResult:
+        if args[:3] == ("bookmark", "set", jj.trunk):
+            raise KeyboardInterrupt("killed before moving trunk")
+        return real(*args, cwd=cwd, touch_checkout=touch_checkout)
+
+    jj.run = run  # type: ignore[method-assign]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            jj.merge(name)
+    finally:
+        del jj.run
+    assert jj.intents.load(name)
 
 
 @pytest.fixture(params=["colocated", "plain"])
@@ -50,9 +63,9 @@ def test_a_workspace_whose_head_moved_under_it_cannot_revert_trunk(colocated: JJ
     second = work(jj, "ENG-2", {"two.txt": "two\n"})
     assert jj.merge("ENG-1").merged
     merged = trunk_commit(jj)
-    # what the killed rebase did: the workspace's git HEAD on trunk, its files untouched
-    subprocess.run([git_for(jj), "-C", str(second), "reset", "--soft", merged],
-                   check=True, capture_output=True, env={"PATH": jj.child_path()})
+    # the merge died after its rebase, and the workspace's files went back to before it
+    merge_killed_before_trunk_moved(jj, "ENG-2")
+    (second / "one.txt").unlink()
     with pytest.raises(MergeRefused, match=r"one\.txt") as refused:
         jj.merge("ENG-2")
     assert "Trunk is untouched" in str(refused.value) and "jj abandon" in str(refused.value)
@@ -94,9 +107,10 @@ def test_a_refused_merge_is_held_with_its_evidence_and_trunk_stays(world: World)
     asyncio.run(world.ctl.tick())  # first merges (identifier order), second too
     assert {"one.txt", "two.txt"} <= trunk_files(jj)
 
-    # what a rebase killed half-way leaves: third's git HEAD on trunk, its old files on disk
-    subprocess.run([git_for(jj), "-C", str(third_ws), "reset", "--soft", trunk_commit(jj)],
-                   check=True, capture_output=True, env={"PATH": jj.child_path()})
+    # a merge of third died after its rebase, and its files went back to before it
+    merge_killed_before_trunk_moved(jj, third)
+    for merged in ("one.txt", "two.txt"):
+        (third_ws / merged).unlink()
     project.tracker.set_state_sync(third, type=StateType.COMPLETED)
     project.store.update_record(third, done=True)
     before = trunk_commit(jj)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import make_jj_repo
 
 from ralph_dev.cli import main
 
@@ -36,10 +38,10 @@ def test_verify_really_catches_a_broken_unit(tmp_path: Path) -> None:
     assert "restart specifier" in verify_unit(tmp_path).stderr
 
 
-def test_service_install_writes_a_pinned_valid_unit(xdg: Path, tmp_path: Path) -> None:
+def test_service_install_writes_a_pinned_valid_unit(xdg: Path, tmp_path: Path,
+                                                    jj_bin: str) -> None:
     runner = CliRunner()
-    repo = tmp_path / "repo"
-    repo.mkdir()
+    repo = make_jj_repo(tmp_path / "repo")
     assert runner.invoke(main, ["init", "demo", "--repo", str(repo)]).exit_code == 0
     result = runner.invoke(main, ["service", "install", "demo", "--no-enable"])
     assert result.exit_code == 0, result.output
@@ -49,6 +51,18 @@ def test_service_install_writes_a_pinned_valid_unit(xdg: Path, tmp_path: Path) -
     assert exec_start.startswith(f"ExecStart={sys.executable} -m ralph_dev --config ")
     assert exec_start.endswith("start %i --foreground")
     assert "Restart=always" in text and "StartLimitBurst=5" in text
+    # a hung daemon is restarted: systemd waits for READY=1 and watches the health loop
+    assert "Type=notify" in text and "NotifyAccess=main" in text and "WatchdogSec=" in text
+    # the PATH workers need, pinned: jj's git first, this ralph-dev, jj and Claude Code
+    path = next(line for line in text.splitlines() if line.startswith("Environment=PATH="))
+    entries = path.removeprefix("Environment=PATH=").split(":")
+    assert entries[0] == str(Path(os.path.realpath(jj_bin)).parent)
+    assert str(Path(sys.executable).parent) in entries
+    claude = Path(os.environ["RALPH_DEV_CLAUDE_BIN"]).parent
+    assert str(claude) in entries
+    keys = xdg / "config/ralph-dev"
+    assert f"EnvironmentFile=-{keys}/service.env" in text
+    assert f"EnvironmentFile=-{keys}/%i.env" in text
     verdict = verify_unit(unit.parent)
     assert verdict.returncode == 0 and verdict.stderr.strip() == "", verdict.stderr
 
@@ -62,3 +76,60 @@ def test_service_install_refuses_unknown_project(xdg: Path) -> None:
     assert result.exit_code != 0
     assert "unknown project 'nope'" in result.output
     assert not (xdg / "config/systemd/user/ralph-dev@.service").exists()
+
+
+@pytest.fixture
+def demo(xdg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Project demo, and no systemd user manager reachable (as on this machine)."""
+    repo = make_jj_repo(tmp_path / "repo")
+    assert CliRunner().invoke(main, ["init", "demo", "--repo", str(repo)]).exit_code == 0
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)
+    return xdg / "config/systemd/user/ralph-dev@.service"
+
+
+def test_install_without_a_user_manager_leaves_nothing_behind(demo: Path) -> None:
+    result = CliRunner().invoke(main, ["service", "install", "demo"])
+    assert result.exit_code != 0
+    assert "nothing was installed" in result.output and "enable-linger" in result.output
+    assert not demo.exists()
+    assert not list(demo.parent.glob("default.target.wants/*"))
+    # an earlier unit (another project's) is put back as it was
+    assert CliRunner().invoke(main, ["service", "install", "demo", "--no-enable"]).exit_code == 0
+    before = demo.read_text()
+    demo.write_text(before + "# the person's own note\n")
+    assert CliRunner().invoke(main, ["service", "install", "demo"]).exit_code != 0
+    assert demo.read_text() == before + "# the person's own note\n"
+
+
+def test_install_refuses_while_the_project_runs_by_hand(demo: Path) -> None:
+    from ralph_dev.control.processes import daemon_lock
+    from ralph_dev.core.config import load_project
+
+    with daemon_lock(load_project("demo").paths.daemon_pid):
+        result = CliRunner().invoke(main, ["service", "install", "demo", "--no-enable"])
+    assert result.exit_code != 0
+    assert f"already running for demo (daemon pid {os.getpid()})" in result.output
+    assert "ralph-dev stop demo" in result.output
+    assert not demo.exists()
+
+
+def test_key_files_must_be_private(demo: Path, xdg: Path) -> None:
+    keys = xdg / "config/ralph-dev/demo.env"
+    keys.write_text("ANTHROPIC_API_KEY=sk-ant-not-real\n")
+    keys.chmod(0o644)
+    result = CliRunner().invoke(main, ["service", "install", "demo", "--no-enable"])
+    assert result.exit_code != 0 and f"chmod 600 {keys}" in result.output
+    assert "sk-ant" not in result.output and not demo.exists()
+    keys.chmod(0o600)
+    result = CliRunner().invoke(main, ["service", "install", "demo", "--no-enable"])
+    assert result.exit_code == 0 and f"Keys from: {keys}" in result.output
+
+
+def test_uninstall_of_an_unknown_project_fails(demo: Path) -> None:
+    result = CliRunner().invoke(main, ["service", "uninstall", "nope", "--no-disable"])
+    assert result.exit_code != 0
+    assert "no ralph-dev@nope.service is installed (installed: none)" in result.output
+    assert "Removed" not in result.output

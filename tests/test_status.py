@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from conftest import make_jj_repo
 from swarm_kit import Swarm, wait_for
 
 from ralph_dev.adapters.tmux import Tmux
@@ -88,9 +90,9 @@ def test_status_json_has_one_shape_for_one_or_many_projects(swarm: Swarm, tmp_pa
                                                             ) -> None:
     one = json.loads(swarm.cli("status", "--json").stdout)
     assert one["schema_version"] == 1 and [d["project"] for d in one["projects"]] == ["demo"]
-    other = tmp_path / "other"
-    other.mkdir()
+    other = make_jj_repo(tmp_path / "other")
     swarm.cli("init", "other", "--repo", str(other))
+    shutil.rmtree(other / ".jj")  # its repository went away after init
     many = json.loads(swarm.cli("status", "--json").stdout)
     assert [d["project"] for d in many["projects"]] == ["demo", "other"]
     validator = jsonschema.Draft202012Validator(load_schema())

@@ -273,6 +273,7 @@ def test_pipe_pane_writes_output_to_the_log_file(tx: Tmux, tmp_path: Path) -> No
         log_file=log_file,
     )
     retry_until(lambda: "hello-from-worker" in read(log_file), what="log output")
+    assert log_file.stat().st_mode & 0o777 == 0o600  # it holds issue text
     assert window(tx, w.window_id).alive
 
 

@@ -108,6 +108,11 @@ def test_a_swarm_started_before_an_upgrade_is_adopted_after_it(
 
         installed.unlink()  # `pip install -U ralph-dev`
         installed.symlink_to(REPO_ROOT / "ralph_dev", target_is_directory=True)
+        # agents now get only what the config names besides the allowlist
+        text = config.read_text()
+        command = next(line for line in text.splitlines() if line.startswith("command = "))
+        config.write_text(text.replace(command, command + '\npass_env = ["UPGRADE_LOCKS", '
+                                                          '"UPGRADE_AGENT_SECONDS"]'))
         swarm.start()
         wait_for(swarm.all_done, 120, "every issue Done after the upgrade")
         wait_for(lambda: not swarm.worker_windows() and not swarm.workspaces(), 60,

@@ -27,6 +27,7 @@ from ralph_dev.adapters.webhook import (
     PATH,
     SECRET_ENV,
     Deliveries,
+    RateLimitedLog,
     WebhookError,
     WebhookListener,
     secret_from_env,
@@ -237,6 +238,30 @@ async def test_controller_without_webhook_secret_keeps_polling(xdg: Path) -> Non
     assert any(e["event"] == "webhook_disabled" for e in ctl.store.iter_events())
 
 
+class _FailingController(_CountingController):
+    async def tick(self) -> Any:
+        self.tick_number += 1
+        raise OSError(24, "Too many open files")
+
+
+async def test_a_failing_tick_whose_event_cannot_be_written_does_not_stop_the_loop(
+        xdg: Path) -> None:
+    """Out of file descriptors: the tick fails and so does writing its event; the
+    controller must keep ticking (it exited 1 here before)."""
+    from ralph_dev.core.config import ProjectSettings, Timing
+
+    settings = ProjectSettings(name="demo", repo=xdg, timing=Timing(poll_interval=0.05))
+    store = StateStore(settings.paths)
+    store.paths.events_file.mkdir(parents=True)  # every append now fails with an OSError
+    ctl = _FailingController(settings, store)
+    with structlog.testing.capture_logs() as logs:
+        await run_with_webhooks(ctl, max_ticks=3, environ={})  # type: ignore[arg-type]
+    assert ctl.tick_number == 3
+    assert [e["event"] for e in logs].count("tick_failed") == 3
+    assert any(e["event"] == "event_write_failed" and e["event_name"] == "tick_failed"
+               for e in logs)
+
+
 # --- end to end: the real controller process ------------------------------------
 
 
@@ -315,3 +340,89 @@ def test_controller_process_ticks_on_a_signed_webhook(controller_proc: dict[str,
     assert proc.poll() is None
     logged = log_file.read_text()
     assert '"webhook"' in logged and SECRET not in logged
+
+
+async def test_a_body_nested_too_deeply_is_a_400_not_a_crash(hook: Harness) -> None:
+    body = b"[" * 100_000 + b"]" * 100_000  # signed: only the parser could fail on it
+    assert await hook.post(body, headers(body, "d-deep")) == 400
+    assert hook.listener.woken == 0
+    good = payload()
+    assert await hook.post(good, headers(good, "d-after-deep")) == 200  # still serving
+
+
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def open_silent(port: int, count: int) -> list[Connection]:
+    """``count`` connections that send nothing, or a request head never finished."""
+    connections = []
+    for i in range(count):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        if i % 2:
+            writer.write(b"POST " + PATH.encode() + b" HTTP/1.1\r\nHost: x\r\n")
+            await writer.drain()
+        connections.append((reader, writer))
+    return connections
+
+
+async def closed_by_peer(connection: Connection, timeout: float) -> bool:
+    """The server closed it (EOF) within ``timeout`` seconds."""
+    reader, _ = connection
+    try:
+        async with asyncio.timeout(timeout):
+            while await reader.read(1024):
+                pass
+    except (TimeoutError, ConnectionResetError):
+        return False
+    return True
+
+
+async def test_slow_senders_are_timed_out_and_connections_are_capped() -> None:
+    listener = WebhookListener(SECRET, asyncio.Event(), clock=lambda: NOW, min_interval=0,
+                               header_timeout=1.0, body_timeout=1.0, max_connections=6)
+    port = await listener.start("127.0.0.1", 0)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            silent = await open_silent(port, 6)
+            async with asyncio.timeout(5):  # the server has taken all six
+                while listener.open_connections() < 6:
+                    await asyncio.sleep(0.02)
+            over = await open_silent(port, 3)  # beyond the cap: closed at once
+            for connection in over:
+                assert await closed_by_peer(connection, 2)
+            assert listener.refused == 3
+            # silent and half-sent connections are dropped after the header timeout
+            for connection in silent:
+                assert await closed_by_peer(connection, 5)
+            # a head sent, its body never finished: 408 after the body timeout
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST " + PATH.encode() + b" HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: 100\r\n\r\n{")
+            async with asyncio.timeout(5):
+                status_line = await reader.readline()
+            assert b" 408 " in status_line
+            writer.close()
+            # and after all that a real delivery is served
+            async with aiohttp.ClientSession() as session:
+                body = payload()
+                url = f"http://127.0.0.1:{port}{PATH}"
+                async with session.post(url, data=body, headers=headers(body, "d-ok")) as resp:
+                    assert resp.status == 200
+        refused = [e for e in logs if e["event"] == "webhook_refused"]
+        assert refused and refused[0]["limit"] == 6
+        for _, writer in silent + over:
+            writer.close()
+    finally:
+        await listener.stop()
+
+
+def test_rejections_are_logged_at_most_a_burst_a_minute() -> None:
+    now = [0.0]
+    limited = RateLimitedLog(burst=3, window=60, clock=lambda: now[0])
+    with structlog.testing.capture_logs() as logs:
+        written = [limited.warning("webhook_rejected", n=i) for i in range(10)]
+        now[0] = 61.0
+        limited.warning("webhook_rejected", n=10)
+    assert written == [True] * 3 + [False] * 7
+    assert [e["n"] for e in logs] == [0, 1, 2, 10]
+    assert logs[-1]["suppressed"] == 7  # what was held back is said, not lost

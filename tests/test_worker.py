@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.tracker.local import LocalTracker
@@ -338,6 +338,72 @@ def test_plan_is_refused_for_an_execute_worker(project: Project, tmp_path: Path)
                                 env=project.env(issue))
     assert result.exit_code != 0 and "only a plan worker" in result.stderr
     assert not project.tracker.get_sync(issue).children
+
+
+def test_done_refuses_a_file_jj_would_not_record(project: Project) -> None:
+    """Issue 9: the merge would refuse it (the work would be lost), so `worker done`
+    does, while the agent is still there to fix it; the advice works as written."""
+    issue = project.issue("Build it")
+    workspace = project.spawn(issue)
+    (workspace / "ok.txt").write_text("fine\n")
+    (workspace / "build.bin").write_bytes(b"x" * (2 * 1024 * 1024))  # a 2 MiB build output
+    refused = project.cli(["worker", "done", issue, "--summary", "built"], issue)
+    assert refused.exit_code != 0
+    assert "did not record build.bin" in refused.stderr and ".gitignore" in refused.stderr
+    assert not project.store.load_record(issue).done
+    (workspace / ".gitignore").write_text("build.bin\n")  # the first fix it names
+    done = project.cli(["worker", "done", issue, "--summary", "built"], issue)
+    assert done.exit_code == 0, done.output
+    assert project.store.load_record(issue).done
+
+
+def plan_text(count: int, labels: str = "") -> str:
+    return "".join(f'[[task]]\nref = "t{i}"\ntitle = "Task {i}"\n{labels}\n' for i in range(count))
+
+
+def test_plans_are_capped_and_cannot_speak_for_a_person(xdg: Path, jj_bin: str,
+                                                        tmp_path: Path) -> None:
+    project = make_project(xdg, jj_bin, extra="[projects.demo.limits]\n"
+                                               "plan_issues = 3\nplan_issues_per_hour = 5")
+    first, second, third = (project.issue(f"Phase {n}") for n in range(3))
+    for issue in (first, second, third):
+        project.spawn(issue, Role.PLAN)
+    plan_file = tmp_path / "plan.toml"
+
+    def plan(issue: str, text: str) -> Result:
+        plan_file.write_text(text)
+        return CliRunner().invoke(main, ["worker", "plan", issue, "--file", str(plan_file)],
+                                  env=project.env(issue, Role.PLAN))
+
+    too_big = plan(first, plan_text(4))
+    assert too_big.exit_code != 0 and "at most 3 may be created by one plan" in too_big.stderr
+    steering = plan(first, plan_text(1, 'labels = ["user-feedback-given"]'))
+    assert steering.exit_code != 0 and "only a person may set" in steering.stderr
+    assert not project.tracker.get_sync(first).children  # nothing half-made
+    assert plan(first, plan_text(3, 'labels = ["ralph:research"]')).exit_code == 0
+    assert plan(second, plan_text(2)).exit_code == 0  # 5 this hour: the cap
+    over = plan(third, plan_text(1))
+    assert over.exit_code != 0 and "at most 5 an hour" in over.stderr
+    refused = [e for e in project.store.iter_events() if e["event"] == "plan_refused"]
+    assert len(refused) == 3 and refused[-1]["issue"] == third
+
+
+def test_files_holding_issue_text_are_private(project: Project) -> None:
+    """Tracker, events and records hold issue text: 0600 in 0700 dirs, even where an
+    older version had left them open."""
+    from ralph_dev.core.paths import data_home, state_home
+
+    issue = project.issue("Private matters")
+    project.spawn(issue)
+    project.store.append_event("probe", issue=issue)
+    paths = project.settings.paths
+    for path in (paths.tracker_db, paths.events_file, project.store.record_path(issue)):
+        assert path.stat().st_mode & 0o777 == 0o600, path
+    for directory in (state_home(), data_home(), paths.state_dir, paths.data_dir):
+        assert directory.stat().st_mode & 0o777 == 0o700, directory
+    paths.state_dir.chmod(0o755)  # as an older version left it
+    StateStore(paths)
+    assert paths.state_dir.stat().st_mode & 0o777 == 0o700
 
 
 # --- hostile issue text --------------------------------------------------------------------

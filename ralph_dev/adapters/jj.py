@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from ralph_dev.adapters.jj_cli import JJError
+from ralph_dev.adapters.jj_cli import JJError, quote_revset
 from ralph_dev.adapters.jj_guard import (
     INTENTS_DIR,
     IntentStore,
@@ -26,12 +26,11 @@ from ralph_dev.adapters.jj_guard import (
     foreign_paths,
     refusal,
 )
+from ralph_dev.adapters.jj_home import FIELD_SEP
 from ralph_dev.adapters.jj_workspaces import (
-    FIELD_SEP,
     LIST_SEP,
     TRUNK_WORKSPACE,
     JJWorkspaces,
-    quote_revset,
 )
 from ralph_dev.core.model import MergeResult, TrunkChange
 
@@ -54,7 +53,9 @@ class JJ(JJWorkspaces):
 
     def _work_heads(self, path: Path) -> list[str]:
         """Commit ids of the newest changes in the workspace that are not in trunk."""
-        revset = f"heads(({self._trunk}..@) ~ (empty() & description(exact:\"\")))"
+        # an empty nameless change on top is the agent's scratch @, not work; an empty
+        # merge (`jj new h1 h2`) is what joins two lines of work, so it counts
+        revset = f"heads(({self._trunk}..@) ~ (empty() & description(exact:\"\") ~ merges()))"
         return self.run(
             "log", "--no-graph", "-r", revset, "-T", 'commit_id ++ "\\n"', cwd=path
         ).check().lines()
@@ -113,7 +114,7 @@ class JJ(JJWorkspaces):
         self._guard(name, path, intent, heads[0])
         # no nameless commits leave the workspace (they cannot be pushed): name them,
         # now that the guard has checked they hold only this issue's work
-        nameless = f'({work}) & description(exact:"") ~ empty()'
+        nameless = f'({work}) & description(exact:"") ~ (empty() ~ merges())'
         if self._count(path, nameless):
             self.run("describe", "-r", nameless, "-m", name, cwd=path).check()
         head = self._work_heads(path)[0]
@@ -152,12 +153,15 @@ class JJ(JJWorkspaces):
     def merge(self, name: str) -> MergeResult:
         """Rebase the workspace's change(s) onto trunk and move trunk forward to them."""
         path = self._require(name)
+        self.import_from_git(path)  # trunk may have moved in the person's git
+        self.export_to_git(path)  # and a merge killed before it told git is told now
         head = self._rebased_head(name, path, "merge")
         if isinstance(head, MergeResult):
             return head
         self.run("bookmark", "set", self.trunk, "-r", head, cwd=path).check()
         self.intents.clear(name)
         self.run("bookmark", "delete", self.bookmark(name), cwd=path)
+        self.export_to_git(path)
         log.info("jj_merged", workspace=name, commit=head[:12], trunk=self.trunk)
         return MergeResult(
             merged=True, commit=head, detail=f"{name} merged into {self.trunk} at {head[:12]}"
@@ -187,6 +191,13 @@ class JJ(JJWorkspaces):
         """The commit trunk points at (read without touching any working copy)."""
         return self._read("log", "--no-graph", "-r", self._trunk, "-T", "commit_id").stdout.strip()
 
+    def trunk_head(self) -> tuple[str, str]:
+        """Trunk's commit id and the first line of its description (``status``)."""
+        out = self._read("log", "--no-graph", "-r", self._trunk, "-T",
+                         'commit_id ++ "\\x1f" ++ description.first_line()').stdout
+        commit, _, subject = out.partition("\x1f")
+        return commit, subject.strip()
+
     def trunk_checkout(self) -> Path:
         """A directory holding trunk's current files (for the verify command).
 
@@ -197,17 +208,12 @@ class JJ(JJWorkspaces):
         path = (self.workspace_root / f".{TRUNK_WORKSPACE}").resolve()
         listed = self._listed()
         if TRUNK_WORKSPACE in listed and not path.is_dir():
-            self._read("workspace", "forget", TRUNK_WORKSPACE)  # someone deleted it
-            self._prune_git_worktrees()
+            self._workspace_forget(TRUNK_WORKSPACE)  # someone deleted it
             del listed[TRUNK_WORKSPACE]
         if TRUNK_WORKSPACE not in listed:
             if path.exists():
                 shutil.rmtree(path)  # ours: a scratch checkout left by a forgotten workspace
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.run(
-                "workspace", "add", "--name", TRUNK_WORKSPACE, "-r", self._trunk, str(path),
-                cwd=self.repo,
-            ).check()
+            self._workspace_add(TRUNK_WORKSPACE, path, self._trunk).check()
             return path
         self._snapshot(path)
         scratch = f"@ ~ ::{self._trunk}"

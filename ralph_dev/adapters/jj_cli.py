@@ -5,11 +5,18 @@ comes back as a :class:`JJResult`; :meth:`JJResult.check` is the separate
 "raise if it failed" step, whose :class:`JJError` carries the command and jj's
 own words. Finding the binary and the PATH every repo-touching process needs
 (jj's own git first: colocated repos) live here too.
+
+The person's own checkout is theirs: any jj command run anywhere but in one of
+ralph-dev's workspaces gets ``--ignore-working-copy`` here, whoever wrote the
+call, so jj never snapshots their files, rewrites their ``@`` or (in a
+colocated repo) resets their git index and HEAD. Only the person's explicit
+``ralph-dev init --colocate`` (and the demo making its own repo) touch it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -114,6 +121,29 @@ def child_path(jj_bin: str | None = None, base: str | None = None) -> str:
     return os.pathsep.join(entries + rest)
 
 
+def quote_revset(text: str) -> str:
+    """A revset/template string literal (names are validated, this is belt and braces)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_REFUSED_LINE = re.compile(r"^  (.+): \S+ \(\d+ bytes\)")
+
+
+def refused_paths(stderr: str) -> list[str]:
+    """Paths from jj's "Refused to snapshot some files:" warning."""
+    refused: list[str] = []
+    inside = False
+    for line in stderr.splitlines():
+        if "Refused to snapshot some files" in line:
+            inside = True
+        elif inside and (found := _REFUSED_LINE.match(line)):
+            if found.group(1) not in refused:
+                refused.append(found.group(1))
+        else:
+            inside = False
+    return refused
+
+
 class JjCli:
     """jj run in one repository (or one of its workspaces) with a fixed author."""
 
@@ -122,12 +152,13 @@ class JjCli:
         repo: Path,
         *,
         jj_bin: str | None = None,
-        user: tuple[str, str] = ("ralph-dev", "ralph-dev@localhost"),
+        user: tuple[str, str] | None = ("ralph-dev", "ralph-dev@localhost"),
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.repo = Path(repo)
         self._jj_bin = jj_bin
         self.user = user
+        """Author of the commits jj makes (None: the person's own jj settings)."""
         self.environ = environ
         """The environment jj runs in (None: this process's), PATH and author aside."""
         self.calls = 0
@@ -149,13 +180,25 @@ class JjCli:
     def child_env(self) -> dict[str, str]:
         env = dict(os.environ if self.environ is None else self.environ)
         env["PATH"] = self.child_path()
-        env["JJ_USER"], env["JJ_EMAIL"] = self.user
+        if self.user is not None:
+            env["JJ_USER"], env["JJ_EMAIL"] = self.user
         return env
 
-    def run(self, *args: str, cwd: Path | None = None) -> JJResult:
-        """Run jj once (never through a shell); failures come back in the result."""
-        argv = (self.jj_bin, "--no-pager", "--color", "never", *args)
+    def owns_checkout(self, where: Path) -> bool:
+        """Whether jj may snapshot and update the working copy at ``where``: only in
+        ralph-dev's own workspaces (which this class has none of)."""
+        return False
+
+    def run(self, *args: str, cwd: Path | None = None, touch_checkout: bool = False) -> JJResult:
+        """Run jj once (never through a shell); failures come back in the result.
+
+        Outside ralph-dev's workspaces jj runs with ``--ignore-working-copy``
+        unless ``touch_checkout`` says the person asked for it.
+        """
         where = Path(cwd) if cwd is not None else self.repo
+        if not (touch_checkout or self.owns_checkout(where) or "--ignore-working-copy" in args):
+            args = ("--ignore-working-copy", *args)
+        argv = (self.jj_bin, "--no-pager", "--color", "never", *args)
         self.calls += 1
         started = time.monotonic()
         try:
@@ -182,18 +225,49 @@ class JjCli:
         return JJResult(argv, str(where), proc.returncode, proc.stdout, proc.stderr)
 
     def _read(self, *args: str) -> JJResult:
-        """A repo-level command (queries, bookmarks, forget) run from the repo root
-        with ``--ignore-working-copy``: the person's own working copy is never
-        snapshotted or updated by it."""
+        """A query run from the repo root, which never touches the person's working copy
+        (see :meth:`run`); repo-level *writes* run in a workspace of ralph-dev's own,
+        because in a colocated repo any jj transaction at the root also resets the
+        person's git index."""
         return self.run("--ignore-working-copy", *args).check()
 
     def init_colocated(self, *, message: str, trunk: str) -> None:
         """A new colocated repo in ``repo`` with its files committed and a trunk bookmark
         (the demo's throwaway project)."""
         self.repo.mkdir(parents=True, exist_ok=True)
-        self.run("git", "init", "--colocate").check()
-        self.run("commit", "-m", message).check()
-        self.run("bookmark", "create", trunk, "-r", "@-").check()
+        self.colocate()
+        self.run("commit", "-m", message, touch_checkout=True).check()
+        self.run("bookmark", "create", trunk, "-r", "@-", touch_checkout=True).check()
+
+    def colocate(self) -> None:
+        """``jj git init --colocate`` in ``repo``: git stays as it is, jj moves in beside it.
+
+        jj snapshots the files there into the new working-copy commit (that is
+        what making a jj repo means), so the person asks for it explicitly.
+        """
+        self.run("git", "init", "--colocate", touch_checkout=True).check()
+
+    def local_bookmarks(self) -> list[str]:
+        """The repository's own bookmarks (not remote-tracking ones)."""
+        return self._read("bookmark", "list", "-T", 'if(remote, "", name ++ "\\n")').lines()
+
+    def has_commits(self) -> bool:
+        """Whether the person's working copy sits on a commit other than the root one."""
+        return bool(self._read("log", "--no-graph", "-r", "@- ~ root()", "-T", '"x"').stdout)
+
+    def missing_trunk_fix(self, trunk: str, bookmarks: list[str], choose: str) -> str:
+        """What to do when bookmark ``trunk`` is missing: each suggested command works
+        as written (an empty repository needs a commit before a bookmark means
+        anything). ``choose`` is how the caller picks an existing bookmark instead."""
+        create = f"`jj bookmark create {trunk} -r @-` in {self.repo}"
+        if not self.has_commits():
+            return (f"it has no commits yet; commit your files and name trunk: "
+                    f"`jj commit -m 'initial commit' && jj bookmark create {trunk} -r @-` "
+                    f"in {self.repo}")
+        if bookmarks:
+            return (f"its bookmarks are {', '.join(bookmarks[:10])}; {choose} the one merges "
+                    f"should go to, or create {trunk!r} at your working copy's parent: {create}")
+        return f"create it at your working copy's parent: {create}"
 
     def log(self, revset: str, template: str) -> str:
         """``jj log`` of ``revset`` with ``template``, read without touching any working copy."""

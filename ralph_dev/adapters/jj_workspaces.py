@@ -9,9 +9,8 @@ around (see ``shared/notes/jj-on-debian12.md``):
   inside that workspace, and a snapshot repairs a stale working copy first.
 * ``jj workspace forget`` leaves the directory; it is removed, but only once
   the work is safe (in trunk, or kept under a bookmark).
-* Read-only queries from the repository root use ``--ignore-working-copy`` so
-  the person's own (default) working copy is never snapshotted behind their
-  back.
+* The person's own working copy is never snapshotted, and no jj write runs in
+  it: repo-level writes run in ralph-dev's base workspace (``jj_home``).
 """
 
 from __future__ import annotations
@@ -24,11 +23,13 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from ralph_dev.adapters.jj_cli import JjCli, JJError
+from ralph_dev.adapters.jj_cli import JJError, quote_revset, refused_paths
+from ralph_dev.adapters.jj_home import FIELD_SEP, JjHome
+from ralph_dev.core.errors import WorkspaceHookFailed
 from ralph_dev.core.model import Workspace
 
 if TYPE_CHECKING:
-    pass
+    from ralph_dev.core.ports import WorkspaceHook
 
 log = structlog.get_logger(__name__)
 
@@ -38,9 +39,8 @@ TRUNK_WORKSPACE = "ralph-trunk"
 """jj workspace where trunk is checked out to verify it after merges.
 
 It lives at ``<root>/.ralph-trunk``: the dot keeps it apart from every valid
-worker workspace name, and list_workspaces leaves it out.
+worker workspace name, and list_workspaces leaves it out (like every dotted one).
 """
-FIELD_SEP = "\x1f"  # field separator in our templates (never in names we accept)
 LIST_SEP = "\x1e"  # list separator inside a field
 
 
@@ -48,33 +48,10 @@ class InvalidWorkspaceName(JJError, ValueError):
     """A workspace name that is not a plain ``[A-Za-z0-9._-]`` word inside the root."""
 
 
-def quote_revset(text: str) -> str:
-    """A revset/template string literal (names are validated, this is belt and braces)."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-_REFUSED_LINE = re.compile(r"^  (.+): \S+ \(\d+ bytes\)")
-
-
-def _refused_paths(stderr: str) -> list[str]:
-    """Paths from jj's "Refused to snapshot some files:" warning."""
-    refused: list[str] = []
-    inside = False
-    for line in stderr.splitlines():
-        if "Refused to snapshot some files" in line:
-            inside = True
-        elif inside and (found := _REFUSED_LINE.match(line)):
-            if found.group(1) not in refused:
-                refused.append(found.group(1))
-        else:
-            inside = False
-    return refused
-
-
 # --- the adapter ----------------------------------------------------------------
 
 
-class JJWorkspaces(JjCli):
+class JJWorkspaces(JjHome):
     """The project's repository and ralph-dev's workspaces in it: add, list, snapshot, forget."""
 
     def __init__(
@@ -86,8 +63,7 @@ class JJWorkspaces(JjCli):
         jj_bin: str | None = None,
         user: tuple[str, str] = ("ralph-dev", "ralph-dev@localhost"),
     ) -> None:
-        super().__init__(repo, jj_bin=jj_bin, user=user)
-        self.workspace_root = Path(workspace_root)
+        super().__init__(repo, workspace_root, jj_bin=jj_bin, user=user)
         self.trunk = trunk
 
     # -- names and paths --
@@ -142,39 +118,28 @@ class JJWorkspaces(JjCli):
                 stderr=result.stderr,
                 returncode=result.returncode,
             )
-        found = self._read(
-            "bookmark", "list", "-T", f'if(name == {self._trunk}, name ++ "\\n")'
-        ).lines()
-        if self.trunk not in found:
-            raise JJError(
-                f"{self.repo} has no trunk bookmark {self.trunk!r}: run "
-                f"`jj bookmark create {self.trunk} -r @-` in {self.repo} (or set `trunk` in "
-                "ralph-dev's config to your main bookmark)"
-            )
+        bookmarks = self.local_bookmarks()
+        if self.trunk not in bookmarks:
+            raise JJError(f"{self.repo} has no trunk bookmark {self.trunk!r}: "
+                          + self.missing_trunk_fix(self.trunk, bookmarks, "set `trunk` in "
+                                                   "ralph-dev's config to"))
 
     # -- workspaces --
 
-    def _listed(self) -> dict[str, Path]:
-        out = self._read("workspace", "list", "-T", f'name ++ "{FIELD_SEP}" ++ root ++ "\\n"')
-        found: dict[str, Path] = {}
-        for line in out.lines():
-            name, _, root = line.partition(FIELD_SEP)
-            found[name] = Path(root)
-        return found
-
-    def add_workspace(self, name: str) -> Path:
+    def add_workspace(self, name: str, *, after_create: WorkspaceHook | None = None) -> Path:
         """Create workspace NAME from trunk (or reuse it) and bookmark its change.
 
         A reused workspace is snapshotted (and repaired if stale) so the new
         agent starts from what is on disk. When ``ralph/NAME`` still holds
         unmerged work (a canceled issue that came back), the new workspace
-        starts on top of that work instead of trunk.
+        starts on top of that work instead of trunk. ``after_create`` runs in a
+        workspace this call created (see :meth:`_prepare`).
         """
         path = self.workspace_path(name)
         if self._pending("add", name).exists():
             self._roll_back_add(name, path)
         if not path.exists():
-            created = self._add_new_workspace(name, path)
+            created = self._add_new_workspace(name, path, after_create)
             if created is not None:
                 return created
         listed = self._listed()
@@ -192,85 +157,111 @@ class JJWorkspaces(JjCli):
                 )
             log.debug("jj_workspace_reused", workspace=name)
             self._snapshot(path)
-            self._ensure_bookmark(name)
+            self._ensure_bookmark(name, path)
             return path
         if path.exists() and any(path.iterdir()):
             raise JJError(
                 f"{path} exists and is not a jj workspace of {self.repo}: move it away "
                 "(it may hold someone's work) and try again"
             )
-        created = self._add_new_workspace(name, path)
+        created = self._add_new_workspace(name, path, after_create)
         if created is None:
             raise JJError(f"jj already has a workspace named {name!r}: run `jj workspace "
                           f"forget {name}` in {self.repo} if it is no longer used")
         return created
 
-    def _add_new_workspace(self, name: str, path: Path) -> Path | None:
+    def _add_new_workspace(self, name: str, path: Path,
+                           after_create: WorkspaceHook | None) -> Path | None:
         """``jj workspace add`` from trunk (or a kept ``ralph/NAME``) and bookmark it.
 
         The common case of every spawn, so it costs three jj calls. Returns None
         when jj already knows a workspace of that name (the caller sorts it out).
         """
-        path.parent.mkdir(parents=True, exist_ok=True)
         bookmark = self.bookmark(name)
         base = self._trunk
         kept = f"present({quote_revset(bookmark)}) ~ ::{self._trunk}"
         if self._count(None, kept):
             base = quote_revset(bookmark)
             log.info("jj_workspace_resumes_kept_change", workspace=name, bookmark=base)
-        add = ("workspace", "add", "--name", name, "-r", base, str(path))
         marker = self._pending("add", name)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()  # until the add is done: a directory left by a kill is ours to remove
-        result = self.run(*add, cwd=self.repo)
-        if not result.ok and "already registered worktree" in result.stderr:
-            self._prune_git_worktrees()
-            result = self.run(*add, cwd=self.repo)
+        result = self._workspace_add(name, path, base)
         if not result.ok and "already exists" in result.stderr:
+            marker.unlink()  # jj's workspace of that name is not ours to roll back
             return None
         result.check()
-        if base != quote_revset(bookmark):  # a kept bookmark already points at the work
-            self._read("bookmark", "set", "--allow-backwards", bookmark,
-                       "-r", f"{quote_revset(name)}@")
-        marker.unlink(missing_ok=True)
+        resumed = base == quote_revset(bookmark)  # a kept bookmark already points at the work
+        if not resumed:
+            self.run("bookmark", "set", "--allow-backwards", bookmark,
+                     "-r", f"{quote_revset(name)}@", cwd=path).check()
         log.info("jj_workspace_added", workspace=name, path=str(path))
+        if after_create is not None:
+            self._prepare(name, path, after_create)
+        marker.unlink()  # made and prepared: from now on the directory holds the agent's work
         return path
 
+    def _prepare(self, name: str, path: Path, after_create: WorkspaceHook) -> None:
+        """Run ``after_create`` in the new workspace; on any failure remove the workspace
+        again, so the next spawn starts over and runs it anew.
+
+        The workspace's ``@`` is a fresh, empty change: anything the hook wrote that
+        jj would track (a copied ``.env`` missing from .gitignore) would be merged
+        into trunk, so that is a failure too.
+        """
+        try:
+            after_create(path)
+            tracked = self.run("diff", "--name-only", "-r", "@", cwd=path).check().lines()
+            if tracked:
+                shown = ", ".join(tracked[:5]) + (" …" if len(tracked) > 5 else "")
+                raise WorkspaceHookFailed(
+                    f"the after_create hook wrote files jj tracks in workspace {name} ({shown}); "
+                    "they would be merged into trunk: add them to .gitignore (or have the hook "
+                    "write only ignored files)", retryable=False)
+        except BaseException:
+            try:
+                self._discard_new_workspace(name, path)
+                self._pending("add", name).unlink(missing_ok=True)
+                log.info("jj_workspace_discarded", workspace=name, reason="after_create failed")
+            except (JJError, OSError) as exc:  # the hook's failure is the one to report
+                log.warning("jj_workspace_discard_failed", workspace=name, error=str(exc))
+            raise
+
     def _roll_back_add(self, name: str, path: Path) -> None:
-        """Undo an add that was killed half-way (its marker is still there): jj may have
-        registered the workspace and written only part of its files, and snapshotting
-        that would record trunk's missing files as deleted. No agent ever ran there, so
-        the workspace is forgotten and its directory removed; the caller adds it anew."""
+        """Undo an add (or its after_create hook) that was killed half-way (its marker is
+        still there): jj may have registered the workspace and written only part of its
+        files, and snapshotting that would record trunk's missing files as deleted. No
+        agent ever ran there, so the workspace is discarded; the caller adds it anew."""
         log.warning("jj_half_made_workspace_rolled_back", workspace=name, path=str(path))
-        self.run("--ignore-working-copy", "workspace", "forget", name)  # unknown is fine
+        self._discard_new_workspace(name, path)
+        self._pending("add", name).unlink(missing_ok=True)
+
+    def _discard_new_workspace(self, name: str, path: Path) -> None:
+        """Remove a workspace no agent has worked in: its fresh change, its registration,
+        the ``ralph/NAME`` bookmark this add set on that change (a kept bookmark of
+        earlier work stays), and its directory."""
+        if name in self._listed():
+            base = self.base()
+            fresh = f"{quote_revset(name)}@"
+            ours = self._count(None, f"present({quote_revset(self.bookmark(name))}) & {fresh}")
+            self.run("abandon", "-r", fresh, cwd=base).check()
+            self._workspace_forget(name)
+            if ours:
+                self.run("bookmark", "delete", self.bookmark(name), cwd=base).check()
         if path.exists():
             shutil.rmtree(path)
-        self._prune_git_worktrees()
-        self._pending("add", name).unlink(missing_ok=True)
 
     def _pending(self, operation: str, name: str) -> Path:
         """Present while ralph-dev's ``add`` or ``forget`` of NAME has not finished: a
         directory such an operation leaves behind when killed is known to be ours."""
         return self.workspace_root / ".ralph-pending" / operation / name
 
-    def _ensure_bookmark(self, name: str) -> None:
+    def _ensure_bookmark(self, name: str, path: Path) -> None:
         """Keep the worker's change reachable under ``ralph/NAME`` (follows rewrites)."""
         bookmark = self.bookmark(name)
         if not self._count(None, f"present({quote_revset(bookmark)})"):
-            self._read(
-                "bookmark", "set", "--allow-backwards", bookmark, "-r", f"{quote_revset(name)}@"
-            )
-
-    def _prune_git_worktrees(self) -> None:
-        """Drop git's record of worktrees whose directory is gone (colocated repos).
-
-        ``jj workspace forget`` cannot unregister the git worktree of a
-        directory someone already deleted, and git then refuses a new worktree
-        at that path. Run through ``jj util exec`` so jj stays the one tool
-        this module starts, with the same PATH (and so the same git).
-        """
-        if (self.repo / ".git").exists():
-            self.run("--ignore-working-copy", "util", "exec", "--", "git", "worktree", "prune")
+            self.run("bookmark", "set", "--allow-backwards", bookmark,
+                     "-r", f"{quote_revset(name)}@", cwd=path).check()
 
     def list_workspaces(self) -> list[Workspace]:
         """ralph-dev's workspaces (those under the root) with what decide needs.
@@ -306,10 +297,9 @@ class JJWorkspaces(JjCli):
         root = self.workspace_root.resolve()
         result: list[Workspace] = []
         for wname, (commit, wroot) in sorted(heads.items()):
-            if wname in ("default", TRUNK_WORKSPACE):
-                continue
-            if Path(os.path.realpath(wroot)).parent != root:
-                continue
+            real = Path(os.path.realpath(wroot))
+            if wname == "default" or real.parent != root or real.name.startswith("."):
+                continue  # the person's, someone else's, or ralph-dev's base and trunk
             unmerged = conflicted = False
             todo, seen = [commit], set()
             while todo:
@@ -362,7 +352,7 @@ class JJWorkspaces(JjCli):
             log.info("jj_workspace_stale_repaired", workspace=path.name)
             self.run("workspace", "update-stale", cwd=path).check()
             result = self.run("util", "snapshot", cwd=path)
-        refused = _refused_paths(result.check().stderr)
+        refused = refused_paths(result.check().stderr)
         if refused:
             log.warning("jj_snapshot_refused", workspace=path.name, paths=refused[:10])
         return refused
@@ -378,9 +368,12 @@ class JJWorkspaces(JjCli):
             )
 
     def describe(self, name: str, message: str) -> None:
-        """Set the description of the workspace's working change (snapshotting first)."""
+        """Set the description of the workspace's working change (snapshotting first).
+
+        Refuses, as the merge would, when the snapshot left files out (too large):
+        ``worker done`` then tells the agent while it can still fix it."""
         path = self._require(name)
-        self._snapshot(path)
+        self._refuse_if_unrecorded(name, self._snapshot(path), "finish")
         # `--message=…` so a message starting with '-' is never read as an option;
         # NUL cannot pass through argv at all.
         text = message.replace("\x00", "")
@@ -394,13 +387,16 @@ class JJWorkspaces(JjCli):
             return len(self._read(*args).lines())
         return len(self.run(*args, cwd=path).check().lines())
 
-    def forget(self, name: str, *, keep_bookmark: bool = False) -> None:
+    def forget(self, name: str, *, keep_bookmark: bool = False,
+               before_remove: WorkspaceHook | None = None) -> None:
         """Forget the workspace and remove its directory once its work is safe.
 
         Safe means: every non-empty change is in trunk, or ``keep_bookmark``
         (a canceled issue) and the newest change is kept under ``ralph/NAME``.
         Already forgotten is fine. A directory that jj does not know is left
-        alone: it may hold edits nobody snapshotted.
+        alone: it may hold edits nobody snapshotted. ``before_remove`` runs in
+        the directory once it is sure to go (it must not raise). Everything in
+        the directory goes with it, build outputs jj ignores included.
         """
         path = self.workspace_path(name)
         marker = self._pending("forget", name)
@@ -422,27 +418,26 @@ class JJWorkspaces(JjCli):
                 f"not in {self.trunk}); merge it first, or forget it as canceled to keep the "
                 f"change under bookmark {bookmark}"
             )
+        if before_remove is not None and path.is_dir():
+            before_remove(path)
+        base = self.base()
         if unmerged:
             heads = self._read(
                 "log", "--no-graph", "-r",
                 f'heads(({self._trunk}..{revset_ws}) ~ (empty() & description(exact:"")))',
                 "-T", 'commit_id ++ "\\n"',
             ).lines()
-            self._read("bookmark", "set", "--allow-backwards", bookmark, "-r", heads[0])
-            if len(heads) > 1:
-                for i, extra in enumerate(heads[1:], start=2):
-                    extra_bookmark = f"{bookmark}-{i}"
-                    self._read("bookmark", "set", "--allow-backwards", extra_bookmark, "-r", extra)
+            for i, head in enumerate(heads, start=1):
+                kept = bookmark if i == 1 else f"{bookmark}-{i}"
+                self.run("bookmark", "set", "--allow-backwards", kept, "-r", head,
+                         cwd=base).check()
             log.info("jj_change_kept", workspace=name, bookmark=bookmark)
         else:
-            self.run("--ignore-working-copy", "bookmark", "delete", bookmark)
+            self.run("bookmark", "delete", bookmark, cwd=base)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()  # the work is safe: a directory left by a kill is ours to remove
-        self._read("workspace", "forget", name)
+        self._workspace_forget(name)
         if path.exists():
             shutil.rmtree(path)
-        else:
-            self._prune_git_worktrees()
         marker.unlink(missing_ok=True)
         log.info("jj_workspace_forgotten", workspace=name, kept=bool(unmerged))
-

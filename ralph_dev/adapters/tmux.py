@@ -70,6 +70,7 @@ from ralph_dev.adapters.tmux_args import (
     sanitize_text,
     show_argv,
 )
+from ralph_dev.core.environment import is_secret_name
 from ralph_dev.core.model import Window
 
 if TYPE_CHECKING:
@@ -239,6 +240,7 @@ class Tmux:
         if self.session_exists():
             return
         cwd = _check_dir(cwd)
+        starts_server = not self.server_alive()
         result = self.run(
             "new-session", "-d", "-s", self.session, "-n", HOME_WINDOW,
             "-x", "200", "-y", "50", "-c", escape_format(str(cwd)),
@@ -249,12 +251,24 @@ class Tmux:
         session_id = result.check().stdout[0] if result.stdout else self.session
         # set-option does not understand `=NAME`, so the new session's $id is the target;
         # panes take the limit when they are created: every ralph-dev window gets it.
+        if starts_server:  # a person's own server keeps its environment: it is theirs
+            self._scrub_server_secrets()
         self.run_many(
             ["set-option", "-t", session_id, "history-limit", str(HISTORY_LIMIT)],
             # a person's tmux.conf may destroy detached sessions; this one runs detached
             ["set-option", "-t", session_id, "destroy-unattached", "off"],
         ).check()
         log.info("tmux_session_created", session=self.session, socket=self.socket_name)
+
+    def _scrub_server_secrets(self) -> None:
+        """The server keeps the environment of whoever started it (the daemon, with
+        its keys) as its global environment, which any pane inherits and any client
+        can list (``show-environment -g``): secrets are removed from it."""
+        listed = self.run("show-environment", "-g")
+        names = [line.split("=", 1)[0] for line in listed.stdout if "=" in line]
+        doomed = [name for name in names if is_secret_name(name)]
+        if doomed:
+            self.run_many(*(["set-environment", "-g", "-u", name] for name in doomed)).check()
 
     def kill_server(self) -> None:
         """End the whole tmux server (the demo's private one); already gone is fine."""
@@ -317,8 +331,9 @@ class Tmux:
         if len(words) == 1:
             words = ["env", "--", *words]  # one word would go through `sh -c`
         env_args = environment_args(environment)
-        if log_file is not None:
-            log_file.parent.mkdir(parents=True, exist_ok=True)
+        if log_file is not None:  # the pane prints issue text: made private before tmux appends
+            log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            log_file.touch(mode=0o600)
         created = self.run(
             "new-window", "-d", "-t", f"{self._session_target}:", "-n", name,
             "-c", escape_format(str(cwd)), "-P", "-F", "#{window_id} #{pane_id}",
@@ -389,6 +404,10 @@ class Tmux:
         while text and not text[-1]:
             text.pop()
         return "\n".join(text[-lines:])
+
+    def dismiss(self, target: str) -> None:
+        """Press Escape in a pane (a fixed key name: nothing from issue text)."""
+        self.run("send-keys", "-t", check_target(target), "Escape").check()
 
     def send_text(
         self, target: str, text: str, *, submit: bool = True, submit_delay: float = 0.15

@@ -16,9 +16,11 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from ralph_dev.core.environment import public_env
 from ralph_dev.core.state import utcnow
+from ralph_dev.core.text import file_tail
 
 TAIL_LINES = 40
 _RUNNING: set[int] = set()
@@ -51,38 +53,57 @@ class VerifyOutcome:
 
 
 def run_verify(
-    command: str, cwd: Path, *, timeout: float = 1800.0, env: dict[str, str] | None = None
+    command: str, cwd: Path, *, timeout: float = 1800.0, env: dict[str, str] | None = None,
+    log_path: Path | None = None,
 ) -> VerifyOutcome:
-    """Run ``command`` in ``cwd``; a timeout or a missing shell is a failure, not a crash."""
+    """Run ``command`` in ``cwd``; a timeout or a missing shell is a failure, not a crash.
+
+    With ``log_path`` the output is appended there as it comes (a worker's log, which
+    ``ralph-dev logs`` follows) and the tail is read back from it.
+    """
     started = utcnow().isoformat(timespec="seconds")
     t0 = time.monotonic()
-    try:
-        # Its own process group, so a timeout kills everything the command forked
-        # (test runners love to leave children behind).
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", command],
-            cwd=cwd,
-            # the command runs code agents wrote: it gets no API keys or secrets
-            env=public_env(env if env is not None else os.environ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        code, output = 127, f"cannot run verify command: {exc}"
-    else:
-        _RUNNING.add(proc.pid)
+    with contextlib.ExitStack() as stack:
+        sink: Any = subprocess.PIPE
+        offset = 0
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            sink = stack.enter_context(log_path.open("ab"))
+            offset = sink.tell()
         try:
-            raw, _ = proc.communicate(timeout=timeout)
-            code, output = proc.returncode, raw.decode("utf-8", "replace")
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            raw, _ = proc.communicate()
-            code = 124
-            output = raw.decode("utf-8", "replace") + f"\n[timed out after {timeout}s]"
-        finally:
-            _RUNNING.discard(proc.pid)
+            # Its own process group, so a timeout kills everything the command forked
+            # (test runners love to leave children behind).
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", command],
+                cwd=cwd,
+                # the command runs code agents wrote: it gets no API keys or secrets
+                env=public_env(env if env is not None else os.environ),
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            code, output = 127, f"cannot run {command!r}: {exc}"
+        else:
+            code, output = _wait(proc, timeout)
+            if log_path is not None:
+                sink.flush()
+                output = file_tail(log_path, min(sink.tell() - offset, 65536)) + output
     tail = "\n".join(output.rstrip().splitlines()[-TAIL_LINES:])
     return VerifyOutcome(command, code, started, round(time.monotonic() - t0, 3), tail)
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int, str]:
+    """Exit code and captured output (empty when it went to a file); 124 on a timeout."""
+    _RUNNING.add(proc.pid)
+    try:
+        raw, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, (raw or b"").decode("utf-8", "replace")
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        raw, _ = proc.communicate()
+        return 124, (raw or b"").decode("utf-8", "replace") + f"\n[timed out after {timeout}s]"
+    finally:
+        _RUNNING.discard(proc.pid)

@@ -14,6 +14,13 @@ delivery cannot be replayed later; a ``Linear-Delivery`` id seen before is
 acknowledged and ignored (Linear retries deliveries). The secret comes from
 ``RALPH_DEV_LINEAR_WEBHOOK_SECRET`` only, and is never logged; payload text
 (titles, comments) is never logged either.
+
+The port may face the internet, so nobody can hold the controller's resources:
+a connection must send its request head within ``HEADER_TIMEOUT_S`` and its
+body within ``BODY_TIMEOUT_S``; beyond ``MAX_CONNECTIONS`` open connections new
+ones are closed at once (file descriptors are the controller's too: running
+out of them once stopped its ticks); a body nested too deeply for the parser is
+a 400; rejections are logged at most ``LOG_BURST`` times a minute.
 """
 
 from __future__ import annotations
@@ -21,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import math
 import os
 import time
@@ -34,6 +40,7 @@ import structlog
 from aiohttp import web
 
 from ralph_dev.core.errors import RalphError
+from ralph_dev.core.jsonsafe import TooDeep, parse_json
 
 log = structlog.get_logger(__name__)
 
@@ -45,6 +52,13 @@ MAX_SKEW_S = 60.0
 MAX_BODY_BYTES = 1 << 20
 DELIVERIES_KEPT = 4096
 """Delivery ids remembered for dedupe: Linear retries within hours, a few thousand is plenty."""
+HEADER_TIMEOUT_S = 10.0
+"""A connection that has not sent a whole request head by then is closed (aiohttp's
+keep-alive timer runs from the connection's start and is not reset by partial data)."""
+BODY_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 64
+LOG_BURST = 20
+"""Rejections logged per minute; the rest are counted and the count logged with the next."""
 WAKE_TYPES = frozenset({"Issue", "Comment"})
 """Entity types that may change what the controller should do (labels ride on Issue)."""
 
@@ -94,6 +108,40 @@ def _timestamp_ms(payload: Mapping[str, Any], header: str | None) -> float | Non
     return stamp if math.isfinite(stamp) else None
 
 
+class RateLimitedLog:
+    """At most ``burst`` lines per ``window`` seconds; what was held back is counted and
+    reported (``suppressed=N``) on the next line let through."""
+
+    def __init__(self, burst: int = LOG_BURST, window: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.burst = burst
+        self.window = window
+        self.clock = clock
+        self._window_start = -math.inf
+        self._written = 0
+        self.suppressed = 0
+
+    def warning(self, event: str, **details: Any) -> bool:
+        now = self.clock()
+        if now - self._window_start >= self.window:
+            self._window_start, self._written = now, 0
+        if self._written >= self.burst:
+            self.suppressed += 1
+            return False
+        self._written += 1
+        if self.suppressed:
+            details["suppressed"], self.suppressed = self.suppressed, 0
+        log.warning(event, **details)
+        return True
+
+
+class _Refused(asyncio.Protocol):
+    """The answer to a connection over the cap: closed before anything is read."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
 class Deliveries:
     """Delivery ids already handled, oldest forgotten first (bounded memory)."""
 
@@ -127,6 +175,9 @@ class WebhookListener:
         deliveries: int = DELIVERIES_KEPT,
         min_interval: float = 1.0,
         on_wake: Callable[[], None] | None = None,
+        header_timeout: float = HEADER_TIMEOUT_S,
+        body_timeout: float = BODY_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         if not secret:
             raise WebhookError(f"the webhook signing secret is empty: set {SECRET_ENV}")
@@ -138,14 +189,26 @@ class WebhookListener:
         self.on_wake = on_wake
         """Told before each wake (the tracker then polls even inside its poll interval)."""
         self.deliveries = Deliveries(deliveries)
+        self.header_timeout = header_timeout
+        self.body_timeout = body_timeout
+        self.max_connections = max_connections
+        self.refused = 0
+        """Connections closed because ``max_connections`` were open."""
+        self.rejections = RateLimitedLog()
         self.woken = 0
         self._last_wake: float | None = None
         self._pending: asyncio.TimerHandle | None = None
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
         self.port: int | None = None
 
     def __repr__(self) -> str:  # never show the secret, even in a traceback
         return f"WebhookListener(port={self.port}, woken={self.woken})"
+
+    def open_connections(self) -> int:
+        """Connections being served now (the cap counts these)."""
+        server = self._runner.server if self._runner is not None else None
+        return len(server.connections) if server is not None else 0
 
     # -- the checks (pure but for the dedupe memory) ------------------------------
 
@@ -156,7 +219,9 @@ class WebhookListener:
         ):
             return Verdict(401, "bad signature")
         try:
-            payload = json.loads(body)
+            payload = parse_json(body)
+        except TooDeep:
+            return Verdict(400, "body nested too deeply")
         except (ValueError, UnicodeDecodeError):
             return Verdict(400, "body is not JSON")
         if not isinstance(payload, dict):
@@ -207,10 +272,15 @@ class WebhookListener:
 
     async def handle(self, request: web.Request) -> web.Response:
         try:
-            body = await request.read()
+            async with asyncio.timeout(self.body_timeout):
+                body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            log.warning("webhook_rejected", status=413, why="body too large")
+            self.rejections.warning("webhook_rejected", status=413, why="body too large")
             return web.Response(status=413, text="body too large\n")
+        except TimeoutError:
+            self.rejections.warning("webhook_rejected", status=408, why="body too slow",
+                                    remote=request.remote)
+            return web.Response(status=408, text="body too slow\n")
         verdict = self.judge(body, request.headers)
         if verdict.woke:
             self.poke()
@@ -218,8 +288,8 @@ class WebhookListener:
             log.info("webhook", why=verdict.reason, type=verdict.kind, woke=verdict.woke,
                      delivery=request.headers.get("Linear-Delivery", "")[:80])
         else:
-            log.warning("webhook_rejected", status=verdict.status, why=verdict.reason,
-                        remote=request.remote)
+            self.rejections.warning("webhook_rejected", status=verdict.status,
+                                    why=verdict.reason, remote=request.remote)
         return web.Response(status=verdict.status, text=verdict.reason + "\n")
 
     def app(self) -> web.Application:
@@ -229,11 +299,22 @@ class WebhookListener:
 
     async def start(self, host: str, port: int) -> int:
         """Serve on host:port (0 picks a free port); returns the bound port."""
-        runner = web.AppRunner(self.app(), access_log=None)
+        runner = web.AppRunner(self.app(), access_log=None, keepalive_timeout=self.header_timeout)
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
+        handlers = runner.server
+        assert handlers is not None  # set by setup()
+
+        def connection() -> asyncio.Protocol:
+            if len(handlers.connections) >= self.max_connections:  # = open_connections()
+                self.refused += 1
+                self.rejections.warning("webhook_refused", why="too many connections",
+                                        limit=self.max_connections)
+                return _Refused()
+            return handlers()
+
         try:
-            await site.start()
+            self._server = await asyncio.get_running_loop().create_server(
+                connection, host, port, reuse_address=True)
         except OSError as exc:
             await runner.cleanup()
             raise WebhookError(
@@ -241,7 +322,7 @@ class WebhookListener:
                 "change tracker.webhook_host / tracker.webhook_port or stop what uses the port"
             ) from None
         self._runner = runner
-        self.port = int(runner.addresses[0][1]) if runner.addresses else port
+        self.port = int(self._server.sockets[0].getsockname()[1])
         log.info("webhook_listening", host=host, port=self.port, path=PATH)
         return self.port
 
@@ -249,6 +330,9 @@ class WebhookListener:
         if self._pending is not None:
             self._pending.cancel()
             self._pending = None
+        if self._server is not None:
+            self._server.close()
+            self._server = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -22,6 +22,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -142,7 +143,34 @@ def seed_claude_config(
         return True
 
 
+DEFAULT_CLAUDE_BIN = "claude"
+
+
+def setup_claude_dirs() -> list[Path]:
+    """Where ``scripts/setup.sh`` installs Claude Code, newest version first."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ralph-dev"
+
+    def version(path: Path) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", path.name))
+
+    return sorted(cache.glob("claude-code-*"), key=version, reverse=True)
+
+
+def find_claude(path: str | None = None) -> str | None:
+    """Claude Code as a person (or the demo) has it: ``$RALPH_DEV_CLAUDE_BIN``, ``claude``
+    on ``path`` (None: this process's PATH), else the copy ``scripts/setup.sh``
+    installed under ``~/.cache/ralph-dev/claude-code-VERSION``."""
+    for candidate in (os.environ.get("RALPH_DEV_CLAUDE_BIN"), shutil.which("claude", path=path),
+                      *(str(d / "node_modules/.bin/claude") for d in setup_claude_dirs())):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
 def resolve_claude_bin(settings: ProjectSettings, path: str) -> str:
+    """The Claude Code binary workers run: ``agent.claude_bin`` as configured (a path, or
+    a name looked up on the workers' ``path``); left at its default, also the copy
+    ``scripts/setup.sh`` installed."""
     configured = settings.agent.claude_bin
     if os.sep in configured:
         if Path(configured).is_file() and os.access(configured, os.X_OK):
@@ -151,21 +179,23 @@ def resolve_claude_bin(settings: ProjectSettings, path: str) -> str:
             f"agent.claude_bin {configured!r} is not an executable file; install Claude Code "
             "(npm install -g @anthropic-ai/claude-code) or fix agent.claude_bin"
         )
-    found = shutil.which(configured, path=path)
+    found = (find_claude(path) if configured == DEFAULT_CLAUDE_BIN
+             else shutil.which(configured, path=path))
     if not found:
         raise AgentError(
-            f"Claude Code ({configured!r}) is not on the worker's PATH; install it "
-            "(npm install -g @anthropic-ai/claude-code) or set agent.claude_bin to its full path"
+            f"Claude Code ({configured!r}) is not on the worker's PATH nor installed by "
+            "scripts/setup.sh; install it (scripts/setup.sh, or npm install -g "
+            "@anthropic-ai/claude-code) or set agent.claude_bin to its full path"
         )
     return found
 
 
 def claude_argv(claude_bin: str, role: Role, model: str, *, plugin: Path,
-                extra_args: Sequence[str] = ()) -> list[str]:
+                extra_args: Sequence[str] = (), resume: str | None = None) -> list[str]:
     """Claude Code's argv, without the prompt (the exec wrapper adds it after ``--``)."""
     fence = tool_fence(role)
     return [
-        claude_bin,
+        *([claude_bin, "--resume", resume] if resume else [claude_bin]),
         "--model", model,
         "--plugin-dir", str(plugin),
         "--permission-mode", "dontAsk",

@@ -56,10 +56,18 @@ def tool_fence(role: Role) -> ToolFence:
     return ToolFence(tools=tools, allowed=tools, disallowed=disallowed)
 
 
+SUPERVISOR_READS = ("status", "doctor", "events", "plan", "logs", "issue list", "issue show")
+SUPERVISOR_ACTS = ("stop", "start")
+"""Restarting the daemon and controller is the supervisor's one repair (workers keep
+running and are adopted)."""
 SUPERVISOR_ALLOWED = (
     "Read", "Skill",
-    "Bash(ralph-dev:*)", "Bash(jj workspace list:*)", "Bash(jj log:*)", "Bash(jj status:*)",
+    *(f"Bash(ralph-dev {command}:*)" for command in SUPERVISOR_READS + SUPERVISOR_ACTS),
+    "Bash(jj workspace list:*)", "Bash(jj log:*)", "Bash(jj status:*)",
     "Bash(tmux list-windows:*)", "Bash(tmux list-panes:*)",
 )
-"""The supervisor diagnoses and repairs through ralph-dev's own commands only: any
-other command is denied by ``dontAsk`` (never asked about)."""
+"""The supervisor reads through ralph-dev's own commands and may stop/start it; any
+other command (``init``, issue writes, ``--config``, ``service``…) is denied by
+``dontAsk`` (never asked about): it runs on a project whose issues anyone may write."""
+SUPERVISOR_DENIED = ("Bash(ralph-dev stop --workers:*)",)
+"""Belt and braces: denial wins over the allowed prefix above."""

@@ -37,7 +37,13 @@ from typing import Any
 import structlog
 
 from ralph_dev.adapters.jj_cli import child_path
-from ralph_dev.agent.claude import claude_argv, plugin_dir, prepare_claude
+from ralph_dev.agent.claude import (
+    AgentError,
+    claude_argv,
+    plugin_dir,
+    prepare_claude,
+    resolve_claude_bin,
+)
 from ralph_dev.agent.prompt import render_prompt, write_prompt
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import (
@@ -116,6 +122,8 @@ def agent_env(
         environ, project=settings.name, home=str(home), path=path,
         config_file=str(config_path) if config_path is not None else None,
         isolated_home=settings.agent.home == "isolated",
+        tracker_key=settings.tracker.kind == "linear",
+        pass_env=settings.agent.pass_env,
     )
 
 
@@ -224,6 +232,22 @@ def launch_via_spec(argv: Sequence[str], env: Mapping[str, str], cwd: Path, spec
     )
 
 
+def check_agent(settings: ProjectSettings, environ: Mapping[str, str] | None = None) -> None:
+    """Raise (naming the fix) when the project's agent program cannot be found on the
+    workers' PATH: a setup error, which pauses dispatch instead of charging attempts."""
+    environ = os.environ if environ is None else environ
+    path = child_path(base=environ.get("PATH", os.defpath))
+    if settings.agent.runner != "command":
+        resolve_claude_bin(settings, path)
+        return
+    program = command_argv(settings.agent.command or "", dict.fromkeys(PLACEHOLDERS, "x"))[0]
+    found = (os.access(program, os.X_OK) and Path(program).is_file() if os.sep in program
+             else shutil.which(program, path=path) is not None)
+    if not found:
+        raise AgentError(f"agent.command's program {program!r} is not an executable on the "
+                         "workers' PATH; install it or fix agent.command")
+
+
 def build_launch(
     settings: ProjectSettings,
     issue: Issue,
@@ -235,8 +259,12 @@ def build_launch(
     feedback: str | None = None,
     config_path: Path | None = None,
     environ: Mapping[str, str] | None = None,
+    resume_session: str | None = None,
 ) -> Launch:
-    """Prepare one worker: prompt file, environment, trusted HOME, and the window's argv."""
+    """Prepare one worker: prompt file, environment, trusted HOME, and the window's argv.
+
+    ``resume_session``: Claude Code continues that earlier conversation of this issue
+    (``--resume``) instead of starting over; the prompt then says so."""
     environ = os.environ if environ is None else environ
     identifier = check_identifier(issue.identifier)
     role = Role(role)
@@ -246,8 +274,9 @@ def build_launch(
     home = agent_home(settings, environ)
     env = worker_env(settings, identifier, role, workspace, attempt=attempt, home=home,
                      config_path=config_path, environ=environ)
+    resumed = resume_session if settings.agent.runner == "claude" else None
     prompt = render_prompt(issue, role, workspace, attempt=attempt, feedback=feedback,
-                           project=settings.name)
+                           project=settings.name, resumed=resumed is not None)
     prompt_file = write_prompt(settings, identifier, role, attempt, prompt)
 
     if settings.agent.runner == "command":
@@ -261,7 +290,7 @@ def build_launch(
     else:
         claude = prepare_claude(settings, env, home, _trust_roots(settings, workspace))
         argv = claude_argv(claude, role, model, plugin=plugin_dir(),
-                           extra_args=settings.agent.extra_args)
+                           extra_args=settings.agent.extra_args, resume=resumed)
         prompt_arg = True
     log.info("agent_launch", issue=identifier, role=role.value, runner=settings.agent.runner,
              model=model, attempt=attempt, home=settings.agent.home, program=Path(argv[0]).name)

@@ -75,6 +75,7 @@ def render_prompt(
     attempt: int,
     feedback: str | None = None,
     project: str = "",
+    resumed: bool = False,
 ) -> str:
     """The worker's first prompt: the preamble, then the issue as fenced data."""
     ident = check_identifier(issue.identifier)
@@ -99,7 +100,13 @@ def render_prompt(
         "",
         f"Attempt: {attempt}.",
     ]
-    if attempt > 1:
+    if resumed:
+        out.append(
+            "This is a continuation of your own earlier session on this issue (it stopped "
+            "before you reported): you know what you did; check the workspace (`jj diff`) "
+            "and continue from there."
+        )
+    elif attempt > 1:
         out.append(
             "Earlier attempts did not finish. Look at what is already in this workspace "
             "(`jj diff`) and continue from there."

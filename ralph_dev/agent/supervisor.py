@@ -16,7 +16,12 @@ from pathlib import Path
 import structlog
 
 from ralph_dev.agent.claude import plugin_dir, prepare_claude, skill_name
-from ralph_dev.agent.fence import EDIT_TOOLS, NEVER_TOOLS, SUPERVISOR_ALLOWED
+from ralph_dev.agent.fence import (
+    EDIT_TOOLS,
+    NEVER_TOOLS,
+    SUPERVISOR_ALLOWED,
+    SUPERVISOR_DENIED,
+)
 from ralph_dev.agent.launch import agent_env, agent_home, launch_via_spec
 from ralph_dev.agent.prompt import MAX_DESCRIPTION_BYTES, cap, fence_token, visible
 from ralph_dev.core.config import ProjectSettings
@@ -82,7 +87,7 @@ def build_supervisor_launch(
         "--permission-mode", "dontAsk",
         "--tools", "Bash,Read,Skill",
         "--allowedTools", ",".join(SUPERVISOR_ALLOWED),
-        "--disallowedTools", ",".join(NEVER_TOOLS + EDIT_TOOLS),
+        "--disallowedTools", ",".join(NEVER_TOOLS + EDIT_TOOLS + SUPERVISOR_DENIED),
         *settings.agent.extra_args,
         "--",
     ]

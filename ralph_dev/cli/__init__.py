@@ -125,7 +125,10 @@ def echo_json(data: Any) -> None:
               default="local", show_default=True)
 @click.option("--key", help="Identifier prefix for the local tracker (default: from the name).")
 @click.option("--linear-project", help="Linear project id, slug or name (with --tracker linear).")
-@click.option("--trunk", default="main", show_default=True, help="Trunk bookmark to merge into.")
+@click.option("--trunk", help="Trunk bookmark to merge into (default: the branch git's HEAD "
+              "is on, else main or master).")
+@click.option("--colocate", is_flag=True, help="Make a plain git repository a colocated jj "
+              "repository (jj git init --colocate); git keeps working as before.")
 @click.option("--workspace-root", type=click.Path(file_okay=False, path_type=Path),
               help="Where workers' jj workspaces go (default: under XDG_DATA_HOME).")
 @click.option("--verify", "verify_command", help="Command that must pass before an issue is done.")
@@ -142,7 +145,8 @@ def init(
     tracker_kind: str,
     key: str | None,
     linear_project: str | None,
-    trunk: str,
+    trunk: str | None,
+    colocate: bool,
     workspace_root: Path | None,
     verify_command: str | None,
     runner: str | None,
@@ -151,11 +155,13 @@ def init(
     force: bool,
 ) -> None:
     """Add PROJECT to the config (refuses to replace one without --force)."""
+    from ralph_dev.control.repo_setup import prepare_repo
     from ralph_dev.core.config import build_project
-    from ralph_dev.core.config_write import write_project
+    from ralph_dev.core.config_write import check_can_write, write_project
 
     check_project_name(project)
-    raw: dict[str, Any] = {"repo": str(repo.expanduser().resolve()), "trunk": trunk}
+    repo = repo.expanduser().resolve()
+    raw: dict[str, Any] = {"repo": str(repo), "trunk": trunk or "main"}
     tracker: dict[str, Any] = {"kind": tracker_kind}
     if key:
         tracker["key"] = key
@@ -175,14 +181,17 @@ def init(
         raw["agent"] = agent
     if max_workers:
         raw["limits"] = {"max_workers": max_workers}
-    settings = build_project(project, raw)
-    if not repo.is_dir():
-        raise ConfigError(f"--repo {repo}: no such directory; create the repository first")
+    settings = build_project(project, raw)  # every option checked before anything is touched
+    check_can_write(project, force=force, path=cli.config_path)
+    found = prepare_repo(repo, trunk=trunk, colocate=colocate)  # local, before Linear
+    settings = build_project(project, {**raw, "trunk": found.trunk})
     linear = None
     if tracker_kind == "linear":
         from ralph_dev.cli.linear_setup import prepare_linear
 
         linear = run(prepare_linear(settings))
+    for note in found.notes:
+        click.echo(note)
     path = write_project(settings, force=force, path=cli.config_path)
     if linear is not None:
         linear.record(settings)

@@ -44,7 +44,12 @@ def hook_group() -> None:
 @pass_ctx
 def session_start_cmd(cli: CliContext) -> None:
     """Print the issue's context, the role's rules and how to finish."""
-    _run(cli, "session-start", lambda settings, env, _p: hooks.session_start(settings, env))
+
+    def body(settings: Any, env: WorkerEnv, payload: dict[str, Any]) -> str:
+        hooks.note_session(settings, env, payload)
+        return hooks.session_start(settings, env)
+
+    _run(cli, "session-start", body)
 
 
 @hook_group.command("post-tool-use")
@@ -56,6 +61,17 @@ def post_tool_use_cmd(cli: CliContext) -> None:
         hooks.post_tool_use(settings, env)
 
     _run(cli, "post-tool-use", body)
+
+
+@hook_group.command("stop-failure")
+@pass_ctx
+def stop_failure_cmd(cli: CliContext) -> None:
+    """Record that the agent's turn ended on an API error (the controller pauses)."""
+
+    def body(settings: Any, env: WorkerEnv, payload: dict[str, Any]) -> None:
+        hooks.stop_failure(settings, env, payload)
+
+    _run(cli, "stop-failure", body)
 
 
 @hook_group.command("stop")

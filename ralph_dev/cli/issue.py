@@ -16,10 +16,12 @@ import click
 
 from ralph_dev.adapters.tracker import open_tracker
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, project_argument, run
+from ralph_dev.core import wake
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import TrackerInputError
 from ralph_dev.core.model import Issue, NewIssue, check_identifier
 from ralph_dev.core.ports import Tracker
+from ralph_dev.core.state import StateStore
 
 
 def _issue_json(issue: Issue) -> dict[str, Any]:
@@ -60,6 +62,14 @@ async def _closing(tracker: Tracker, coro: Any) -> Any:
         return await coro
     finally:
         await tracker.close()
+
+
+def _write(settings: ProjectSettings, tracker: Tracker, coro: Any) -> Any:
+    """A person's write to the tracker, then a poke: the running controller acts on it
+    now (a new ready issue starts at once), not at its next poll."""
+    result = run(_closing(tracker, coro))
+    wake.poke(StateStore(settings.paths))
+    return result
 
 
 @main.group(name="issue")
@@ -104,7 +114,7 @@ def add(
         blocked_by=blocked_by,
         state=state,
     )
-    created = run(_closing(tracker, tracker.create_issues([entry])))
+    created = _write(settings, tracker, tracker.create_issues([entry]))
     click.echo(created[0])
 
 
@@ -117,7 +127,7 @@ def _table(issues: list[Issue]) -> str:
                 issue.identifier,
                 issue.state_name,
                 str(issue.priority),
-                ",".join(sorted(issue.labels)) or "-",
+                _labels(issue, ",") or "-",
                 ",".join(issue.blocked_by) or "-",
                 _one_line(issue.title),
             )
@@ -132,6 +142,11 @@ def _table(issues: list[Issue]) -> str:
 def _one_line(text: str) -> str:
     """Control characters from issue text must not steer the terminal."""
     return "".join(ch if ch.isprintable() else " " for ch in text)
+
+
+def _labels(issue: Issue, separator: str = ", ") -> str:
+    """Labels as shown to people: made in Linear's UI they may hold control characters."""
+    return separator.join(_one_line(label) for label in sorted(issue.labels))
 
 
 def _printable(text: str) -> str:
@@ -171,7 +186,7 @@ def show(cli: CliContext, identifier: str, as_json: bool) -> None:
         f"{issue.identifier}  {_one_line(issue.title)}",
         f"state:      {issue.state_name} ({issue.state_type.value})",
         f"priority:   {issue.priority} (sort order {issue.sort_order:g})",
-        f"labels:     {', '.join(sorted(issue.labels)) or '-'}",
+        f"labels:     {_labels(issue) or '-'}",
         f"parent:     {issue.parent or '-'}",
         f"children:   {', '.join(issue.children) or '-'}",
         f"blocked by: {', '.join(issue.blocked_by) or '-'}",
@@ -192,8 +207,8 @@ def show(cli: CliContext, identifier: str, as_json: bool) -> None:
 @pass_ctx
 def state(cli: CliContext, identifier: str, state: str) -> None:
     """Move an issue to STATE (a state name such as 'In Progress', any case)."""
-    _, tracker = _tracker_for_issue(cli, identifier)
-    issue = run(_closing(tracker, tracker.set_state(identifier, name=state)))
+    settings, tracker = _tracker_for_issue(cli, identifier)
+    issue = _write(settings, tracker, tracker.set_state(identifier, name=state))
     click.echo(f"{issue.identifier}: {issue.state_name}")
 
 
@@ -219,9 +234,9 @@ def label(cli: CliContext, identifier: str, changes: tuple[str, ...]) -> None:
                 f"{token!r} is not a label change: write +NAME to add or -NAME to remove"
             )
         (add if token[0] == "+" else remove).append(token[1:])
-    _, tracker = _tracker_for_issue(cli, identifier)
-    issue = run(_closing(tracker, tracker.change_labels(identifier, add=add, remove=remove)))
-    click.echo(f"{issue.identifier}: {', '.join(sorted(issue.labels)) or '(no labels)'}")
+    settings, tracker = _tracker_for_issue(cli, identifier)
+    issue = _write(settings, tracker, tracker.change_labels(identifier, add=add, remove=remove))
+    click.echo(f"{issue.identifier}: {_labels(issue) or '(no labels)'}")
 
 
 @issue_group.command(name="comment")
@@ -231,9 +246,8 @@ def label(cli: CliContext, identifier: str, changes: tuple[str, ...]) -> None:
 @pass_ctx
 def comment(cli: CliContext, identifier: str, text: str, author: str | None) -> None:
     """Add a person's comment to an issue (ralph-dev treats it as human feedback)."""
-    _, tracker = _tracker_for_issue(cli, identifier)
-    coro = tracker.comment(identifier, text, by_ralph=False, author=author)
-    run(_closing(tracker, coro))
+    settings, tracker = _tracker_for_issue(cli, identifier)
+    _write(settings, tracker, tracker.comment(identifier, text, by_ralph=False, author=author))
     click.echo(f"Commented on {identifier}")
 
 
@@ -242,7 +256,7 @@ def _change_blockers(cli: CliContext, identifier: str, blockers: tuple[str, ...]
     """Add (or remove) each blocker, then show the issue's blockers as they now are."""
     for ident in (identifier, *blockers):
         check_identifier(ident)
-    _, tracker = _tracker_for_issue(cli, identifier)
+    settings, tracker = _tracker_for_issue(cli, identifier)
 
     async def apply() -> Issue:
         change = tracker.add_blocker if add else tracker.remove_blocker
@@ -251,7 +265,7 @@ def _change_blockers(cli: CliContext, identifier: str, blockers: tuple[str, ...]
             issue = await change(identifier, blocker)
         return issue
 
-    issue = run(_closing(tracker, apply()))
+    issue = _write(settings, tracker, apply())
     click.echo(f"{issue.identifier}: blocked by {', '.join(issue.blocked_by) or '-'}")
 
 
@@ -287,7 +301,7 @@ def import_(cli: CliContext, project: str, file: Path, parent: str | None) -> No
         check_identifier(parent)
     entries = parse_plan(file, parent=parent)
     tracker = open_tracker(settings)
-    created = run(_closing(tracker, tracker.create_issues(entries)))
+    created = _write(settings, tracker, tracker.create_issues(entries))
     width = max(len(e.ref or "") for e in entries)
     for entry, ident in zip(entries, created, strict=True):
         ref = entry.ref or "-"

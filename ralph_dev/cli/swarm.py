@@ -124,7 +124,8 @@ async def preview(settings: ProjectSettings) -> tuple[Plan, list[str]]:
         jj = _NoWorkspaces()
     tracker = open_tracker(settings)
     try:
-        observed, _ = await observe(tracker, tmux_for(settings), jj, StateStore(settings.paths))
+        observed, _ = await observe(tracker, tmux_for(settings), jj, StateStore(settings.paths),
+                                    agent_aware=settings.agent.runner == "claude")
     finally:
         await tracker.close()
     if not observed.tracker_ok:

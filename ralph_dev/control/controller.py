@@ -18,13 +18,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import structlog
 
+from ralph_dev.control import workspace_hooks
+from ralph_dev.control.agent_waits import AgentWaits
+from ralph_dev.control.beating import while_beating
+from ralph_dev.control.failures import AgentCheck, FailurePolicy
 from ralph_dev.control.merging import MergeLane
 from ralph_dev.control.metrics import TickHistogram
 from ralph_dev.core.config import ProjectSettings
@@ -48,6 +52,7 @@ from ralph_dev.core.model import (
     Spawn,
     StateType,
     Window,
+    WorkerRecord,
     worker_windows,
 )
 from ralph_dev.core.ports import (
@@ -89,25 +94,48 @@ class TickResult:
                    for a in self.plan.actions)
 
 
-def output_marks(windows: Sequence[Window], store: StateStore) -> tuple[Window, ...]:
-    """Stamp each window with when its pane last printed, from its pipe-pane log.
+def _mtime(path: Path) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    except (OSError, ValueError):
+        return None
 
-    The log's mtime changes exactly when the pane prints something, so stuck
-    detection needs no per-window tmux call (the tick stays at one).
+
+def _pane_log(store: StateStore, window: Window) -> Path | None:
+    try:
+        return store.log_path(window.name)
+    except ValueError:
+        return None  # not a worker's window: no log of its own
+
+
+def output_marks(windows: Sequence[Window], store: StateStore,
+                 records: Mapping[str, WorkerRecord], *, agent_aware: bool) -> tuple[Window, ...]:
+    """Stamp each window with when its worker last did something.
+
+    For Claude Code (``agent_aware``) that is the agent's own account: its hooks
+    (``last_activity``) and its transcript's growth. Its pane is no witness: the
+    spinner keeps printing while a model call hangs. For the ``command`` runner it
+    is the pane: the pipe-pane log's mtime changes exactly when the pane prints.
+    Either way no per-window tmux call is needed (the tick stays at one).
     """
     marked = []
     for window in windows:
-        try:
-            changed = datetime.fromtimestamp(store.log_path(window.name).stat().st_mtime, UTC)
-        except (OSError, ValueError):
-            marked.append(window)
-            continue
-        marked.append(dataclasses.replace(window, output_changed_at=changed))
+        record = records.get(window.name)
+        if agent_aware and record is not None:
+            stamps = [t for t in (record.last_activity, record.started_at,
+                                  _mtime(Path(record.transcript)) if record.transcript else None)
+                      if t is not None]
+            changed = max(stamps) if stamps else None
+        else:
+            log_file = _pane_log(store, window)
+            changed = _mtime(log_file) if log_file is not None else None
+        marked.append(window if changed is None
+                      else dataclasses.replace(window, output_changed_at=changed))
     return tuple(marked)
 
 
 async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceLister,
-                  store: StateStore) -> tuple[Observed, str]:
+                  store: StateStore, *, agent_aware: bool = False) -> tuple[Observed, str]:
     """Everything decide needs, read now; and the tracker's error when it could not be read.
 
     Shared by the controller and ``ralph-dev plan`` (which observes but never acts).
@@ -121,11 +149,12 @@ async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceListe
         log.warning("tracker_unavailable", error=tracker_error)
     windows = await asyncio.to_thread(tmux.list_windows)
     workspaces = await asyncio.to_thread(jj.list_workspaces)
+    records = store.load_records()
     observed = Observed(
         issues=issues,
-        windows=output_marks(windows, store),
+        windows=output_marks(windows, store, records, agent_aware=agent_aware),
         workspaces=tuple(workspaces),
-        records=store.load_records(),
+        records=records,
         tracker_ok=not tracker_error,
         trunk_red=store.paths.trunk_red_file.exists(),
         pauses=store.load_pauses(),
@@ -159,6 +188,7 @@ class Controller:
         pull_requests: PullRequests,
         store: StateStore | None = None,
         clock: Callable[[], datetime] = utcnow,
+        agent_check: AgentCheck | None = None,
     ) -> None:
         self.settings = settings
         self.tracker = tracker
@@ -171,6 +201,9 @@ class Controller:
         self.stopping = False
         self.merges = MergeLane(settings, jj=jj, tracker=tracker, store=self.store,
                                 pull_requests=pull_requests, beat=self._beat_while)
+        self.failures = FailurePolicy(settings, store=self.store, tracker=tracker, clock=clock,
+                                      agent_check=agent_check)
+        self.agent_waits = AgentWaits(store=self.store, tmux=tmux, clock=clock)
         self.tick_seconds = TickHistogram()  # published in the heartbeat for /metrics
 
     def _end_pauses_due(self) -> None:
@@ -181,7 +214,9 @@ class Controller:
                 self.store.clear_pause(pause.kind, why="its stated end has passed")
 
     def _beat_while(self, acting: str) -> None:
-        self.store.write_heartbeat(tick=self.tick_number, acting=acting)
+        # the whole beat, not a part of it: /metrics reads tick_seconds from the file
+        self.store.write_heartbeat(tick=self.tick_number, acting=acting,
+                                   tick_seconds=self.tick_seconds.as_json())
 
     # -- tick ---------------------------------------------------------------
 
@@ -195,7 +230,12 @@ class Controller:
             except (RalphError, OSError) as exc:
                 self.store.append_event("trunk_recheck_failed", error=str(exc))
             self._end_pauses_due()
-            observed, tracker_error = await observe(self.tracker, self.tmux, self.jj, self.store)
+            self.failures.check_setup()
+            self.agent_waits.pause_for_errors()
+            observed, tracker_error = await observe(
+                self.tracker, self.tmux, self.jj, self.store,
+                agent_aware=self.settings.agent.runner == "claude")
+            await self.agent_waits.continue_waiting(observed.windows)
             if tracker_error:
                 self.store.append_event("tracker_unavailable", error=tracker_error)
             plan = decide(observed, self.settings, self.clock())
@@ -225,40 +265,12 @@ class Controller:
             except (RalphError, OSError) as exc:
                 failed_issues.add(action.issue)
                 result.failures.append((action, str(exc)))
-                self._record_failure(action, exc)
-                if isinstance(action, Merge) and isinstance(exc, RalphError) \
-                        and not exc.retryable:
-                    await self._hold_for_person(action.issue, exc)
+                await self.failures.after_failure(action, exc)
             else:
                 details = {k: v for k, v in action.details().items()
                            if v not in (None, "", False)}
                 self.store.append_event(action.kind, issue=action.issue, reason=action.reason,
                                         **details)
-
-    def _record_failure(self, action: Action, exc: Exception) -> None:
-        if isinstance(action, Spawn | Restart):
-            # a half-made spawn counts as a failed attempt: back off before the next
-            self.store.update_record(action.issue, last_failure_at=self.clock(),
-                                     last_failure=str(exc)[:500])
-        log.warning("action_failed", action=action.kind, issue=action.issue, error=str(exc))
-        self.store.append_event(
-            "action_failed", issue=action.issue, action=action.kind, reason=action.reason,
-            error=str(exc), retryable=exc.retryable if isinstance(exc, RalphError) else True,
-        )
-
-    async def _hold_for_person(self, issue: str, exc: RalphError) -> None:
-        """A failure retrying cannot fix (a refused merge): label the issue for a person
-        and say on it what happened and how to go on; decide then leaves it alone."""
-        labels = self.settings.labels
-        try:
-            await self.tracker.add_labels(issue, [labels.user_input_needed])
-            await self.tracker.comment(
-                issue, f"ralph-dev stopped: {exc}\n\nWhen it is fixed, add the label "
-                       f"{labels.user_feedback_given!r} and ralph-dev tries again.")
-        except TrackerError as tracker_exc:  # the next tick fails the same way and retries
-            log.warning("hold_failed", issue=issue, error=str(tracker_exc))
-            return
-        self.store.append_event("hold", issue=issue, reason=str(exc)[:500])
 
     def write_heartbeat(self, observed: Observed, plan: Plan, *,
                         acting: str | None = None) -> None:
@@ -302,7 +314,10 @@ class Controller:
             case Forget():
                 # in PR mode the change lives on under its pushed bookmark, not in trunk
                 keep = action.keep_bookmark or self.settings.merge.mode == "pr"
-                await asyncio.to_thread(self.jj.forget, action.issue, keep_bookmark=keep)
+                await while_beating(
+                    self._beat_while, "forget", self.jj.forget, action.issue, keep_bookmark=keep,
+                    before_remove=workspace_hooks.before_remove(self.settings, self.store,
+                                                                action.issue))
                 self.store.delete_record(action.issue)
             case Hold():
                 await self.tracker.add_labels(action.issue, [labels.user_input_needed])
@@ -315,7 +330,8 @@ class Controller:
                 await self.tracker.remove_labels(
                     action.issue, [labels.user_feedback_given, labels.user_input_needed])
                 self.store.update_record(action.issue, attempts=0, blocked=False,
-                                         last_failure_at=None, nudged_at=None)
+                                         last_failure_at=None, nudged_at=None,
+                                         merge_failures=0, merge_failed_at=None)
             case _:
                 raise RalphError(f"unknown action {action!r}")
 
@@ -346,10 +362,26 @@ class Controller:
         else:
             self.store.update_record(action.issue, blocked=False)
 
+    def _resumable(self, action: Spawn | Restart) -> str | None:
+        """The Claude Code session a new start of this issue's worker continues: the
+        last one of the same role whose transcript is still there (else a fresh start,
+        said in the events)."""
+        record = self.store.load_record(action.issue)
+        if record is None or record.session_id is None or record.role is not action.role:
+            return None
+        if record.transcript is None or not Path(record.transcript).is_file():
+            self.store.append_event("session_fresh", issue=action.issue,
+                                    why="the earlier session's transcript is gone")
+            return None
+        return record.session_id
+
     async def _spawn(self, action: Spawn | Restart, issue: Issue | None) -> None:
         if issue is None:
             raise TrackerError(f"{action.issue}: not in the tracker's answer this tick")
-        workspace: Path = await asyncio.to_thread(self.jj.add_workspace, action.issue)
+        resume = self._resumable(action)
+        workspace: Path = await while_beating(
+            self._beat_while, "spawn", self.jj.add_workspace, action.issue,
+            after_create=workspace_hooks.after_create(self.settings, self.store, action.issue))
         record = self.store.update_record(
             action.issue, role=action.role, attempts=action.attempt, started_at=self.clock(),
             done=False, blocked=False, nudged_at=None, iterations=0, lost=None,
@@ -358,7 +390,8 @@ class Controller:
             await self.tracker.set_state(action.issue, type=StateType.STARTED)
         launch = self.launcher(issue, action.role, workspace,
                                action.model or self.settings.agent.model,
-                               attempt=action.attempt, feedback=human_feedback(issue))
+                               attempt=action.attempt, feedback=human_feedback(issue),
+                               resume_session=resume)
         try:
             await asyncio.to_thread(
                 self.tmux.open_window, action.issue, cwd=launch.cwd, command=launch.argv,

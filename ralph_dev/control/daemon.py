@@ -21,6 +21,7 @@ from pathlib import Path
 import structlog
 
 from ralph_dev.adapters.jj_cli import child_path
+from ralph_dev.adapters.sd_notify import Notifier
 from ralph_dev.agent.launch import launch_via_spec
 from ralph_dev.agent.supervisor import start_supervisor
 from ralph_dev.control.processes import (
@@ -39,13 +40,18 @@ from ralph_dev.core.state import StateStore, from_iso, utcnow
 
 log = structlog.get_logger(__name__)
 
+WATCHDOG_MIN_S = 30.0
+"""systemd's watchdog patience is three health intervals, never less than this (a
+controller restart alone may wait 20 s for the old one to finish its action)."""
 
 
-def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+def child_environment(settings: ProjectSettings,
+                      extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for processes the daemon starts in tmux panes (``core.environment``
     decides what passes). Panes inherit the tmux *server's* environment, not ours, so
     everything the controller needs is passed explicitly, with jj's git first on PATH."""
-    env = controller_environment(os.environ, path=child_path(), config_file=str(config_file()))
+    env = controller_environment(os.environ, path=child_path(), config_file=str(config_file()),
+                                 pass_env=settings.agent.pass_env)
     env.update(extra or {})
     return env
 
@@ -70,6 +76,8 @@ class Daemon:
         self.started_controller_at: datetime | None = None
         self._backoff_announced = False
         self._supervisor: subprocess.Popen[bytes] | None = None
+        self.notifier = Notifier()
+        """systemd's Type=notify/WatchdogSec: ready once up, fed by each health check."""
 
     # -- controller window --------------------------------------------------
 
@@ -81,7 +89,7 @@ class Daemon:
         server died, taking every window with it)."""
         if self.tmux.session_exists():
             return
-        env = public_env(child_environment())
+        env = public_env(child_environment(self.settings))
         self.tmux.ensure_session(self.settings.repo, env)
         lost = sorted(r.issue for r in self.store.load_records().values() if r.running)
         for ident in lost:
@@ -101,7 +109,7 @@ class Daemon:
                                     reason="it did not stop when asked and held the lock")
         launch = launch_via_spec(
             ralph_command("controller", self.settings.name),
-            child_environment({"RALPH_DEV_PROJECT": self.settings.name}),
+            child_environment(self.settings, {"RALPH_DEV_PROJECT": self.settings.name}),
             self.settings.repo,
             self.store.paths.state_dir / "controller.launch.json",
         )
@@ -167,6 +175,7 @@ class Daemon:
     # -- health loop --------------------------------------------------------
 
     async def health_check(self) -> None:
+        self.notifier.alive()  # a hung loop skips this, and systemd restarts the daemon
         if self._supervisor is not None:
             self._supervisor.poll()  # reap a finished supervisor (no zombie)
         try:
@@ -234,8 +243,12 @@ class Daemon:
                 )
                 scheduler.start()
                 await services.start()
+                interval = self.settings.timing.health_interval
+                self.notifier.ready(f"watching the controller every {interval:g}s",
+                                    watchdog_s=max(3 * interval, WATCHDOG_MIN_S))
                 await self.stop_event.wait()
             finally:
+                self.notifier.stopping()
                 await services.stop()
                 with contextlib.suppress(Exception):
                     scheduler.pause()

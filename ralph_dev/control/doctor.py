@@ -11,18 +11,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ralph_dev.adapters.gh import Gh
-from ralph_dev.adapters.git import find_git, git_version
+from ralph_dev.adapters.git import find_git, git_toplevel, git_version
 from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.jj_cli import JjCli, child_path
 from ralph_dev.adapters.process import CommandResult
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
-from ralph_dev.agent.claude import claude_version
+from ralph_dev.agent.claude import AgentError, claude_version, resolve_claude_bin
 from ralph_dev.core.config import ProjectSettings, project_names
 from ralph_dev.core.errors import ConfigError, RalphError
 
 MIN_TMUX = (3, 0)
-MIN_JJ = (0, 30)
+MIN_JJ = (0, 46)  # `jj workspace add --no-colocate`
 MIN_GIT_FOR_JJ = (2, 42)
 
 
@@ -64,12 +64,17 @@ async def run_checks(config_path: Path, project: str | None,
         _adapter_check("tmux", Tmux("ralph-doctor").version, MIN_TMUX,
                        "install tmux >= 3.0 (apt install tmux)"),
         _adapter_check("jj", JjCli(Path.cwd()).version, MIN_JJ,
-                       "install jj >= 0.30 (https://jj-vcs.github.io/jj/latest/install-and-setup/)"),
+                       "install jj >= 0.46 (https://jj-vcs.github.io/jj/latest/install-and-setup/)"),
     ]
     git = find_git(child_path())
     checks.append(version_check(
         "git (for jj)", git_version(git or "git"), MIN_GIT_FOR_JJ,
-        "colocated jj workspaces need git >= 2.42 first on PATH"))
+        "jj needs git >= 2.42 first on the PATH ralph-dev gives it: install one beside jj "
+        "(shared/tools/install-jj.sh does) or on PATH"))
+    yours = find_git()
+    checks.append(version_check(
+        "git (yours, on PATH)", git_version(yours or "git"), (2, 0),
+        "install git; ralph-dev leaves your repository readable by it"))
     names = [project] if project else project_names(config_path)
     if not names:
         checks.append(Check("config", False, f"no projects in {config_path}; "
@@ -89,10 +94,7 @@ async def project_checks(settings: ProjectSettings) -> list[Check]:
     name = settings.name
     checks = []
     if settings.agent.runner == "claude":
-        checks.append(version_check(
-            f"claude ({name})", claude_version(settings.agent.claude_bin), (1, 0),
-            "install Claude Code: npm install -g @anthropic-ai/claude-code "
-            "(or set agent.claude_bin)"))
+        checks.append(_claude_check(settings))
     if settings.merge.mode == "pr":
         checks.append(version_check(
             f"gh ({name}, pull-request mode)", Gh(settings.merge.gh_bin, settings.repo).version(),
@@ -103,7 +105,47 @@ async def project_checks(settings: ProjectSettings) -> list[Check]:
                                                  f"bookmark {settings.trunk}"))
     except RalphError as exc:
         checks.append(Check(f"repo {name}", False, str(exc)))
+    checks += _git_reads_repo(settings)
     checks.append(await _check_tracker(settings))
+    return checks
+
+
+def _claude_check(settings: ProjectSettings) -> Check:
+    """The binary workers will really run (the same lookup), and its version."""
+    name = f"claude ({settings.name})"
+    try:
+        claude = resolve_claude_bin(settings, child_path())
+    except AgentError as exc:
+        return Check(name, False, str(exc))
+    check = version_check(name, claude_version(claude), (1, 0),
+                          f"{claude} does not run: reinstall Claude Code (scripts/setup.sh)")
+    return Check(name, check.ok, f"{check.detail} ({claude})" if check.ok else check.detail)
+
+
+def _git_reads_repo(settings: ProjectSettings) -> list[Check]:
+    """Both the person's git and jj's can open the repository (a colocated one)."""
+    repo = settings.repo
+    if not (repo / ".git").exists():
+        return []
+    newer = find_git(child_path())
+    checks = []
+    for label, git in (("yours", find_git()), ("jj's", newer)):
+        if git is None or (label == "jj's" and git == find_git()):
+            continue
+        result = git_toplevel(repo, git)
+        name = f"git {label} reads {settings.name}"
+        if result.ok:
+            checks.append(Check(name, True, f"{git} opens {repo}"))
+            continue
+        said = " ".join((result.stderr or result.stdout).split())[:200]
+        fix = "see `git status` in it"
+        if "relativeworktrees" in said.lower():
+            fix = (f"an earlier ralph-dev (or `jj workspace add` by hand) made colocated "
+                   f"workspaces, git worktrees that need git >= 2.48; when "
+                   f"`{newer} -C {repo} worktree list` shows only {repo} (stop ralph-dev and "
+                   f"let it forget them, or `jj workspace forget NAME`), run "
+                   f"`{newer} -C {repo} config --unset extensions.relativeWorktrees`")
+        checks.append(Check(name, False, f"{git} cannot open {repo} ({said}); {fix}"))
     return checks
 
 

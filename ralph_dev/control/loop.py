@@ -15,6 +15,7 @@ import os
 import signal
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -46,6 +47,15 @@ def controller_lock(path: Path) -> contextlib.AbstractContextManager[None]:
     ))
 
 
+def note(controller: Controller, event: str, **details: Any) -> None:
+    """Append a loop event; a failure to write it (disk full, out of file descriptors)
+    is logged and the loop goes on: the error path must never be what stops ticking."""
+    try:
+        controller.store.append_event(event, **details)
+    except OSError as exc:
+        log.error("event_write_failed", event_name=event, error=str(exc))
+
+
 async def run_loop(controller: Controller, *, wake: asyncio.Event,
                    max_ticks: int | None = None) -> None:
     """Tick until asked to stop; a tick that unblocked work is followed at once by
@@ -60,8 +70,7 @@ async def run_loop(controller: Controller, *, wake: asyncio.Event,
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, request_stop)
     wake_protocol.install(loop, wake)  # `worker done` and people's writes poke us
-    store = controller.store
-    store.append_event("controller_started", pid=os.getpid())
+    note(controller, "controller_started", pid=os.getpid())
     quick = 0  # ticks in a row taken at once; bounded so nothing can spin
     try:
         while not controller.stopping:
@@ -70,7 +79,7 @@ async def run_loop(controller: Controller, *, wake: asyncio.Event,
                 again = (await controller.tick()).unblocked_work and quick < QUICK_TICKS
             except Exception as exc:  # the loop must outlive any bad tick
                 log.exception("tick_failed")
-                store.append_event("tick_failed", error=repr(exc))
+                note(controller, "tick_failed", error=repr(exc))
             if max_ticks is not None and controller.tick_number >= max_ticks:
                 break
             if again:
@@ -82,7 +91,7 @@ async def run_loop(controller: Controller, *, wake: asyncio.Event,
             wake.clear()
     finally:
         kill_running()  # a trunk verify still running must not outlive us
-        store.append_event("controller_stopped", pid=os.getpid(), tick=controller.tick_number)
+        note(controller, "controller_stopped", pid=os.getpid(), tick=controller.tick_number)
         with contextlib.suppress(Exception):
             await controller.tracker.close()
 
@@ -107,10 +116,10 @@ async def run_with_webhooks(controller: Controller, *, max_ticks: int | None = N
         except WebhookError as exc:
             listener = None
             log.warning("webhook_disabled", error=str(exc))
-            controller.store.append_event("webhook_disabled", error=str(exc))
+            note(controller, "webhook_disabled", error=str(exc))
         else:
-            controller.store.append_event("webhook_listening", host=settings.tracker.webhook_host,
-                                          port=listener.port)
+            note(controller, "webhook_listening", host=settings.tracker.webhook_host,
+                 port=listener.port)
     try:
         await run_loop(controller, wake=wake, max_ticks=max_ticks)
     finally:

@@ -19,6 +19,7 @@ import structlog
 
 from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.verify import VerifyOutcome, run_verify
+from ralph_dev.control.beating import while_beating
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError, TrackerError
 from ralph_dev.core.fsutil import atomic_write_text
@@ -83,11 +84,7 @@ class MergeLane:
         command = self.settings.verify_command
         assert command, "trunk is verified only when a verify command is configured"
         cwd = await asyncio.to_thread(self.jj.trunk_checkout)
-        work = asyncio.ensure_future(asyncio.to_thread(run_verify, command, cwd))
-        while not work.done():
-            self.beat("verify_trunk")
-            await asyncio.wait([work], timeout=30)
-        return work.result()
+        return await while_beating(self.beat, "verify_trunk", run_verify, command, cwd)
 
     # -- a merge ----------------------------------------------------------------
 

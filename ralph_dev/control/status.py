@@ -24,6 +24,7 @@ from datetime import datetime
 from importlib import resources
 from typing import Any
 
+from ralph_dev.control.disk import workspace_sizes
 from ralph_dev.control.processes import lock_holder
 from ralph_dev.control.state_sources import StateSources
 from ralph_dev.core.config import ProjectSettings
@@ -165,6 +166,7 @@ async def _document(settings: ProjectSettings, sources: StateSources,
         "merges": merges,
         "tracker": tracker,
         "costs": _costs(workers),
+        "disk": await asyncio.to_thread(workspace_sizes, settings),
         "events": store.recent_events(n_events),
     }
     document["needs_you"] = _needs_you(settings, document)
@@ -346,6 +348,7 @@ async def _trunk(settings: ProjectSettings,
     trunk = {
         "name": settings.trunk,
         "head": changes[0].commit if changes else None,
+        "subject": changes[0].title if changes else None,
         "colour": colour,
         "red": red,
         "error": error,

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from ralph_dev.control.disk import human_bytes
 from ralph_dev.control.status import ON_HOLD_SHOWN, age
 from ralph_dev.core.state import from_iso, utcnow
 
@@ -66,7 +67,13 @@ def render(doc: Mapping[str, Any]) -> str:
     trunk = doc["trunk"]
     head = (trunk["head"] or "?")[:12]
     lines.append(f"  trunk:      {trunk['name']} at {head}, {trunk['colour']}"
-                 + (f" (jj: {trunk['error']})" if trunk["error"] else ""))
+                 + (f" (jj: {trunk['error']})" if trunk["error"] else "")
+                 + (f": {trunk['subject'][:60]}" if trunk.get("subject") else ""))
+    disk = doc.get("disk") or {}
+    if disk.get("workspaces"):
+        biggest = sorted(disk["workspaces"].items(), key=lambda kv: -kv[1])[:3]
+        lines.append(f"  disk:       {human_bytes(disk['total_bytes'])} in workspaces ("
+                     + ", ".join(f"{k} {human_bytes(v)}" for k, v in biggest) + ")")
     tracker = doc["tracker"]
     usage = tracker.get("usage") or {}
     if tracker["error"]:

@@ -13,7 +13,7 @@ from ralph_dev.adapters.gh import Gh
 from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
-from ralph_dev.agent.launch import build_launch
+from ralph_dev.agent.launch import build_launch, check_agent
 from ralph_dev.control.controller import Controller
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import Issue, Launch, Role
@@ -33,9 +33,9 @@ def launcher_for(settings: ProjectSettings) -> AgentLauncher:
     """The project's agent runner (``agent.runner``), bound to its settings."""
 
     def launch(issue: Issue, role: Role, workspace: Path, model: str, *, attempt: int,
-               feedback: str | None = None) -> Launch:
+               feedback: str | None = None, resume_session: str | None = None) -> Launch:
         return build_launch(settings, issue, role, workspace, model, attempt=attempt,
-                            feedback=feedback)
+                            feedback=feedback, resume_session=resume_session)
 
     return launch
 
@@ -52,4 +52,5 @@ def controller_for(settings: ProjectSettings) -> Controller:
         launcher=launcher_for(settings),
         pull_requests=pull_requests,
         store=StateStore(settings.paths),
+        agent_check=lambda: check_agent(settings),
     )

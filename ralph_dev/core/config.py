@@ -84,6 +84,9 @@ class AgentSettings:
     """Stop-hook continuations before an agent may stop without reporting."""
     extra_args: tuple[str, ...] = ()
     supervisor: bool = False
+    pass_env: tuple[str, ...] = ()
+    """Further variables agents get from ralph-dev's environment (a command runner's own
+    settings); everything else outside the allowlist stays back."""
     """When controller restarts do not help (a crash loop), run the supervisor once
     (``claude -p`` with the ralph-dev-supervisor skill and a status snapshot)."""
     home: Literal["user", "isolated"] = "user"
@@ -98,13 +101,19 @@ class Limits:
     max_workers: int = 3
     per_role: Mapping[str, int] = field(default_factory=dict)
     """Caps per role, e.g. ``{plan = 1}``; a role not named is capped only globally."""
+    plan_issues: int = 50
+    """The most issues one plan worker's plan may create."""
+    plan_issues_per_hour: int = 200
+    """The most issues plan workers may create in any hour, all plans together."""
 
 
 @dataclass(frozen=True)
 class Timing:
     poll_interval: float = 10.0
     stall_timeout: float = 900.0
-    """Seconds of unchanged output before a live worker is nudged."""
+    """Seconds without activity before a live worker is nudged: for Claude Code its hooks
+    and transcript (a spinner over a hung model call is not activity), for the command
+    runner its pane."""
     restart_timeout: float = 900.0
     """Seconds after a nudge, still unchanged, before the worker is restarted."""
     retry_base: float = 30.0
@@ -145,6 +154,12 @@ class Labels:
             self.phase,
         )
 
+    def person_only(self) -> tuple[str, ...]:
+        """Labels that speak for a person (a hold, an answer, a question): never set by a
+        plan or an agent. Role labels (plan, research, review, phase) a plan may use."""
+        return (self.user_input_needed, self.user_feedback_given, self.agent_feedback_given,
+                self.agent_input_needed, self.hold)
+
 
 @dataclass(frozen=True)
 class MergeSettings:
@@ -155,6 +170,20 @@ class MergeSettings:
     gh_bin: str = "gh"
     verify_trunk: bool = False
     """Run the verify command on trunk after each merge; red trunk stops merges."""
+
+
+@dataclass(frozen=True)
+class WorkspaceHooks:
+    """Shell lines from the project's own config (never from an issue), run with
+    ``/bin/sh -c`` in a worker's workspace, like other orchestrators' setup scripts."""
+
+    after_create: str | None = None
+    """In a new workspace before its agent starts (copy .env, install dependencies);
+    a failure is a failed spawn, and the workspace is removed again."""
+    before_remove: str | None = None
+    """In a workspace about to be removed (its work is safe); a failure is reported."""
+    timeout: float = 600.0
+    """Seconds either may run before it is killed (and counted as failed)."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +246,7 @@ class ProjectSettings:
     timing: Timing = field(default_factory=Timing)
     labels: Labels = field(default_factory=Labels)
     merge: MergeSettings = field(default_factory=MergeSettings)
+    hooks: WorkspaceHooks = field(default_factory=WorkspaceHooks)
     web: WebSettings = field(default_factory=WebSettings)
     notify: NotifySettings = field(default_factory=NotifySettings)
     patterns: PatternSettings = field(default_factory=PatternSettings)
@@ -258,6 +288,7 @@ _SECTIONS: dict[str, type] = {
     "timing": Timing,
     "labels": Labels,
     "merge": MergeSettings,
+    "hooks": WorkspaceHooks,
     "web": WebSettings,
     "notify": NotifySettings,
     "patterns": PatternSettings,

@@ -46,8 +46,9 @@ def validate(settings: ProjectSettings, where: str) -> None:
             raise bad(f"tracker.{key}", "must be greater than 0")
     if settings.agent.runner == "command" and not settings.agent.command:
         raise bad("agent.command", "is required when agent.runner = 'command'")
-    if settings.limits.max_workers < 1:
-        raise bad("limits.max_workers", "must be at least 1")
+    for key in ("max_workers", "plan_issues", "plan_issues_per_hour"):
+        if getattr(settings.limits, key) < 1:
+            raise bad(f"limits.{key}", "must be at least 1")
     for role, cap in settings.limits.per_role.items():
         if role not in {r.value for r in Role}:
             raise bad(f"limits.per_role.{role}", f"unknown role (roles: {', '.join(Role)})")
@@ -61,6 +62,8 @@ def validate(settings: ProjectSettings, where: str) -> None:
                 "retry_cap", "health_interval", "heartbeat_stale", "crash_loop_window"):
         if getattr(t, key) <= 0:
             raise bad(f"timing.{key}", "must be greater than 0")
+    if settings.hooks.timeout <= 0:
+        raise bad("hooks.timeout", "must be greater than 0")
     if t.max_attempts < 1:
         raise bad("timing.max_attempts", "must be at least 1")
     if t.retry_cap < t.retry_base:

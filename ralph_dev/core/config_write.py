@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.config import ProjectSettings, project_names
 from ralph_dev.core.errors import ConfigError
 from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.paths import config_file
@@ -52,6 +52,15 @@ def _toml_value(value: Any) -> Any:
     return value
 
 
+def check_can_write(name: str, *, force: bool = False, path: Path | None = None) -> None:
+    """Refuse to replace project ``name``'s table without ``force`` (init asks this
+    before it touches the repository, and again when it writes)."""
+    path = path or config_file()
+    if not force and name in project_names(path):
+        raise ConfigError(f"{path}: project {name!r} already exists; "
+                          "use --force to replace its table")
+
+
 def write_project(
     settings: ProjectSettings, *, force: bool = False, path: Path | None = None
 ) -> Path:
@@ -71,15 +80,11 @@ def write_project(
         doc = tomlkit.parse(text)
     except (tomllib.TOMLDecodeError, tomlkit.exceptions.TOMLKitError) as exc:
         raise ConfigError(f"{path}: not valid TOML, fix it before running init: {exc}") from exc
+    check_can_write(settings.name, force=force, path=path)
     projects = doc.get("projects")
     if projects is None:
         projects = tomlkit.table(is_super_table=True)
         doc["projects"] = projects
-    if settings.name in projects and not force:
-        raise ConfigError(
-            f"{path}: project {settings.name!r} already exists; "
-            "use --force to replace its table"
-        )
     projects[settings.name] = project_table(settings)
     atomic_write_text(path, tomlkit.dumps(doc))
     return path

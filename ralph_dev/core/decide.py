@@ -20,7 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import (
@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 NUDGE_MESSAGE = (
-    "ralph-dev: no new output for a while. Continue working on {issue}. "
+    "ralph-dev: no activity for a while. Continue working on {issue}. "
     "When it is finished run: ralph-dev worker done {issue} --summary '...'; "
     "if you cannot go on without a person run: ralph-dev worker blocked {issue} --question '...'"
 )
@@ -435,6 +435,15 @@ class _Decider:
         self.merged = True
         return True
 
+    def merge_backing_off(self, ident: str) -> bool:
+        """A failed merge waits base·2^(n-1) before the next try, so one failing issue
+        neither loops every tick nor keeps the merge slot from the issues behind it."""
+        rec = self.world.records.get(ident)
+        if rec is None or not rec.merge_failures or rec.merge_failed_at is None:
+            return False
+        wait = backoff_seconds(rec.merge_failures, self.settings)
+        return self.now < _aware(rec.merge_failed_at) + timedelta(seconds=wait)
+
     def attempts(self, ident: str) -> int:
         rec = self.world.records.get(ident)
         return rec.attempts if rec is not None else 0
@@ -519,11 +528,23 @@ class _Decider:
         """
         if has_window:
             self.emit(Kill(ident, f"{why}: closing its window"))
+        rec = self.world.records.get(ident)
+        if rec is not None and not rec.role.may_edit:
+            # review, research, plan and groom workers change no code: whatever their
+            # workspace holds (Bash can write files) never reaches trunk; it stays
+            # reachable under its bookmark for a person to look at
+            self.emit(Forget(ident, f"{why}: a {rec.role.value} worker's workspace is not "
+                                    "merged (only execute and resolve workers change code); "
+                                    f"anything in it stays under the bookmark ralph/{ident}",
+                             keep_bookmark=True))
+            return
         if self.world.feedback(ident):
             self.resume(ident)  # a person answered the hold: the merge is tried again
             return
         if self.world.held(ident):
             return  # a person must answer first (a refused merge is held for one)
+        if self.merge_backing_off(ident):
+            return  # its last merge failed: retried after a backoff, not holding the slot
         if not self.take_merge_slot():
             return  # trunk is verified after each merge: this one goes next tick
         change = "its change" if ws.has_unmerged_change else "whatever it holds"
@@ -708,7 +729,7 @@ class _Decider:
         # later: output that changed only that soon after a nudge is its echo.
         echo = 2 * timing.poll_interval + 5
         if nudged is None or _seconds(changed, nudged) > echo:
-            self.emit(Nudge(ident, f"{ident}: no new output for {idle:.0f}s "
+            self.emit(Nudge(ident, f"{ident}: no activity for {idle:.0f}s "
                                    f"(stall timeout {timing.stall_timeout:g}s); nudging",
                             message=nudge_message(ident)))
             return

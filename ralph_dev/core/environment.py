@@ -49,18 +49,27 @@ def split_secrets(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str
 
 # --- the controller window and the tmux server ---------------------------------------
 
+NETWORK = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+           "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE")
+"""How this machine reaches the network (proxies, a company's CA): every process that
+talks to an API needs them, and none is a secret by itself."""
+
 _CONTROLLER_EXACT = (
     "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TERM", "SHELL", "TMPDIR", "TZ",
     "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR",
+    "SSH_AUTH_SOCK", *NETWORK,
 )
-_CONTROLLER_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "CLAUDE_", "LINEAR_", "JJ_", "DISABLE_")
+# GH_/GITHUB_: pull-request mode's gh and push; the controller is ralph-dev itself.
+_CONTROLLER_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "CLAUDE_", "LINEAR_", "JJ_", "DISABLE_",
+                        "GH_", "GITHUB_")
 
 
-def controller_environment(environ: Mapping[str, str], *, path: str,
-                           config_file: str) -> dict[str, str]:
-    """What the controller window needs (it talks to the tracker and starts agents)."""
+def controller_environment(environ: Mapping[str, str], *, path: str, config_file: str,
+                           pass_env: tuple[str, ...] = ()) -> dict[str, str]:
+    """What the controller window needs (it talks to the tracker and starts agents, so
+    it carries what they are to get: ``agent.pass_env``)."""
     env = {k: v for k, v in environ.items()
-           if k in _CONTROLLER_EXACT or k.startswith(_CONTROLLER_PREFIXES)}
+           if k in _CONTROLLER_EXACT or k in pass_env or k.startswith(_CONTROLLER_PREFIXES)}
     env["PATH"] = path
     env.setdefault("RALPH_DEV_CONFIG", config_file)
     return env
@@ -78,10 +87,13 @@ AGENT_FLAGS = {
 # Not TERM: the pane's terminal is tmux's, whatever terminal ralph-dev itself runs in.
 _AGENT_EXACT = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
                 "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME",
-                "TMPDIR", "CLAUDE_CONFIG_DIR")
-_AGENT_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_")
+                "TMPDIR", "CLAUDE_CONFIG_DIR", *NETWORK)
+# CLAUDE_CODE_: how Claude Code reaches its model (a subscriber's CLAUDE_CODE_OAUTH_TOKEN,
+# CLAUDE_CODE_USE_BEDROCK…), minus what a session sets for its own children.
+_AGENT_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "JJ_", "CLAUDE_CODE_")
 # Worker commands talk to the tracker too (`worker done` on Linear): its key goes
-# along, as a secret (through the launcher's 0600 file, never the tmux command line).
+# along, as a secret (through the launcher's 0600 file, never the tmux command line),
+# and only when the project's tracker is Linear.
 _AGENT_TRACKER = ("LINEAR_API_KEY",)
 # What an agent never needs: the controller's webhook secret.
 _AGENT_NEVER = ("RALPH_DEV_LINEAR_WEBHOOK_SECRET",)
@@ -102,14 +114,17 @@ pane's launcher removes them."""
 
 
 def agent_environment(environ: Mapping[str, str], *, project: str, home: str, path: str,
-                      config_file: str | None, isolated_home: bool) -> dict[str, str]:
-    """What every agent process of the project gets, explicitly (tmux panes otherwise
-    get the tmux server's environment from whenever that server started)."""
+                      config_file: str | None, isolated_home: bool,
+                      tracker_key: bool = False, pass_env: tuple[str, ...] = ()
+                      ) -> dict[str, str]:
+    """What every agent process of the project gets, and all it gets: the pane's
+    launcher starts from this, not from the tmux server's environment."""
     env: dict[str, str] = {}
     for name, value in environ.items():
-        if name in WORKER_IDENTITY or name in _AGENT_NEVER:
+        if name in WORKER_IDENTITY or name in _AGENT_NEVER or name in NESTED_CLAUDE_VARS:
             continue
-        if name in _AGENT_EXACT or name in _AGENT_TRACKER or name.startswith(_AGENT_PREFIXES):
+        if (name in _AGENT_EXACT or (tracker_key and name in _AGENT_TRACKER)
+                or name in pass_env or name.startswith(_AGENT_PREFIXES)):
             env[name] = value
     if isolated_home:
         env.pop("CLAUDE_CONFIG_DIR", None)

@@ -56,3 +56,14 @@ class TrackerInputError(TrackerError):
 
 class UnknownIssue(TrackerInputError):
     pass
+
+
+class WorkspaceHookFailed(RalphError):
+    """A project's workspace hook (``after_create``) failed: the spawn failed and its
+    workspace is gone again. ``retryable`` is False when only a person can fix it (the
+    command is missing, or writes files jj would merge), True when a later try may pass
+    (a non-zero exit or a timeout: a registry or network hiccup)."""
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable

@@ -11,8 +11,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
-def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same directory + rename."""
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner can enter (made, or tightened if an older
+    version left it open): ralph-dev's files hold issue text, logs and keys."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+    return path
+
+
+def atomic_write_text(path: Path, text: str, *, mode: int = 0o600) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same directory + rename
+    (private unless ``mode`` says otherwise)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -32,6 +32,10 @@ class InvalidIdentifier(RalphError, ValueError):
     """Raised for text that is not an issue identifier."""
 
 
+class InvalidLabel(RalphError, ValueError):
+    """Raised for a label name people's terminals cannot show safely."""
+
+
 def check_identifier(text: str) -> str:
     """Return ``text`` if it is a well-formed identifier, else raise with the fix."""
     if not isinstance(text, str) or not IDENTIFIER_RE.fullmatch(text):
@@ -43,6 +47,27 @@ def check_identifier(text: str) -> str:
             "(capital letters/digits, a dash, a number)"
         )
     return text
+
+
+MAX_LABEL_LENGTH = 80
+"""Linear's limit; the local tracker keeps the same so a plan moves between them."""
+
+
+def check_label(label: object) -> str:
+    """``label`` stripped, if people's terminals can show it as it is; else raise with the fix.
+
+    Labels are printed in ``issue list/show/label`` and ``status``: one holding an
+    escape sequence could retitle a pane or clear a screen, so control characters
+    are refused at the door (and blanked when shown, for labels made elsewhere).
+    """
+    if not isinstance(label, str) or not label.strip():
+        raise InvalidLabel(f"label {label!r} is empty; give a name such as 'backend'")
+    label = label.strip()
+    if len(label) > MAX_LABEL_LENGTH or not label.isprintable():
+        shown = label if len(label) <= 40 else label[:37] + "..."
+        raise InvalidLabel(f"label {shown!r} is not usable: at most {MAX_LABEL_LENGTH} "
+                           "printable characters on one line (no control characters)")
+    return label
 
 
 class StateType(StrEnum):
@@ -185,6 +210,21 @@ class WorkerRecord:
     """Why the worker went away for a cause outside the issue (its tmux session died):
     the next spawn charges no attempt."""
     summary: str | None = None
+    merge_failures: int = 0
+    """Merges of this issue's finished work that failed in a way retrying may fix; each
+    waits a backoff, and at ``timing.max_attempts`` the issue is held for a person."""
+    merge_failed_at: datetime | None = None
+    agent_error: str | None = None
+    """The API error the agent's last turn ended on (Claude Code's ``StopFailure``), until
+    the controller has it continue after the pause that error caused."""
+    agent_error_text: str | None = None
+    agent_error_at: datetime | None = None
+    session_id: str | None = None
+    """The agent's conversation (Claude Code's session id): a restart resumes it."""
+    transcript: str | None = None
+    """The agent's transcript file (Claude Code's SessionStart hook says where): it
+    grows with every message, so activity is read from it, not from the pane, where
+    a spinner keeps printing while a model call hangs."""
 
     @property
     def running(self) -> bool:

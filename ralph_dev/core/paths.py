@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ralph_dev.core.errors import ConfigError
+from ralph_dev.core.fsutil import private_dir
 
 PROJECT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
 
@@ -68,6 +69,11 @@ class ProjectPaths:
     """Where one project's files live; derived, never configured piecemeal."""
 
     project: str
+
+    def make_private(self) -> None:
+        """ralph-dev's state and data roots and this project's dirs: owner only (0700)."""
+        for directory in (state_home(), data_home(), self.state_dir, self.data_dir):
+            private_dir(directory)
 
     @property
     def state_dir(self) -> Path:

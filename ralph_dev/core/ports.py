@@ -10,7 +10,7 @@ there is no optional method that is probed for at run time. The adapters in
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,6 +42,11 @@ class Panes(WindowLister, Protocol):
 
     def send_text(self, target: str, text: str) -> None: ...
 
+    def dismiss(self, target: str) -> None:
+        """Press Escape: close a menu the agent's UI opened (Claude Code's rate-limit
+        options) before text is typed."""
+        ...
+
     def kill_window(self, target: str) -> None: ...
 
 
@@ -62,14 +67,19 @@ class WorkspaceLister(Protocol):
         ...
 
 
+WorkspaceHook = Callable[[Path], None]
+"""Called with a workspace's directory: the project's after_create / before_remove hooks."""
+
+
 class Workspaces(WorkspaceLister, Protocol):
     """Adding, merging and forgetting workers' workspaces."""
 
-    def add_workspace(self, name: str) -> Path: ...
+    def add_workspace(self, name: str, *, after_create: WorkspaceHook | None = None) -> Path: ...
 
     def merge(self, name: str) -> MergeResult: ...
 
-    def forget(self, name: str, *, keep_bookmark: bool = False) -> None: ...
+    def forget(self, name: str, *, keep_bookmark: bool = False,
+               before_remove: WorkspaceHook | None = None) -> None: ...
 
     def snapshot(self, name: str) -> list[str]: ...
 
@@ -166,7 +176,8 @@ class AgentLauncher(Protocol):
     """Prepares one worker's agent: prompt, environment, and the window's argv."""
 
     def __call__(self, issue: Issue, role: Role, workspace: Path, model: str, *,
-                 attempt: int, feedback: str | None = None) -> Launch: ...
+                 attempt: int, feedback: str | None = None,
+                 resume_session: str | None = None) -> Launch: ...
 
 
 class PullRequests(Protocol):

@@ -95,6 +95,7 @@ class StateStore:
 
     def __init__(self, paths: ProjectPaths) -> None:
         self.paths = paths
+        paths.make_private()
 
     # -- worker records --
 
@@ -164,7 +165,7 @@ class StateStore:
         line = json.dumps(entry, sort_keys=False) + "\n"
         path = self.paths.events_file
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line.encode("utf-8"))
         finally:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ralph_dev.adapters.jj_cli import JjCli, find_jj
+from ralph_dev.agent.claude import find_claude
 
 DEMO_PLAN = """\
 # A small, real plan: a phase of dependent tasks, a second phase blocked on
@@ -75,15 +76,6 @@ priority = 4
 
 PROJECT = "demo"
 DEMO_KEY = "KV"
-
-
-def find_claude() -> str | None:
-    for candidate in (os.environ.get("RALPH_DEV_CLAUDE_BIN"), shutil.which("claude")):
-        if candidate and Path(candidate).exists():
-            return candidate
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ralph-dev"
-    found = sorted(cache.glob("claude-code-*/node_modules/.bin/claude"))
-    return str(found[-1]) if found else None
 
 
 def _cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

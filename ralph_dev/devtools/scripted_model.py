@@ -14,6 +14,7 @@ The server runs on its own event loop in a daemon thread so synchronous tests
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import re
@@ -41,8 +42,38 @@ class ToolUse:
     input: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """The API refusing the request, as the real one does: an HTTP error with its JSON
+    body and headers (a usage limit: 429 with the ``anthropic-ratelimit-unified-*``
+    headers, which a subscriber's Claude Code turns into "You've hit your … limit")."""
+
+    status: int
+    error_type: str
+    message: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def usage_limit(resets_at: float) -> Refusal:
+    """A claude.ai subscription's five-hour limit, lifting at ``resets_at`` (Unix s)."""
+    return Refusal(429, "rate_limit_error", "This request would exceed your account's rate "
+                   "limit. Please try again later.", {
+                       "anthropic-ratelimit-unified-status": "rejected",
+                       "anthropic-ratelimit-unified-reset": str(int(resets_at)),
+                       "anthropic-ratelimit-unified-representative-claim": "five_hour"})
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Accept the request, start the stream, then say nothing (as a stuck API call
+    does): Claude Code's spinner keeps printing meanwhile. Ends when the client goes
+    or after ``seconds``."""
+
+    seconds: float = 600.0
+
+
 Block = Text | ToolUse
-Brain = Callable[[dict[str, Any]], Sequence[Block]]
+Brain = Callable[[dict[str, Any]], Sequence[Block | Refusal | Hang]]
 
 _ids = itertools.count(1)
 
@@ -329,9 +360,18 @@ class FakeAnthropic(LoopbackServer):
         except Exception as exc:  # a broken brain must show up in the test, not hang claude
             self.errors.append(f"{type(exc).__name__}: {exc}")
             blocks = [Text(f"brain error: {exc}")]
+        if any(isinstance(b, Hang) for b in blocks):
+            return await self._hang(request, next(b for b in blocks if isinstance(b, Hang)))
+        refused = [b for b in blocks if isinstance(b, Refusal)]
+        if refused:
+            return web.json_response(
+                {"type": "error", "error": {"type": refused[0].error_type,
+                                            "message": refused[0].message}},
+                status=refused[0].status, headers=dict(refused[0].headers))
+        answer = [b for b in blocks if isinstance(b, Text | ToolUse)]
         with self._lock:
-            self.answers.append(blocks)
-        message = _message(blocks or [Text("")], str(body.get("model", "fake-model")))
+            self.answers.append(answer)
+        message = _message(answer or [Text("")], str(body.get("model", "fake-model")))
         if not body.get("stream"):
             return web.json_response(message)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
@@ -340,6 +380,19 @@ class FakeAnthropic(LoopbackServer):
         for chunk in sse_events(message):
             await response.write(chunk)
         await response.write_eof()
+        return response
+
+    async def _hang(self, request: web.Request, hang: Hang) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        start = sse_events(_message([Text("")], "fake-model"))[0]  # message_start only
+        await response.write(start)
+        deadline = asyncio.get_running_loop().time() + hang.seconds
+        while asyncio.get_running_loop().time() < deadline:
+            if request.transport is None or request.transport.is_closing():
+                break
+            await asyncio.sleep(0.1)
         return response
 
     async def _count_tokens(self, request: web.Request) -> web.Response:

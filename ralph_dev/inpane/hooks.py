@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,7 +29,9 @@ from typing import IO, Any
 
 import structlog
 
+from ralph_dev.core import wake
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.jsonsafe import parse_json
 from ralph_dev.core.model import Issue, Role
 from ralph_dev.core.paths import check_project_name, state_home
 from ralph_dev.core.state import StateStore, utcnow
@@ -65,8 +68,9 @@ def read_payload(stream: IO[str] | None = None) -> dict[str, Any]:
         if stream is None or stream.isatty():
             return {}
         text = stream.read(PAYLOAD_LIMIT)
-        data = json.loads(text) if text.strip() else {}
-    except (OSError, ValueError, UnicodeDecodeError):
+        data = parse_json(text) if text.strip() else {}
+    except (OSError, ValueError, UnicodeDecodeError):  # TooDeep too: the Stop hook then
+        # sees no payload and keeps the agent working (it fails safe)
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -261,6 +265,23 @@ async def gather_context(settings: ProjectSettings, env: WorkerEnv, tracker: Any
     return render_context(settings, env, issue, related)
 
 
+SESSION_ID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{7,63}")
+"""What a session id may look like before it goes on a command line (``--resume``)."""
+
+
+def note_session(settings: ProjectSettings, env: WorkerEnv,
+                 payload: Mapping[str, Any]) -> None:
+    """Where this session's transcript is, and that the agent is alive."""
+    transcript = payload.get("transcript_path")
+    session = payload.get("session_id")
+    fields: dict[str, Any] = {"last_activity": utcnow()}
+    if isinstance(session, str) and SESSION_ID_RE.fullmatch(session):
+        fields["session_id"] = session
+    if isinstance(transcript, str) and transcript.startswith("/") and "\x00" not in transcript:
+        fields["transcript"] = transcript[:1000]
+    StateStore(settings.paths).update_record(env.issue, **fields)
+
+
 def session_start(settings: ProjectSettings, env: WorkerEnv, tracker: Any = None) -> str:
     async def go() -> str:
         t = tracker if tracker is not None else open_tracker(settings)
@@ -285,6 +306,20 @@ def post_tool_use(settings: ProjectSettings, env: WorkerEnv, jj: Any = None) -> 
         (jj or open_jj(settings)).snapshot(env.issue)
     finally:
         store.update_record(env.issue, last_activity=utcnow())
+
+
+def stop_failure(settings: ProjectSettings, env: WorkerEnv, payload: Mapping[str, Any]) -> None:
+    """The agent's turn ended on an API error (a usage limit, an overload): record it for
+    the controller, which pauses the swarm and has this worker continue afterwards."""
+    error = payload.get("error")
+    text = payload.get("last_assistant_message")
+    kind = error[:40] if isinstance(error, str) else "unknown"
+    shown = one_line(text)[:300] if isinstance(text, str) else ""
+    store = StateStore(settings.paths)
+    store.update_record(env.issue, agent_error=kind, agent_error_text=shown,
+                        agent_error_at=utcnow(), last_activity=utcnow())
+    store.append_event("agent_api_error", issue=env.issue, error=kind, text=shown)
+    wake.poke(store)
 
 
 # --- Stop ---------------------------------------------------------------------------------

@@ -29,6 +29,11 @@ def _take_secrets(path: str | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
+PANE_VARS = ("TERM", "COLORTERM", "TMUX", "TMUX_PANE")
+"""What tmux sets for the pane it starts (its terminal, its server); kept from the
+inherited environment."""
+
+
 def exec_spec(spec_file: Path, environ: Mapping[str, str] | None = None) -> int:
     """Replace this process with the agent: argv from the spec, prompt from its file.
 
@@ -45,7 +50,10 @@ def exec_spec(spec_file: Path, environ: Mapping[str, str] | None = None) -> int:
         print(f"ralph-dev: cannot start the agent: launch spec {spec_file} unusable ({exc})",
               file=sys.stderr)
         return 2
-    env = dict(os.environ if environ is None else environ)
+    inherited = os.environ if environ is None else environ
+    # Only what the pane itself is: everything else comes from the spec, so nothing of
+    # the tmux server's environment (the daemon's keys, a person's shell) leaks in.
+    env = {name: inherited[name] for name in PANE_VARS if name in inherited}
     for name in spec.get("unset", ()):
         env.pop(str(name), None)
     for name, value in {**(spec.get("env") or {}), **secrets}.items():

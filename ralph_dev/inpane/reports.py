@@ -15,9 +15,8 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import structlog
 
@@ -25,11 +24,8 @@ from ralph_dev.adapters.verify import VerifyOutcome, run_verify
 from ralph_dev.core import wake
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import Comment, Issue, NewIssue, Role, StateType
-from ralph_dev.core.state import utcnow
-
-if TYPE_CHECKING:
-    pass
-
+from ralph_dev.core.plan_admission import PlanRefused, admit_plan
+from ralph_dev.core.state import StateStore, from_iso, utcnow
 from ralph_dev.inpane.worker import (
     Worker,
     WorkerError,
@@ -275,6 +271,19 @@ def _parse_plan_file(path: Path, parent: str) -> list[NewIssue]:
     return [e if e.parent else dataclasses.replace(e, parent=parent) for e in entries]
 
 
+HOUR = timedelta(hours=1)
+PLAN_EVENTS_SCANNED = 5000
+"""Newest events read to count what plans created in the last hour (plans are rare)."""
+
+
+def created_by_plans_since(store: StateStore, since: datetime) -> int:
+    """Issues plan workers created since ``since``, from the ``worker_plan`` events."""
+    return sum(len(event.get("created") or ()) for event in
+               store.recent_events(PLAN_EVENTS_SCANNED)
+               if event.get("event") == "worker_plan" and (from_iso(event.get("time")) or since)
+               > since)
+
+
 async def plan(w: Worker, path: Path) -> list[str]:
     """Create the plan's issues as children of the worker's issue, all in one go."""
     issue_id = w.issue
@@ -294,6 +303,14 @@ async def plan(w: Worker, path: Path) -> list[str]:
     entries = _parse_plan_file(path, issue_id)
     if not entries:
         raise WorkerError(f"plan file {path} holds no tasks: add at least one task")
+    limits = w.settings.limits
+    try:
+        admit_plan(entries, per_plan=limits.plan_issues, per_hour=limits.plan_issues_per_hour,
+                   created_last_hour=created_by_plans_since(w.store, utcnow() - HOUR),
+                   person_only_labels=w.settings.labels.person_only())
+    except PlanRefused as exc:
+        w.store.append_event("plan_refused", issue=issue_id, tasks=len(entries), why=str(exc))
+        raise WorkerError(str(exc)) from None
     created = list(await w.tracker.create_issues(entries))
     w.store.append_event("worker_plan", issue=issue_id, created=created)
     log.info("plan_created", issue=issue_id, count=len(created))

@@ -29,7 +29,7 @@ from ralph_dev.adapters.tracker.local_db import (
     person_name,
     utc_now,
 )
-from ralph_dev.core.cycles import find_cycle, format_cycle
+from ralph_dev.core.cycles import WAITS_FOR, dependency_cycle, format_cycle
 from ralph_dev.core.errors import (
     TrackerInputError,
     UnknownIssue,
@@ -227,11 +227,11 @@ class LocalTracker(IssueCreation):
             if blocker in edges.get(identifier, set()):
                 return self._one(conn, number)
             edges.setdefault(identifier, set()).add(blocker)
-            cycle = find_cycle(edges)
+            cycle = dependency_cycle(edges, self._parents(conn))
             if cycle:
                 raise TrackerInputError(
-                    f"{identifier} cannot be blocked by {blocker}: that makes a blocker cycle "
-                    f"{format_cycle(cycle)} (each is blocked by the next)"
+                    f"{identifier} cannot be blocked by {blocker}: that makes a dependency "
+                    f"cycle {format_cycle(cycle)} ({WAITS_FOR})"
                 )
             conn.execute(
                 "INSERT INTO blocks (blocker, blocked) VALUES (?, ?)", (blocker_number, number)

@@ -19,7 +19,7 @@ from ralph_dev.adapters.tracker.local_db import (
     iso,
     utc_now,
 )
-from ralph_dev.core.cycles import find_cycle, format_cycle
+from ralph_dev.core.cycles import WAITS_FOR, batch_cycle, format_cycle
 from ralph_dev.core.errors import (
     TrackerInputError,
     UnknownIssue,
@@ -93,12 +93,10 @@ class IssueCreation(TrackerDb):
                             "nothing was created"
                         )
                     seen.append(here)
-            cycle = find_cycle(edges)
+            cycle = batch_cycle(entries, self._edges(conn), self._parents(conn))
             if cycle:
-                raise TrackerInputError(
-                    f"blocker cycle {show(cycle)} (each is blocked by the next); "
-                    "nothing was created"
-                )
+                raise TrackerInputError(f"dependency cycle {cycle} ({WAITS_FOR}); "
+                                        "nothing was created")
 
             counter = int(
                 conn.execute("SELECT value FROM meta WHERE name = 'next_number'").fetchone()[0]

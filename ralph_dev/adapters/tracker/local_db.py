@@ -32,8 +32,10 @@ from ralph_dev.core.errors import (
 from ralph_dev.core.model import (
     IDENTIFIER_RE,
     InvalidIdentifier,
+    InvalidLabel,
     StateType,
     check_identifier,
+    check_label,
 )
 
 log = structlog.get_logger(__name__)
@@ -52,7 +54,6 @@ DEFAULT_STATES: tuple[tuple[str, StateType], ...] = (
     ("Canceled", StateType.CANCELED),
 )
 DEFAULT_NEW_STATE = "Todo"
-MAX_LABEL_LENGTH = 80
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -184,7 +185,9 @@ class TrackerDb:
                 f"{self.db_path} is not a file; remove it or point the project elsewhere"
             )
         try:
-            self.db_path.parent.mkdir(parents=True, exist_ok=True)
+            self.db_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not self.db_path.exists():  # issue text: private (SQLite's -wal/-shm follow)
+                os.close(os.open(self.db_path, os.O_WRONLY | os.O_CREAT, 0o600))
         except OSError as exc:
             raise TrackerDatabaseError(
                 f"cannot create the tracker directory {self.db_path.parent}: {exc.strerror}"
@@ -369,6 +372,11 @@ class TrackerDb:
             edges.setdefault(self._ident(row[1]), set()).add(self._ident(row[0]))
         return edges
 
+    def _parents(self, conn: sqlite3.Connection) -> dict[str, str]:
+        """Existing sub-issues as identifier → its parent's identifier."""
+        return {self._ident(row[0]): self._ident(row[1]) for row in
+                conn.execute("SELECT number, parent FROM issues WHERE parent IS NOT NULL")}
+
     def _touch(self, conn: sqlite3.Connection, number: int) -> None:
         conn.execute(
             "UPDATE issues SET updated_at = ? WHERE number = ?", (iso(utc_now()), number)
@@ -376,16 +384,7 @@ class TrackerDb:
 
     @staticmethod
     def _check_labels(labels: Iterable[str]) -> list[str]:
-        out = []
-        for label in labels:
-            if not isinstance(label, str) or not label.strip():
-                raise TrackerInputError(f"label {label!r} is empty; give a name such as 'backend'")
-            label = label.strip()
-            if len(label) > MAX_LABEL_LENGTH or any(ch in label for ch in "\n\r\t\0"):
-                shown = label if len(label) <= 40 else label[:37] + "..."
-                raise TrackerInputError(
-                    f"label {shown!r} is not usable: at most {MAX_LABEL_LENGTH} characters "
-                    "on one line"
-                )
-            out.append(label)
-        return out
+        try:
+            return [check_label(label) for label in labels]
+        except InvalidLabel as exc:
+            raise TrackerInputError(str(exc)) from None

@@ -40,6 +40,7 @@ from ralph_dev.core.errors import (
     ConfigError,
     TrackerInputError,
 )
+from ralph_dev.core.model import InvalidLabel, check_label
 
 if TYPE_CHECKING:
     from ralph_dev.core.config import ProjectSettings
@@ -330,8 +331,10 @@ class LinearBase:
         ids = []
         labels = await self.labels()
         for name in names:
-            if not isinstance(name, str) or not name.strip() or len(name) > 80:
-                raise TrackerInputError(f"label {name!r} is not usable (1-80 characters)")
+            try:
+                name = check_label(name)
+            except InvalidLabel as exc:
+                raise TrackerInputError(str(exc)) from None
             label = self._pick_label(labels, name, team_id)
             if label is None:
                 labels = await self.labels(reload=True)

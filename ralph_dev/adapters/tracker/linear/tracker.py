@@ -27,7 +27,7 @@ shared by every process of the project, never a secret in a message.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,7 @@ from ralph_dev.adapters.tracker.linear.parse import (
     entry_from_node,
     parsing,
 )
-from ralph_dev.core.cycles import find_cycle, format_cycle
+from ralph_dev.core.cycles import WAITS_FOR, batch_cycle, dependency_cycle, format_cycle
 from ralph_dev.core.errors import (
     TrackerError,
     TrackerInputError,
@@ -76,6 +76,14 @@ class CreatePlan:
     team: LinearTeam
     state: LinearState
     parent_id: str | None
+
+
+def _waits(issues: Iterable[Issue]) -> tuple[dict[str, set[str]], dict[str, str]]:
+    """What waits for what among ``issues``: blockers by issue, and each sub-issue's parent."""
+    issues = list(issues)
+    blocked_by = {issue.identifier: set(issue.blocked_by) for issue in issues}
+    parent_of = {child: issue.identifier for issue in issues for child in issue.children}
+    return blocked_by, parent_of
 
 
 class LinearTracker(LinearReader):
@@ -193,13 +201,13 @@ class LinearTracker(LinearReader):
         other = await self.get(blocker)
         if blocker in issue.blocked_by:
             return issue
-        edges: dict[str, set[str]] = {i.identifier: set(i.blocked_by) for i in cache.issues()}
+        edges, parents = _waits(cache.issues())
         edges.setdefault(identifier, set()).add(blocker)
-        cycle = find_cycle(edges)
+        cycle = dependency_cycle(edges, parents)
         if cycle:
             raise TrackerInputError(
-                f"{identifier} cannot be blocked by {blocker}: that makes a blocker cycle "
-                f"{format_cycle(cycle)} (each is blocked by the next)"
+                f"{identifier} cannot be blocked by {blocker}: that makes a dependency cycle "
+                f"{format_cycle(cycle)} ({WAITS_FOR})"
             )
         await self.client.execute("IssueRelationCreate", {"input": {
             "issueId": other.id, "relatedIssueId": issue.id, "type": "blocks"}})
@@ -324,6 +332,11 @@ class LinearTracker(LinearReader):
         order = self._parents_first(entries, refs)
         project = await self.project()
         cache = await self._open_cache()
+        # What is cached (no request): a batch hangs under issues ralph-dev just read.
+        cycle = batch_cycle(entries, *_waits(cache.issues()))
+        if cycle:
+            raise TrackerInputError(f"dependency cycle {cycle} ({WAITS_FOR}); nothing was "
+                                    "created")
         plans = await self._plan_creates(entries, refs, order)
         made: dict[int, tuple[str, str]] = {}  # index → (uuid, identifier)
         done: list[str] = []
