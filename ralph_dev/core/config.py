@@ -26,22 +26,6 @@ from ralph_dev.core.typed_toml import coerce
 # --- XDG paths -----------------------------------------------------------------
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # --- settings ------------------------------------------------------------------
 
 
@@ -295,12 +279,6 @@ _SECTIONS: dict[str, type] = {
 }
 
 
-
-
-
-
-
-
 def _build(cls: type, raw: Mapping[str, Any], where: str, **fixed: Any) -> Any:
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
@@ -321,8 +299,6 @@ def _build(cls: type, raw: Mapping[str, Any], where: str, **fixed: Any) -> Any:
         else:
             values[name] = coerce(value, tp, f"{where}.{name}")
     return cls(**values)
-
-
 
 
 # Environment overrides: RALPH_DEV_<SECTION>_<KEY> for scalar settings, plus a
@@ -446,9 +422,5 @@ def build_project(name: str, raw: Mapping[str, Any]) -> ProjectSettings:
     settings: ProjectSettings = _build(ProjectSettings, raw, where, name=name)
     validate(settings, where)
     return settings
-
-
-
-
 
 
