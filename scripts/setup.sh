@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up ralph-dev from a bare machine: jj (+ a git new enough for it), a
-# virtualenv in .venv with ralph-dev installed, and with --test the test
+# Set up ralph-dev from a bare machine: jj (+ a git new enough for it),
+# bubblewrap (apt; the workers' sandbox), a virtualenv in .venv with ralph-dev installed, and with --test the test
 # extras, chromium + chromedriver (apt) and the pinned Claude Code CLI that
 # the end-to-end tests drive.
 # Idempotent: a second run only checks. Prints (on stdout) the PATH line to use.
@@ -27,6 +27,20 @@ if ! command -v jj >/dev/null 2>&1; then
   fi
 fi
 say "$(jj --version)"
+
+# --- bubblewrap (every worker runs inside it: agent.sandbox = "bwrap") ------
+if ! command -v bwrap >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    say "installing bubblewrap with apt-get (workers are confined by it)"
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bubblewrap >/dev/null; } \
+      || say "could not install bubblewrap: install it, or set agent.sandbox = \"off\" (workers then run unconfined)"
+  else
+    say "bubblewrap (bwrap) is missing: install your distribution's bubblewrap package, or set agent.sandbox = \"off\" (workers then run unconfined)"
+  fi
+fi
+command -v bwrap >/dev/null 2>&1 && say "$(bwrap --version)"
 
 # --- Python package -------------------------------------------------------
 PY=${PYTHON:-python3}

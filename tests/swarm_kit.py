@@ -221,10 +221,12 @@ class Swarm:
         if verify:
             args += ["--verify", verify]
         run_cli(*args, env=env)
+        swarm.shared.mkdir()
+        swarm.share([str(swarm.shared)])  # the demo agent's script and locks
         swarm.set_timing({"poll_interval": 0.3, "stall_timeout": 60, "restart_timeout": 60,
                           "retry_base": 0.5, "retry_cap": 2, "health_interval": 1,
                           "heartbeat_stale": 10, **(timing or {})})
-        swarm.env["RALPH_DEV_DEMO_SCRIPT"] = str(root / "agent-script.json")
+        swarm.env["RALPH_DEV_DEMO_SCRIPT"] = str(swarm.shared / "agent-script.json")
         swarm.script = {"*": f"work:{agent_seconds}"}
         swarm.write_script()
         return swarm
@@ -241,6 +243,19 @@ class Swarm:
         (self.repo / "README.md").write_text("# demo project\n")
         jj("commit", "-m", "initial commit")
         jj("bookmark", "create", "main", "-r", "@-")
+
+    @property
+    def shared(self) -> Path:
+        """A directory every sandboxed worker may use (``agent.shared_paths``): the demo
+        agent's script, and the locks that catch two agents on one issue."""
+        return self.root / "shared"
+
+    def share(self, paths: list[str]) -> None:
+        """Let sandboxed workers reach ``paths`` too (``agent.shared_paths``)."""
+        config = Path(self.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+        text = config.read_text()
+        command = next(line for line in text.splitlines() if line.startswith("command = "))
+        config.write_text(text.replace(command, f"{command}\nshared_paths = {json.dumps(paths)}"))
 
     def set_timing(self, timing: dict[str, float]) -> None:
         config = Path(self.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"

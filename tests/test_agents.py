@@ -62,7 +62,8 @@ def recorder(tmp_path: Path) -> Path:
 
 def make_settings(tmp: Path, **agent: object) -> ProjectSettings:
     raw = {"repo": str(tmp / "repo"), "workspace_root": str(tmp / "workspaces"),
-           "agent": {"home": "isolated", **agent}}
+           "agent": {"home": "isolated", "sandbox": "off", **agent}}
+    # (the launch's argv and environment, seen unconfined; the sandbox: test_confinement)
     return build_project("demo", raw)
 
 
@@ -239,7 +240,7 @@ def test_worker_environment(xdg: Path, recorder: Path, monkeypatch: pytest.Monke
     for flag in ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_TELEMETRY",
                  "DISABLE_AUTOUPDATER"):
         assert env[flag] == "1"
-    assert env["HOME"] == str(settings.paths.agent_home)
+    assert env["HOME"] == str(settings.paths.worker_dir("DEMO-7") / "home")
     # ralph-dev (for hooks and worker commands) comes first, and is THIS installation's
     first = env["PATH"].split(os.pathsep)[0]
     link = Path(first) / "ralph-dev"
@@ -302,7 +303,7 @@ def test_isolated_home_is_seeded_and_seeding_is_idempotent(xdg: Path, recorder: 
     settings = make_settings(xdg, claude_bin=str(recorder))
     build_launch(settings, hostile_issue(), Role.EXECUTE, workspace_for(settings, "DEMO-7"),
                  "sonnet", attempt=1)
-    path = settings.paths.agent_home / ".claude.json"
+    path = settings.paths.worker_dir("DEMO-7") / "home" / ".claude.json"
     data = json.loads(path.read_text())
     assert data["hasCompletedOnboarding"] is True
     assert data["projects"][str(settings.workspaces)]["hasTrustDialogAccepted"] is True
@@ -350,8 +351,8 @@ def test_agent_home_setting_is_validated() -> None:
 
 @pytest.mark.parametrize("role", list(Role))
 def test_tool_fence_per_role(role: Role) -> None:
-    fence = tool_fence(role)
-    argv = claude_argv("claude", role, "sonnet", plugin=Path("/p"))
+    fence = tool_fence(role, Path("/ws/DEMO-1"))
+    argv = claude_argv("claude", role, "sonnet", plugin=Path("/p"), workspace=Path("/ws/DEMO-1"))
     offered = argv[argv.index("--tools") + 1].split(",")
     allowed = argv[argv.index("--allowedTools") + 1].split(",")
     denied = argv[argv.index("--disallowedTools") + 1].split(",")
@@ -361,7 +362,10 @@ def test_tool_fence_per_role(role: Role) -> None:
     assert not {"Agent", "AskUserQuestion"} & set(offered)
     edits = {"Edit", "Write", "NotebookEdit"}
     if role in (Role.EXECUTE, Role.RESOLVE):
-        assert edits <= set(offered) and edits <= set(allowed) and not edits & set(denied)
+        assert edits <= set(offered) and not edits & set(denied)
+        # pre-approved only in its own workspace and /tmp: a bare Write allows any path
+        assert not edits & set(allowed)
+        assert {"Edit(//ws/DEMO-1/**)", "Write(//ws/DEMO-1/**)", "Edit(//tmp/**)"} <= set(allowed)
     else:
         assert not edits & set(offered) and not edits & set(allowed) and edits <= set(denied)
     assert argv[argv.index("--permission-mode") + 1] == "dontAsk"
@@ -375,7 +379,7 @@ def test_command_runner_fills_placeholders_inside_single_words(xdg: Path, tmp_pa
                                                                recorder: Path) -> None:
     odd_root = tmp_path / "work spaces $(x) `y`"
     raw = {"repo": str(tmp_path / "repo"), "workspace_root": str(odd_root),
-           "agent": {"runner": "command", "command":
+           "agent": {"runner": "command", "sandbox": "off", "command":
                      f"{recorder} --issue {{issue}} --role={{role}} --cwd {{workspace}} "
                      "'--prompt-file={prompt_file}' 'two words' {issue}-{role}"}}
     settings = build_project("demo", raw)

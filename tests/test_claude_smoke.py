@@ -14,12 +14,13 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from channel_kit import ControllerEnd
 from claude_env import ClaudeUnavailable, find_claude
 from conftest import retry_until
 
@@ -27,6 +28,7 @@ from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.agent.launch import build_launch
+from ralph_dev.control.channel import Channel
 from ralph_dev.core.config import load_project
 from ralph_dev.core.model import NewIssue, Role, StateType
 from ralph_dev.core.state import StateStore, utcnow
@@ -65,6 +67,7 @@ class World:
     store: StateStore
     tmux: Tmux
     jj_bin: str
+    controller: ControllerEnd
 
     def jj_out(self, *args: str) -> str:
         env = {**os.environ, "PATH": self.jj.child_path()}
@@ -101,9 +104,12 @@ def world(xdg: Path, jj_bin: str, tmux_socket: str, claude_bin: str,
     settings = load_project("demo", path=config)
     tmux = Tmux(settings.session_name, socket_name=tmux_socket)
     tmux.ensure_session(xdg, {"PATH": os.environ["PATH"]})
-    yield World(xdg, settings, LocalTracker(settings.paths.tracker_db, "DEMO"),
-                JJ.from_settings(settings), StateStore(settings.paths), tmux, jj_bin)
+    tracker, jj, store = (LocalTracker(settings.paths.tracker_db, "DEMO"),
+                          JJ.from_settings(settings), StateStore(settings.paths))
+    controller = ControllerEnd(Channel(settings, store=store, tracker=tracker, jj=jj))
+    yield World(xdg, settings, tracker, jj, store, tmux, jj_bin, controller)
     tmux.kill_session()
+    controller.close()
 
 
 def spawn(world: World, api: FakeAnthropic, issue: str, role: Role,
@@ -115,8 +121,12 @@ def spawn(world: World, api: FakeAnthropic, issue: str, role: Role,
     world.store.update_record(issue, role=role, attempts=1, started_at=utcnow(), done=False,
                               blocked=False, iterations=0)
     world.tracker.set_state_sync(issue, type=StateType.STARTED)
+    channel = world.controller.channel
+    channel.publish(tuple(world.tracker.list_issues_sync()))
+    worker_dir = channel.prepare(world.tracker.get_sync(issue), role, workspace, 1)
+    world.controller.call(channel.listen())
     launch = build_launch(world.settings, world.tracker.get_sync(issue), role, workspace,
-                          "sonnet", attempt=1)
+                          "sonnet", attempt=1, worker_dir=worker_dir)
     world.tmux.open_window(issue, cwd=launch.cwd, command=launch.argv, environment=launch.env,
                            log_file=world.store.log_path(issue))
     return launch, workspace
@@ -124,7 +134,7 @@ def spawn(world: World, api: FakeAnthropic, issue: str, role: Role,
 
 def diagnostics(world: World, api: FakeAnthropic, issue: str) -> str:
     panes = "\n".join(world.tmux.capture(w.pane_id, 60) for w in world.tmux.find(issue))
-    hooks = world.settings.paths.logs_dir / "hooks.log"
+    hooks = world.settings.paths.worker_dir(issue) / "run" / "hooks.log"
     return (f"\n--- pane ---\n{panes}\n--- hooks.log ---\n"
             f"{hooks.read_text()[-3000:] if hooks.exists() else '(none)'}\n"
             f"--- api ---\n{[(r.method, r.path) for r in api.requests]}\nerrors: {api.errors}")
@@ -302,6 +312,18 @@ SENTINELS = {
 }
 
 
+def controller_ticks(world: World, settings: Any) -> Callable[[], Any]:
+    """One controller tick per call, the real controller on the world's parts."""
+    from ralph_dev.adapters.gh import Gh
+    from ralph_dev.control.controller import Controller
+    from ralph_dev.control.wiring import launcher_for
+
+    ctl = Controller(settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
+                     launcher=launcher_for(settings), pull_requests=Gh("gh", settings.repo),
+                     store=world.store)
+    return lambda: asyncio.run(ctl.tick())
+
+
 def test_workers_get_no_secret_of_the_daemon(world: World, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 12: the tmux server and every agent start from an allowlist. The daemon's
@@ -312,9 +334,9 @@ def test_workers_get_no_secret_of_the_daemon(world: World, tmp_path: Path,
     world.tmux.kill_session()  # the server starts again, from this environment
     world.tmux.ensure_session(world.tmp, {"PATH": os.environ["PATH"]})
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Look around")])
-    dump = tmp_path / "seen"
-    look = (f"env > {dump}.env; tr '\\0' '\\n' < /proc/$PPID/environ > {dump}.parent; "
-            f"tmux show-environment -g > {dump}.tmux 2>&1; touch {dump}.done")
+    # into its workspace: the only place of the host's its sandbox may write
+    look = ("env > .seen.env; tr '\\0' '\\n' < /proc/$PPID/environ > .seen.parent; "
+            "touch .seen.done")
 
     def brain(request: dict[str, Any]) -> list[Any]:
         if "Bash" not in tool_names(request):
@@ -324,7 +346,8 @@ def test_workers_get_no_secret_of_the_daemon(world: World, tmp_path: Path,
         return [Text("Looked.")] if ran else [bash(look)]
 
     with FakeAnthropic(brain) as api:
-        spawn(world, api, issue, Role.EXECUTE, monkeypatch)
+        _launch, workspace = spawn(world, api, issue, Role.EXECUTE, monkeypatch)
+        dump = workspace / ".seen"
         retry_until(lambda: Path(f"{dump}.done").exists(), 90,
                     what="the agent's Bash step" + diagnostics(world, api, issue))
         (window,) = world.tmux.find(issue)
@@ -334,7 +357,8 @@ def test_workers_get_no_secret_of_the_daemon(world: World, tmp_path: Path,
             "claude": claude_env,
             "its Bash shell": Path(f"{dump}.env").read_text(),
             "the shell's parent": Path(f"{dump}.parent").read_text(),
-            "tmux show-environment -g": Path(f"{dump}.tmux").read_text(),
+            "tmux show-environment -g": "\n".join(
+                world.tmux.run("show-environment", "-g").check().stdout),
         }
         for where, text in seen.items():
             # the server's own list keeps a person's harmless variables, never a secret
@@ -351,9 +375,6 @@ def test_a_usage_limit_pauses_the_swarm_and_the_worker_goes_on_after_the_reset(
     """Issue 13: a subscriber's Claude Code hits its session limit. The controller pauses
     dispatch until the stated reset (no attempt charged, no nudge, no hold, no kill),
     spends no API call meanwhile, and then has the same session continue to done."""
-    from ralph_dev.adapters.gh import Gh
-    from ralph_dev.control.controller import Controller
-    from ralph_dev.control.wiring import launcher_for
     from ralph_dev.devtools.scripted_model import usage_limit
 
     now = time.time()
@@ -375,12 +396,7 @@ def test_a_usage_limit_pauses_the_swarm_and_the_worker_goes_on_after_the_reset(
         monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
         monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-fake-subscriber-0123456789")
         monkeypatch.setenv("CLAUDE_CODE_SUBSCRIPTION_TYPE", "max")
-        ctl = Controller(world.settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
-                         launcher=launcher_for(world.settings),
-                         pull_requests=Gh("gh", world.settings.repo), store=world.store)
-
-        def tick() -> Any:
-            return asyncio.run(ctl.tick())
+        tick = controller_ticks(world, world.settings)
 
         tick()  # spawns the worker
         retry_until(lambda: (tick(), any(p.kind == "usage-limit"
@@ -416,9 +432,6 @@ def test_a_hung_model_call_is_noticed_behind_the_spinner(
     """Issue 13: the API accepts a request and then says nothing. Claude Code's spinner
     keeps the pane busy, yet the worker's own activity (hooks, transcript) has stopped:
     the controller nudges it after stall_timeout."""
-    from ralph_dev.adapters.gh import Gh
-    from ralph_dev.control.controller import Controller
-    from ralph_dev.control.wiring import launcher_for
     from ralph_dev.core.config import Timing
     from ralph_dev.devtools.scripted_model import Hang
 
@@ -432,12 +445,7 @@ def test_a_hung_model_call_is_noticed_behind_the_spinner(
     with FakeAnthropic(brain) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
-        ctl = Controller(settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
-                         launcher=launcher_for(settings),
-                         pull_requests=Gh("gh", settings.repo), store=world.store)
-
-        def tick() -> Any:
-            return asyncio.run(ctl.tick())
+        tick = controller_ticks(world, settings)
 
         tick()  # spawns the worker; its first model call hangs
         log_file = world.store.log_path(issue)
@@ -457,9 +465,6 @@ def test_a_crashed_agent_is_resumed_in_its_own_session(
     """Issue 13: the agent process dies mid-task; its restart continues the same
     conversation (``--resume`` of the session its SessionStart hook recorded), and its
     prompt says it is a continuation."""
-    from ralph_dev.adapters.gh import Gh
-    from ralph_dev.control.controller import Controller
-    from ralph_dev.control.wiring import launcher_for
     from ralph_dev.core.config import Timing
     from ralph_dev.devtools.scripted_model import Hang
 
@@ -482,16 +487,12 @@ def test_a_crashed_agent_is_resumed_in_its_own_session(
     with FakeAnthropic(brain) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
-        ctl = Controller(settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
-                         launcher=launcher_for(settings),
-                         pull_requests=Gh("gh", settings.repo), store=world.store)
-
-        def tick() -> Any:
-            return asyncio.run(ctl.tick())
+        tick = controller_ticks(world, settings)
 
         tick()
         retry_until(lambda: len(api.main_messages()) >= 2, 60,
                     what="the second model call" + diagnostics(world, api, issue))
+        tick()  # the controller hears the SessionStart hook's news
         session = world.store.load_record(issue).session_id
         assert session
         (window,) = world.tmux.find(issue)

@@ -200,3 +200,30 @@ def test_a_persons_tracker_write_wakes_the_controller(
                  "the spawn, long before the next poll")
     finally:
         swarm.teardown()
+
+
+def test_a_controller_stopped_mid_spawn_charges_no_attempt(
+        tmp_path: Path, jj_bin: str, tmux_socket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed (or frozen and replaced) between writing the worker record and opening its
+    window: the next controller starts the worker again without charging an attempt
+    (with max_attempts = 1 a charged one would hold the issue)."""
+    swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, timing={"max_attempts": 1})
+    try:
+        swarm.import_plan('[[task]]\ntitle = "A"\n')
+        first = in_process(swarm, monkeypatch)
+
+        def dies(*args: object, **kwargs: object) -> None:
+            raise SystemExit("killed -9 (simulated)")
+
+        first.tmux.open_window = dies  # type: ignore[method-assign]
+        with pytest.raises(SystemExit):
+            tick(first)
+        assert first.store.load_record("DEMO-1").attempts == 1
+        second = in_process(swarm, monkeypatch)
+        result = tick(second)
+        assert [(a.kind, a.attempt) for a in result.plan.actions] == [("spawn", 1)]
+        assert "no attempt charged" in result.plan.actions[0].reason
+        wait_for(lambda: (tick(second), swarm.all_done())[1], 60, "DEMO-1 done")
+        assert not [e for e in swarm.events() if e["event"] == "hold"]
+    finally:
+        swarm.teardown()

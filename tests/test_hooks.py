@@ -7,13 +7,13 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_worker import Project, hostile_text, make_project
 
 from ralph_dev.core.model import Role
-from ralph_dev.core.state import StateStore
 
 RALPH_DEV = [sys.executable, "-m", "ralph_dev"]
 """How Claude Code runs it, minus the console-script shim (works in any venv layout)."""
@@ -25,8 +25,11 @@ WORK_BUDGET = 1.0
 
 
 @pytest.fixture
-def project(xdg: Path, jj_bin: str) -> Project:
-    return make_project(xdg, jj_bin)
+def project(xdg: Path, jj_bin: str) -> Iterator[Project]:
+    made = make_project(xdg, jj_bin)
+    yield made
+    for end in made.ends:
+        end.close()
 
 
 def hook(name: str, env: dict[str, str], payload: object = None,
@@ -42,8 +45,8 @@ def hook(name: str, env: dict[str, str], payload: object = None,
     return proc, time.monotonic() - start
 
 
-def hook_log(project: Project) -> str:
-    path = project.settings.paths.logs_dir / "hooks.log"
+def hook_log(project: Project, issue: str = "DEMO-1") -> str:
+    path = project.run_dir(issue) / "hooks.log"
     return path.read_text() if path.exists() else ""
 
 
@@ -81,7 +84,7 @@ def test_session_start_prints_the_issue_context(project: Project) -> None:
 def test_session_start_role_rules_differ(project: Project) -> None:
     issue = project.issue()
     project.spawn(issue, Role.PLAN)
-    proc, _ = hook("session-start", project.env(issue, Role.PLAN))
+    proc, _ = hook("session-start", project.env(issue))
     assert proc.returncode == 0
     assert "plan worker" in proc.stdout
     assert f"ralph-dev worker plan {issue} --file PLAN" in proc.stdout
@@ -132,14 +135,15 @@ def test_post_tool_use_snapshots_and_records_activity(project: Project) -> None:
     assert "new.txt" in files  # snapshotted without the agent running jj
 
 
-def test_post_tool_use_with_missing_workspace_is_quiet_and_logged(project: Project) -> None:
+def test_post_tool_use_with_missing_workspace_is_quiet(project: Project) -> None:
     issue = project.issue()
-    project.store.update_record(issue, role=Role.EXECUTE)  # no jj workspace at all
+    workspace = project.spawn(issue)
+    project.jj.forget(issue)  # its workspace is gone: the snapshot fails, quietly
+    assert not workspace.exists()
 
     proc, _ = hook("post-tool-use", project.env(issue))
 
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
-    assert "hook_failed" in hook_log(project)
     assert project.store.load_record(issue).last_activity is not None
 
 
@@ -149,6 +153,11 @@ def test_post_tool_use_with_missing_workspace_is_quiet_and_logged(project: Proje
 def stop_payload(active: bool = False) -> dict:
     return {"hook_event_name": "Stop", "session_id": "s", "transcript_path": "/nonexistent",
             "cwd": "/", "stop_hook_active": active, "last_assistant_message": "I am done!"}
+
+
+def iterations(project: Project, issue: str) -> int:
+    record = project.store.load_record(issue)
+    return record.iterations if record else 0
 
 
 def test_stop_blocks_until_done_then_allows(project: Project) -> None:
@@ -162,12 +171,12 @@ def test_stop_blocks_until_done_then_allows(project: Project) -> None:
     assert decision["decision"] == "block"
     assert f"ralph-dev worker done {issue}" in decision["reason"]
     assert "continuation 1 of 25" in decision["reason"]
-    assert project.store.load_record(issue).iterations == 1
+    assert iterations(project, issue) == 1
     assert seconds < PROCESS_BOUND, f"stop took {seconds:.2f}s"
 
     proc, _ = hook("stop", project.env(issue), stop_payload(active=True))
     assert json.loads(proc.stdout)["decision"] == "block"
-    assert project.store.load_record(issue).iterations == 2  # stop_hook_active still counts
+    assert iterations(project, issue) == 2  # stop_hook_active still counts
 
     (workspace / "ok.txt").write_text("ok\n")
     assert project.cli(["worker", "done", issue, "--summary", "done"], issue).exit_code == 0
@@ -202,18 +211,18 @@ def test_stop_allows_at_the_iteration_cap(xdg: Path, jj_bin: str) -> None:
                for i in range(3)]
     assert [json.loads(o)["decision"] for o in outputs[:2]] == ["block", "block"]
     assert outputs[2] == ""
-    assert project.store.load_record(issue).iterations == 2
+    assert iterations(project, issue) == 2
     assert any(e["event"] == "iteration_cap" for e in project.store.iter_events())
 
 
-def test_stop_with_corrupt_record_rebuilds_it(project: Project) -> None:
+def test_stop_with_a_corrupt_stop_file_starts_counting_again(project: Project) -> None:
     issue = project.issue()
     project.spawn(issue)
-    StateStore(project.settings.paths).record_path(issue).write_text("{not json")
+    (project.run_dir(issue) / "stop.json").write_text("{not json")
     proc, _ = hook("stop", project.env(issue), stop_payload())
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["decision"] == "block"
-    assert project.store.load_record(issue).iterations == 1
+    assert iterations(project, issue) == 1
 
 
 # --- broken surroundings: every hook exits 0 and says nothing ------------------------------
@@ -227,9 +236,12 @@ def test_hooks_outside_a_worker_do_nothing(project: Project, name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["session-start", "post-tool-use", "stop"])
-def test_hooks_with_an_unknown_project_are_quiet(project: Project, name: str) -> None:
-    env = {**project.env("DEMO-1"), "RALPH_DEV_PROJECT": "nosuch"}
-    proc, _ = hook(name, env)
+def test_hooks_with_a_run_dir_not_prepared_are_quiet(project: Project, name: str,
+                                                     tmp_path: Path) -> None:
+    fake = tmp_path / "fake-run"
+    fake.mkdir()
+    (fake / "worker.json").write_text('{"issue": "../../etc"}')
+    proc, _ = hook(name, {"RALPH_DEV_RUN_DIR": str(fake)})
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
 
 
@@ -237,6 +249,7 @@ def test_hooks_with_an_unknown_project_are_quiet(project: Project, name: str) ->
     {"RALPH_DEV_ISSUE": "../../etc", "RALPH_DEV_PROJECT": "demo"},
     {"RALPH_DEV_ISSUE": "DEMO-1", "RALPH_DEV_PROJECT": "demo", "RALPH_DEV_ROLE": "boss"},
     {"RALPH_DEV_ISSUE": "DEMO-1"},
+    {"RALPH_DEV_RUN_DIR": "relative/run"},
 ])
 def test_hooks_with_malformed_env_are_quiet(project: Project, env: dict[str, str]) -> None:
     for name in ("session-start", "stop"):
@@ -244,18 +257,26 @@ def test_hooks_with_malformed_env_are_quiet(project: Project, env: dict[str, str
         assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
 
 
-def test_session_start_with_garbage_tracker_db_is_quiet(project: Project) -> None:
+def test_session_start_with_a_garbage_issue_view_is_quiet_and_logged(project: Project) -> None:
     issue = project.issue()
     project.spawn(issue)
-    project.settings.paths.tracker_db.write_bytes(b"this is not sqlite" * 100)
-    for suffix in ("-wal", "-shm"):
-        Path(str(project.settings.paths.tracker_db) + suffix).unlink(missing_ok=True)
+    (project.run_dir(issue) / "issue.json").write_text("this is not json" * 100)
 
     proc, _ = hook("session-start", project.env(issue))
 
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
-    log = hook_log(project)
-    assert "hook_failed" in log and "not a SQLite database" in log
+    log = hook_log(project, issue)
+    assert "hook_failed" in log and "unreadable" in log
+
+
+def test_hooks_read_no_tracker_and_no_config(project: Project) -> None:
+    """A sandboxed hook cannot see the tracker or the config: it needs neither."""
+    issue = project.issue("Write the parser")
+    project.spawn(issue)
+    project.settings.paths.tracker_db.write_bytes(b"this is not sqlite" * 100)
+    (project.tmp / "config" / "ralph-dev" / "config.toml").write_text("garbage = [")
+    proc, _ = hook("session-start", project.env(issue))
+    assert proc.returncode == 0 and "Write the parser" in proc.stdout
 
 
 def test_hooks_survive_garbage_stdin(project: Project) -> None:
@@ -272,15 +293,16 @@ def test_hooks_survive_garbage_stdin(project: Project) -> None:
 def test_render_context_strips_escapes_itself(project: Project, tmp_path: Path) -> None:
     """click strips some ANSI codes from piped output; the context must not rely on that."""
     from ralph_dev.inpane.hooks import render_context
-    from ralph_dev.inpane.worker import WorkerEnv
+    from ralph_dev.inpane.worker import current_worker
 
     title, description = hostile_text(tmp_path / "pwned")
     issue_id = project.issue(title, description + "\x1b]8;;http://evil\x07link\x9b31m")
     project.tracker.comment_sync(issue_id, "\x1b[1mbold\x1b[0m \x1b]0;title\x07", by_ralph=False)
-    issue = project.tracker.get_sync(issue_id)
-    env = WorkerEnv(project="demo", issue=issue_id)
+    project.spawn(issue_id, listen=False)
+    worker = current_worker(project.env(issue_id))
+    assert worker is not None
 
-    text = render_context(project.settings, env, issue, {}, nonce="abc")
+    text = render_context(worker, worker.view(), nonce="abc")
 
     assert not any(ch in text for ch in "\x1b\x07\x9b")
     assert "bold" in text and "link" in text and "$(touch" in text
@@ -290,18 +312,19 @@ def test_render_context_strips_escapes_itself(project: Project, tmp_path: Path) 
 def test_hook_work_fits_the_budget(project: Project) -> None:
     """The work of each hook, without interpreter start-up, stays well under a second."""
     from ralph_dev.inpane import hooks
-    from ralph_dev.inpane.worker import WorkerEnv
+    from ralph_dev.inpane.worker import current_worker
 
     parent = project.issue("parent")
     issue = project.issue("child", "d" * 5000, parent=parent)
     for n in range(30):
         project.tracker.comment_sync(issue, f"comment {n}", by_ralph=n % 2 == 0)
     project.spawn(issue)
-    env = WorkerEnv(project="demo", issue=issue, workspace=project.jj.workspace_path(issue))
+    worker = current_worker(project.env(issue))
+    assert worker is not None
     for name, call in (
-        ("session-start", lambda: hooks.session_start(project.settings, env)),
-        ("post-tool-use", lambda: hooks.post_tool_use(project.settings, env)),
-        ("stop", lambda: hooks.stop(project.settings, env, {})),
+        ("session-start", lambda: hooks.session_start(worker, {})),
+        ("post-tool-use", lambda: hooks.post_tool_use(worker)),
+        ("stop", lambda: hooks.stop(worker, {})),
     ):
         start = time.monotonic()
         call()

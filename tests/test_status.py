@@ -39,13 +39,30 @@ def swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[Swarm]:
     s.teardown()
 
 
-def _ask(swarm: Swarm, issue: str, question: str) -> None:
-    """What a worker runs when it needs a person (the real command, as the agent would)."""
-    env = {**swarm.env, "RALPH_DEV_PROJECT": swarm.project, "RALPH_DEV_ISSUE": issue,
-           "RALPH_DEV_ROLE": "execute"}
-    subprocess.run([sys.executable, "-m", "ralph_dev", "worker", "blocked", issue,
-                    "--question", question], env=env, check=True, capture_output=True,
-                   stdin=subprocess.DEVNULL)
+def _ask(swarm: Swarm, issue: str, question: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a worker's `ralph-dev worker blocked` comes to: its report, accepted and
+    relayed by the controller's end of the channel."""
+    import asyncio
+
+    from ralph_dev.adapters.jj import JJ
+    from ralph_dev.adapters.tracker import open_tracker
+    from ralph_dev.control.channel import Channel
+    from ralph_dev.core import channel as ch
+    from ralph_dev.core.model import Role
+
+    store = _store(swarm, monkeypatch)
+    settings = load_project(swarm.project)
+    tracker = open_tracker(settings)
+
+    async def go() -> None:
+        channel = Channel(settings, store=store, tracker=tracker, jj=JJ.from_settings(settings))
+        store.update_record(issue, role=Role.EXECUTE)
+        channel.prepare(await tracker.get(issue), Role.EXECUTE, swarm.root, 1)
+        ch.write_report(channel.run_dir(issue), "blocked", {"text": question})
+        await channel.accept_all()
+        await tracker.close()
+
+    asyncio.run(go())
 
 
 def _store(swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> StateStore:
@@ -54,9 +71,10 @@ def _store(swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> StateStore:
     return StateStore(load_project(swarm.project).paths)
 
 
-def test_state_document_matches_its_schema_and_names_what_needs_you(swarm: Swarm) -> None:
+def test_state_document_matches_its_schema_and_names_what_needs_you(
+        swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> None:
     swarm.import_plan()
-    _ask(swarm, "DEMO-11", QUESTION)
+    _ask(swarm, "DEMO-11", QUESTION, monkeypatch)
     swarm.cli("issue", "label", "DEMO-12", "+ralph:hold")
     doc = swarm.status()
     jsonschema.Draft202012Validator(load_schema()).validate(doc)

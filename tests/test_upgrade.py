@@ -91,8 +91,9 @@ def test_a_swarm_started_before_an_upgrade_is_adopted_after_it(
     config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
     text = config.read_text()
     old_command = next(line for line in text.splitlines() if line.startswith("command = "))
+    shared = next(line for line in text.splitlines() if line.startswith("shared_paths = "))
     config.write_text(text.replace(old_command, "command = " + json.dumps(
-        f"{python} {agent} {{issue}}")))
+        f"{python} {agent} {{issue}}")).replace(shared + "\n", ""))  # the old release's config
     try:
         flat = subprocess.run([str(python), "-c", "import ralph_dev.controller, os; "
                                "print(os.path.realpath(ralph_dev.controller.__file__))"],
@@ -113,6 +114,8 @@ def test_a_swarm_started_before_an_upgrade_is_adopted_after_it(
         command = next(line for line in text.splitlines() if line.startswith("command = "))
         config.write_text(text.replace(command, command + '\npass_env = ["UPGRADE_LOCKS", '
                                                           '"UPGRADE_AGENT_SECONDS"]'))
+        # and are sandboxed: what the test's agent runs from is shared with them
+        swarm.share([str(p) for p in (python.parent.parent, installed.parent, agent, locks)])
         swarm.start()
         wait_for(swarm.all_done, 120, "every issue Done after the upgrade")
         wait_for(lambda: not swarm.worker_windows() and not swarm.workspaces(), 60,

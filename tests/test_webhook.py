@@ -33,6 +33,7 @@ from ralph_dev.adapters.webhook import (
     secret_from_env,
     signature,
 )
+from ralph_dev.control.channel import Channel
 from ralph_dev.control.loop import run_with_webhooks
 from ralph_dev.core.state import StateStore
 
@@ -217,6 +218,7 @@ class _CountingController:
         self.settings = settings
         self.store = store
         self.tracker = LocalTracker(store.paths.state_dir / "t.db", "DEMO")
+        self.channel = Channel(settings, store=store, tracker=self.tracker, jj=None)  # type: ignore[arg-type]
         self.stopping = False
         self.tick_number = 0
 

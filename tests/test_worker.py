@@ -1,18 +1,24 @@
-"""``ralph-dev worker …`` against a real jj repo, the real local tracker and real files."""
+"""``ralph-dev worker …`` against a real jj repo, the real local tracker, real files and the
+controller's real end of the channel (its sockets, report acceptance and tracker relay)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+from channel_kit import ControllerEnd
 from click.testing import CliRunner, Result
 
 from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.cli import main
+from ralph_dev.control.channel import Channel
+from ralph_dev.core.channel import RUN_DIR_VAR
 from ralph_dev.core.config import ProjectSettings, load_project
 from ralph_dev.core.model import NewIssue, Role, StateType
 from ralph_dev.core.state import StateStore, utcnow
@@ -20,7 +26,6 @@ from ralph_dev.core.state import StateStore, utcnow
 VERIFY = (
     "echo checking; test -f ok.txt || { echo 'ok.txt is missing' >&2; exit 3; }; echo verify-ok"
 )
-
 
 @dataclass
 class Project:
@@ -30,26 +35,51 @@ class Project:
     store: StateStore
     jj_bin: str
     tmp: Path
+    ends: list[ControllerEnd] = field(default_factory=list)
+
+    @property
+    def controller(self) -> ControllerEnd:
+        if not self.ends:
+            self.ends.append(ControllerEnd(Channel(self.settings, store=self.store,
+                                                   tracker=self.tracker, jj=self.jj)))
+        return self.ends[0]
 
     def issue(self, title: str = "Add the thing", description: str = "Do it well.", **kw) -> str:
         return self.tracker.create_issues_sync([NewIssue(title=title, description=description,
                                                           **kw)])[0]
 
-    def spawn(self, issue: str, role: Role = Role.EXECUTE) -> Path:
-        """What the controller does before starting an agent: workspace + fresh record."""
+    def spawn(self, issue: str, role: Role = Role.EXECUTE, *, listen: bool = True) -> Path:
+        """What the controller does before starting an agent: workspace, fresh record, the
+        worker's run dir, and a listener on its socket."""
         workspace = self.jj.add_workspace(issue)
         self.store.update_record(issue, role=role, attempts=1, started_at=utcnow(), done=False,
                                  blocked=False, iterations=0)
         self.tracker.set_state_sync(issue, type=StateType.STARTED)
+        channel = self.controller.channel
+        channel.publish(tuple(self.tracker.list_issues_sync()))
+        channel.prepare(self.tracker.get_sync(issue), role, workspace, 1)
+        if listen:
+            self.controller.call(channel.listen())
         return workspace
 
+    def respawn(self, issue: str, role: Role) -> None:
+        """The next worker of the same issue (say, its review): a fresh start."""
+        self.store.update_record(issue, role=role, started_at=utcnow(), done=False,
+                                 blocked=False)
+        self.publish()
+        self.controller.channel.prepare(self.tracker.get_sync(issue), role,
+                                        self.jj.workspace_path(issue), 1)
+
+    def publish(self) -> None:
+        """The controller's next tick: its view of every issue, refreshed."""
+        self.controller.channel.publish(tuple(self.tracker.list_issues_sync()))
+
+    def run_dir(self, issue: str) -> Path:
+        return self.settings.paths.worker_dir(issue) / "run"
+
     def env(self, issue: str, role: Role = Role.EXECUTE) -> dict[str, str]:
-        return {
-            "RALPH_DEV_PROJECT": self.settings.name,
-            "RALPH_DEV_ISSUE": issue,
-            "RALPH_DEV_ROLE": role.value,
-            "RALPH_DEV_WORKSPACE": str(self.jj.workspace_path(issue)),
-        }
+        """An unconfined worker's environment: its run dir (and nothing that counts more)."""
+        return {RUN_DIR_VAR: str(self.run_dir(issue))}
 
     def cli(self, args: list[str], issue: str, role: Role = Role.EXECUTE, **kw):
         return CliRunner().invoke(main, args, env=self.env(issue, role), catch_exceptions=False,
@@ -84,8 +114,11 @@ def make_project(root: Path, jj_bin: str, *, verify: str | None = VERIFY,
 
 
 @pytest.fixture
-def project(xdg: Path, jj_bin: str) -> Project:
-    return make_project(xdg, jj_bin)
+def project(xdg: Path, jj_bin: str) -> Iterator[Project]:
+    made = make_project(xdg, jj_bin)
+    yield made
+    for end in made.ends:
+        end.close()
 
 
 # --- done ---------------------------------------------------------------------------
@@ -186,8 +219,8 @@ def test_done_of_execute_goes_to_review_when_configured(xdg: Path, jj_bin: str) 
     assert result.exit_code == 0, result.output
     assert project.tracker.get_sync(issue).state_name == "In Review"
     # the review worker then finishes it
-    result = project.cli(["worker", "done", issue, "--summary", "looks right"], issue,
-                         Role.REVIEW)
+    project.respawn(issue, Role.REVIEW)
+    result = project.cli(["worker", "done", issue, "--summary", "looks right"], issue)
     assert result.exit_code == 0, result.output
     got = project.tracker.get_sync(issue)
     assert got.state_type is StateType.COMPLETED
@@ -206,12 +239,13 @@ def test_done_for_another_issue_is_refused(project: Project) -> None:
 
 def test_worker_commands_outside_a_worker_are_refused(project: Project) -> None:
     issue = project.issue()
-    env = {"RALPH_DEV_ISSUE": "", "RALPH_DEV_PROJECT": ""}
+    # the variables that once made a worker do not make one now
+    env = {"RALPH_DEV_ISSUE": issue, "RALPH_DEV_PROJECT": "demo", "RALPH_DEV_ROLE": "execute"}
     for args in (["done", issue, "--summary", "x"], ["note", issue, "hi"],
                  ["blocked", issue, "--question", "q"], ["feedback", issue]):
         result = CliRunner().invoke(main, ["worker", *args], env=env)
         assert result.exit_code != 0, args
-        assert "RALPH_DEV_ISSUE" in result.stderr
+        assert "run inside a ralph-dev worker" in result.stderr
     assert not project.tracker.get_sync(issue).comments
 
 
@@ -240,7 +274,7 @@ def test_blocked_labels_comments_and_records(project: Project) -> None:
     # asking the same again changes nothing
     again = project.cli(["worker", "blocked", issue, "--question", "Which database, A or B?"],
                         issue)
-    assert again.exit_code == 0 and "already" in again.output
+    assert again.exit_code == 0, again.output
     assert len(project.tracker.get_sync(issue).comments) == 1
 
 
@@ -264,6 +298,7 @@ def test_feedback_prints_only_new_human_comments(project: Project) -> None:
     project.tracker.comment_sync(issue, "ralph's own words", by_ralph=True)
     project.tracker.comment_sync(issue, "Please use SQLite, not files.", by_ralph=False,
                                  author="bob")
+    project.publish()
 
     first = project.cli(["worker", "feedback", issue], issue)
 
@@ -451,8 +486,160 @@ def test_done_on_a_canceled_issue_is_refused(project: Project) -> None:
     issue = project.issue()
     (project.spawn(issue) / "ok.txt").write_text("ok\n")
     project.tracker.set_state_sync(issue, type=StateType.CANCELED)
+    project.publish()
     result = CliRunner().invoke(main, ["worker", "done", issue, "--summary", "x"],
                                 env=project.env(issue))
     assert result.exit_code != 0 and "canceled" in result.stderr
     assert project.tracker.get_sync(issue).state_type is StateType.CANCELED
     assert not project.tracker.get_sync(issue).comments
+
+
+# --- the channel: the controller applies, exactly once, through outages ------------------
+
+
+class FlakyTracker(LocalTracker):
+    """The local tracker, unreachable for writes while ``down`` (as Linear is during an
+    outage: RATELIMITED, a 5xx, a revoked key)."""
+
+    down = False
+
+    def _check(self) -> None:
+        from ralph_dev.core.errors import TrackerUnavailable
+
+        if self.down:
+            raise TrackerUnavailable("Linear answered 503 (ralph-dev retries)")
+
+    async def comment(self, *args: Any, **kw: Any) -> Any:
+        self._check()
+        return await super().comment(*args, **kw)
+
+    async def set_state(self, *args: Any, **kw: Any) -> Any:
+        self._check()
+        return await super().set_state(*args, **kw)
+
+
+def test_done_during_a_tracker_outage_costs_nothing_and_is_applied_once(
+        xdg: Path, jj_bin: str) -> None:
+    """Issue 10 item 2: `worker done` while the tracker is down succeeds for the worker
+    (its pane does not die as a failed attempt); the controller makes the tracker writes
+    when the tracker answers again, once, even when its queue entry survives a restart."""
+    from ralph_dev.control.relay import RelayItem
+
+    project = make_project(xdg, jj_bin)
+    project.tracker = FlakyTracker(project.settings.paths.tracker_db, "DEMO")
+    try:
+        issue = project.issue("Add ok file")
+        (project.spawn(issue) / "ok.txt").write_text("fine\n")
+        FlakyTracker.down = True
+        result = project.cli(["worker", "done", issue, "--summary", "Added ok.txt."], issue)
+        assert result.exit_code == 0, result.output
+        assert "did not answer" in result.output and "Nothing is lost" in result.output
+        record = project.store.load_record(issue)
+        assert record is not None and record.done and record.attempts == 1
+        assert project.tracker.get_sync(issue).state_type is StateType.STARTED
+        relay = project.controller.channel.relay
+        assert relay.owed() == {issue}  # decide starts no new worker for it meanwhile
+        failed = project.controller.call(relay.flush())
+        assert not failed  # still backing off: not tried again at once
+        FlakyTracker.down = False
+        item = relay.items()[0]
+        relay.add(RelayItem(item.id, item.kind, item.issue, item.body))  # backoff over
+        assert not project.controller.call(relay.flush())
+        got = project.tracker.get_sync(issue)
+        assert got.state_type is StateType.COMPLETED
+        assert len([c for c in got.comments if c.by_ralph]) == 1
+        assert relay.owed() == frozenset()
+        # a controller killed after the writes but before it dropped the entry repeats none
+        relay.add(RelayItem(item.id, item.kind, item.issue, item.body))
+        assert not project.controller.call(relay.flush())
+        assert len([c for c in project.tracker.get_sync(issue).comments if c.by_ralph]) == 1
+        events = [e["event"] for e in project.store.iter_events()]
+        assert "relay_failed" in events and events.count("relayed") == 2
+    finally:
+        FlakyTracker.down = False
+        for end in project.ends:
+            end.close()
+
+
+def test_reports_wait_for_a_controller_that_is_not_running(project: Project) -> None:
+    """No controller: the report is recorded and applied when one runs."""
+    issue = project.issue("Add ok file")
+    (project.spawn(issue, listen=False) / "ok.txt").write_text("fine\n")
+    result = project.cli(["worker", "done", issue, "--summary", "Added it."], issue)
+    assert result.exit_code == 0, result.output
+    assert "not answering" in result.output
+    assert not project.store.load_record(issue).done
+    project.controller.call(project.controller.channel.accept_all())
+    assert project.store.load_record(issue).done
+    assert project.tracker.get_sync(issue).state_type is StateType.COMPLETED
+
+
+def test_a_report_cannot_name_another_issue_or_role(project: Project) -> None:
+    """Issue 12 item 3: the issue and role are those of the run dir the report lies in."""
+    from ralph_dev.core import channel as ch
+
+    mine, other = project.issue("mine"), project.issue("other")
+    project.spawn(mine, Role.RESEARCH, listen=False)
+    ch.write_report(project.run_dir(mine), "done", {
+        "summary": "forged", "issue": other, "role": "execute",
+        "verify": {"command": "true", "exit_code": 0}})
+    project.controller.call(project.controller.channel.accept_all())
+    assert project.tracker.get_sync(other).state_type is StateType.UNSTARTED
+    assert not project.tracker.get_sync(other).comments
+    body = project.tracker.get_sync(mine).comments[-1].body
+    assert "(research worker)" in body
+
+
+def test_worker_commands_ignore_config_and_environment_overrides(project: Project,
+                                                                 tmp_path: Path) -> None:
+    """Issue 12 item 3: `RALPH_DEV_VERIFY_COMMAND` or `--config alt.toml` once made
+    `worker done`'s verify pass; the verify command is the controller's."""
+    issue = project.issue()
+    project.spawn(issue)  # no ok.txt: the project's verify fails
+    alt = tmp_path / "alt.toml"
+    alt.write_text(f'[projects.demo]\nrepo = "{project.settings.repo}"\n'
+                   'verify_command = "echo bypassed"\n')
+    env = {**project.env(issue), "RALPH_DEV_VERIFY_COMMAND": "echo bypassed",
+           "RALPH_DEV_CONFIG": str(alt)}
+    for args in (["worker", "done", issue, "--summary", "x"],
+                 ["--config", str(alt), "worker", "done", issue, "--summary", "x"]):
+        result = CliRunner().invoke(main, args, env=env)
+        assert result.exit_code != 0 and "verify failed" in result.stderr, result.output
+    assert not project.store.load_record(issue).done
+
+
+def test_peoples_commands_refuse_inside_a_worker(project: Project) -> None:
+    """Issue 12 item 3: `ralph-dev issue state X Canceled` from inside a worker."""
+    mine, other = project.issue("mine"), project.issue("other")
+    project.spawn(mine, listen=False)
+    for args in (["issue", "state", other, "Canceled"], ["init", "x", "--force"],
+                 ["status"]):
+        result = CliRunner().invoke(main, args, env=project.env(mine))
+        assert result.exit_code != 0, args
+        assert "person's command" in result.stderr
+    assert project.tracker.get_sync(other).state_type is StateType.UNSTARTED
+
+
+def test_the_controller_reads_reports_warily(project: Project, tmp_path: Path) -> None:
+    """The outbox is the worker's: a link to a file its sandbox hides is not followed,
+    and a flood of reports is heard a few at a time."""
+    from ralph_dev.core import channel as ch
+
+    issue = project.issue()
+    project.spawn(issue, listen=False)
+    run = project.run_dir(issue)
+    secret = tmp_path / "elsewhere.json"
+    report = ch.write_report(run, "note", {"text": "from a link"})
+    (run / "outbox" / f"{report.id}.json").rename(secret)
+    (run / "outbox" / f"{report.id}.json").symlink_to(secret)
+    for n in range(30):
+        ch.write_report(run, "note", {"text": f"note {n}"})
+    channel = project.controller.channel
+    first = project.controller.call(channel.accept(issue))
+    assert ch.REPORTS_AT_ONCE - 1 <= len(first) <= ch.REPORTS_AT_ONCE  # (the link: refused)
+    project.controller.call(channel.accept_all())
+    project.controller.call(channel.accept_all())
+    bodies = [c.body for c in project.tracker.get_sync(issue).comments]
+    assert len(bodies) == 30 and not any("from a link" in b for b in bodies)
+    assert secret.exists()
+    assert any(e["event"] == "report_refused" for e in project.store.iter_events())

@@ -191,9 +191,10 @@ def resolve_claude_bin(settings: ProjectSettings, path: str) -> str:
 
 
 def claude_argv(claude_bin: str, role: Role, model: str, *, plugin: Path,
-                extra_args: Sequence[str] = (), resume: str | None = None) -> list[str]:
+                extra_args: Sequence[str] = (), resume: str | None = None,
+                workspace: Path | None = None) -> list[str]:
     """Claude Code's argv, without the prompt (the exec wrapper adds it after ``--``)."""
-    fence = tool_fence(role)
+    fence = tool_fence(role, workspace)
     return [
         *([claude_bin, "--resume", resume] if resume else [claude_bin]),
         "--model", model,

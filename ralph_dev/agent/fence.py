@@ -10,6 +10,7 @@ person or schedule work outside ralph-dev.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from ralph_dev.core.model import Role
 
@@ -44,16 +45,28 @@ class ToolFence:
     """Denied outright (``--disallowedTools``), belt and braces."""
 
 
-def tool_fence(role: Role) -> ToolFence:
+def tool_fence(role: Role, workspace: Path | None = None) -> ToolFence:
     """Review, research and plan workers get no edit tools; nobody gets subagents.
 
-    A fence, not a jail: Bash can still write files. The skills tell
-    non-editing roles not to, and the tools they are offered make editing the
-    unnatural path.
+    The edit tools are pre-approved only inside the worker's ``workspace`` and its own
+    ``/tmp`` (a bare ``Write`` would allow any absolute path; Claude Code 2.1 needs
+    ``//`` for a filesystem-absolute rule, and ``Edit(…)`` covers Write too). A fence
+    for the model, not a jail: Bash can still write, which is what the sandbox
+    (``agent.sandbox``) is for.
     """
     tools = COMMON_TOOLS + (EDIT_TOOLS if role.may_edit else ())
     disallowed = NEVER_TOOLS + (() if role.may_edit else EDIT_TOOLS)
-    return ToolFence(tools=tools, allowed=tools, disallowed=disallowed)
+    allowed: tuple[str, ...] = COMMON_TOOLS
+    if role.may_edit:
+        allowed += tuple(f"{tool}({where})" for tool in EDIT_TOOLS
+                         for where in edit_scopes(workspace))
+    return ToolFence(tools=tools, allowed=allowed, disallowed=disallowed)
+
+
+def edit_scopes(workspace: Path | None) -> tuple[str, ...]:
+    """Claude Code path patterns for the worker's own files (``//`` = absolute)."""
+    own = ("//tmp/**",)
+    return own if workspace is None else (f"/{workspace}/**", *own)
 
 
 SUPERVISOR_READS = ("status", "doctor", "events", "plan", "logs", "issue list", "issue show")

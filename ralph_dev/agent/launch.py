@@ -45,6 +45,8 @@ from ralph_dev.agent.claude import (
     resolve_claude_bin,
 )
 from ralph_dev.agent.prompt import render_prompt, write_prompt
+from ralph_dev.agent.sandbox import bwrap_path, sandbox_args, write_filter
+from ralph_dev.core.channel import RUN_DIR_VAR
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import (
     NESTED_CLAUDE_VARS,
@@ -52,7 +54,7 @@ from ralph_dev.core.environment import (
     split_secrets,
 )
 from ralph_dev.core.errors import ConfigError
-from ralph_dev.core.fsutil import atomic_write_text
+from ralph_dev.core.fsutil import atomic_write_text, private_dir
 from ralph_dev.core.model import Issue, Launch, Role, check_identifier
 
 log = structlog.get_logger(__name__)
@@ -135,17 +137,22 @@ def worker_env(
     *,
     attempt: int,
     home: Path,
+    run_dir: Path,
     config_path: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The agent environment plus the worker identity ``ralph-dev worker …`` and the
-    hooks read (they refuse to act on any issue but ``RALPH_DEV_ISSUE``)."""
+    """The agent environment plus who the worker is, for the agent's own use (its skills
+    name ``$RALPH_DEV_ISSUE``). ``ralph-dev worker …`` and the hooks do not trust these:
+    they know the worker by its run directory (``core.channel``)."""
     env = agent_env(settings, home=home, config_path=config_path, environ=environ)
     env.update({
         "RALPH_DEV_ISSUE": check_identifier(identifier),
         "RALPH_DEV_ROLE": role.value,
         "RALPH_DEV_WORKSPACE": str(workspace),
         "RALPH_DEV_ATTEMPT": str(int(attempt)),
+        # where an unconfined worker's commands find its run dir; a sandboxed one's
+        # ignore it (theirs is at core.channel.RUN_MOUNT)
+        RUN_DIR_VAR: str(run_dir),
         # Claude Code ends a turn after 8 Stop-hook blocks by default; ralph-dev's own
         # iteration cap (agent.iteration_cap) decides when a worker may stop instead.
         "CLAUDE_CODE_STOP_HOOK_BLOCK_CAP": str(settings.agent.iteration_cap + 1),
@@ -199,7 +206,7 @@ def command_argv(template: str, values: Mapping[str, str]) -> list[str]:
 
 def launch_via_spec(argv: Sequence[str], env: Mapping[str, str], cwd: Path, spec_file: Path,
                     *, prompt_file: Path | None = None, prompt_arg: bool = False,
-                    **about: Any) -> Launch:
+                    sandbox: Mapping[str, Any] | None = None, **about: Any) -> Launch:
     """Start ``argv`` in a pane through ``python -m ralph_dev.launcher SPEC``.
 
     tmux replaces a new pane's PATH with the PATH of the tmux client that created
@@ -216,6 +223,7 @@ def launch_via_spec(argv: Sequence[str], env: Mapping[str, str], cwd: Path, spec
         "prompt_file": str(prompt_file) if prompt_file else None,
         "env": public,
         "unset": list(NESTED_CLAUDE_VARS),
+        "sandbox": dict(sandbox) if sandbox else None,
         **about,
     }
     if secrets:
@@ -237,6 +245,8 @@ def check_agent(settings: ProjectSettings, environ: Mapping[str, str] | None = N
     workers' PATH: a setup error, which pauses dispatch instead of charging attempts."""
     environ = os.environ if environ is None else environ
     path = child_path(base=environ.get("PATH", os.defpath))
+    if settings.agent.sandbox == "bwrap":
+        bwrap_path()
     if settings.agent.runner != "command":
         resolve_claude_bin(settings, path)
         return
@@ -256,6 +266,7 @@ def build_launch(
     model: str,
     *,
     attempt: int,
+    worker_dir: Path | None = None,
     feedback: str | None = None,
     config_path: Path | None = None,
     environ: Mapping[str, str] | None = None,
@@ -271,9 +282,11 @@ def build_launch(
     workspace = Path(workspace)
     if config_path is None and environ.get("RALPH_DEV_CONFIG"):
         config_path = Path(environ["RALPH_DEV_CONFIG"])
-    home = agent_home(settings, environ)
+    worker_dir = worker_dir or settings.paths.worker_dir(identifier)
+    home = worker_dir / "home" if settings.agent.home == "isolated" \
+        else agent_home(settings, environ)
     env = worker_env(settings, identifier, role, workspace, attempt=attempt, home=home,
-                     config_path=config_path, environ=environ)
+                     run_dir=worker_dir / "run", config_path=config_path, environ=environ)
     resumed = resume_session if settings.agent.runner == "claude" else None
     prompt = render_prompt(issue, role, workspace, attempt=attempt, feedback=feedback,
                            project=settings.name, resumed=resumed is not None)
@@ -290,10 +303,34 @@ def build_launch(
     else:
         claude = prepare_claude(settings, env, home, _trust_roots(settings, workspace))
         argv = claude_argv(claude, role, model, plugin=plugin_dir(),
-                           extra_args=settings.agent.extra_args, resume=resumed)
+                           extra_args=settings.agent.extra_args, resume=resumed,
+                           workspace=workspace.resolve())
         prompt_arg = True
+    sandbox = worker_sandbox(settings, workspace=workspace, worker_dir=worker_dir,
+                             home=home, environ=environ,
+                             readable=[prompt_file, Path(argv[0]).resolve().parent])
     log.info("agent_launch", issue=identifier, role=role.value, runner=settings.agent.runner,
-             model=model, attempt=attempt, home=settings.agent.home, program=Path(argv[0]).name)
+             model=model, attempt=attempt, home=settings.agent.home, program=Path(argv[0]).name,
+             sandbox=settings.agent.sandbox)
     return launch_via_spec(argv, env, workspace, prompt_file.with_suffix(".launch.json"),
-                           prompt_file=prompt_file, prompt_arg=prompt_arg,
+                           prompt_file=prompt_file, prompt_arg=prompt_arg, sandbox=sandbox,
                            issue=identifier, role=role.value, attempt=int(attempt))
+
+
+def worker_sandbox(settings: ProjectSettings, *, workspace: Path, worker_dir: Path, home: Path,
+                   environ: Mapping[str, str], readable: Sequence[Path]) -> dict[str, Any] | None:
+    """How the launcher confines this worker (``agent.sandbox``; None: unconfined)."""
+    if settings.agent.sandbox == "off":
+        return None
+    for own in ("tmp", "run"):
+        private_dir(worker_dir / own)
+    if settings.agent.home == "isolated":
+        private_dir(home)
+    else:
+        (home / ".claude").mkdir(mode=0o700, exist_ok=True)
+    person_home = Path(environ.get("HOME") or Path.home())
+    tools = [p for p in (agent_bin_dir(settings), *readable) if p is not None]
+    args = sandbox_args(settings, workspace=workspace, worker_dir=worker_dir, agent_home=home,
+                        person_home=person_home, tool_dirs=tools)
+    seccomp = write_filter(worker_dir)
+    return {"bwrap": bwrap_path(), "args": args, "seccomp": str(seccomp) if seccomp else None}

@@ -104,7 +104,16 @@ def main(ctx: click.Context, config_path: Path | None, log_level: str) -> None:
     from ralph_dev.core import logs
 
     logs.configure(log_level)
+    if ctx.invoked_subcommand not in WORKERS_COMMANDS:
+        from ralph_dev.inpane.worker import refuse_inside_a_worker
+
+        refuse_inside_a_worker(str(ctx.invoked_subcommand))
     ctx.obj = CliContext(config_path=config_path or config_file())
+
+
+WORKERS_COMMANDS = frozenset({"worker", "hook"})
+"""The only commands a worker may run (its reports and Claude Code's hooks): inside a
+worker's sandbox every other command, a person's, refuses."""
 
 
 def project_argument(func: Callable[..., Any]) -> Callable[..., Any]:

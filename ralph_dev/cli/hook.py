@@ -14,23 +14,18 @@ from typing import Any
 
 import click
 
-from ralph_dev.cli import CliContext, main, pass_ctx
+from ralph_dev.cli import main
 from ralph_dev.inpane import hooks
-from ralph_dev.inpane.worker import WorkerEnv
+from ralph_dev.inpane.worker import Worker
 
-HookBody = Callable[[Any, WorkerEnv, dict[str, Any]], str | None]
+HookBody = Callable[[Worker, dict[str, Any]], str | None]
 
 
-def _run(cli: CliContext, name: str, body: HookBody) -> None:
+def _run(name: str, body: HookBody) -> None:
     out: str | None = None
     with contextlib.suppress(Exception):
         hooks.configure_logging(hooks.hook_log_path())
-
-        def inside(env: WorkerEnv) -> str | None:
-            payload = hooks.read_payload()
-            return body(cli.project(env.project), env, payload)
-
-        out = hooks.run_hook(name, inside)
+        out = hooks.run_hook(name, lambda worker: body(worker, hooks.read_payload()))
     if out:
         click.echo(out)
 
@@ -41,41 +36,24 @@ def hook_group() -> None:
 
 
 @hook_group.command("session-start")
-@pass_ctx
-def session_start_cmd(cli: CliContext) -> None:
+def session_start_cmd() -> None:
     """Print the issue's context, the role's rules and how to finish."""
-
-    def body(settings: Any, env: WorkerEnv, payload: dict[str, Any]) -> str:
-        hooks.note_session(settings, env, payload)
-        return hooks.session_start(settings, env)
-
-    _run(cli, "session-start", body)
+    _run("session-start", hooks.session_start)
 
 
 @hook_group.command("post-tool-use")
-@pass_ctx
-def post_tool_use_cmd(cli: CliContext) -> None:
-    """Snapshot the workspace with jj and record the worker's last activity."""
-
-    def body(settings: Any, env: WorkerEnv, _payload: dict[str, Any]) -> None:
-        hooks.post_tool_use(settings, env)
-
-    _run(cli, "post-tool-use", body)
+def post_tool_use_cmd() -> None:
+    """Tell the controller the agent is active (it snapshots the workspace with jj)."""
+    _run("post-tool-use", lambda worker, _payload: hooks.post_tool_use(worker))
 
 
 @hook_group.command("stop-failure")
-@pass_ctx
-def stop_failure_cmd(cli: CliContext) -> None:
+def stop_failure_cmd() -> None:
     """Record that the agent's turn ended on an API error (the controller pauses)."""
-
-    def body(settings: Any, env: WorkerEnv, payload: dict[str, Any]) -> None:
-        hooks.stop_failure(settings, env, payload)
-
-    _run(cli, "stop-failure", body)
+    _run("stop-failure", lambda worker, payload: hooks.stop_failure(worker, payload))
 
 
 @hook_group.command("stop")
-@pass_ctx
-def stop_cmd(cli: CliContext) -> None:
+def stop_cmd() -> None:
     """Let the agent stop only after it reported (or hit the iteration cap)."""
-    _run(cli, "stop", lambda settings, env, payload: hooks.stop(settings, env, payload).output())
+    _run("stop", lambda worker, payload: hooks.stop(worker, payload).output())

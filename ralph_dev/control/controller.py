@@ -28,6 +28,7 @@ import structlog
 from ralph_dev.control import workspace_hooks
 from ralph_dev.control.agent_waits import AgentWaits
 from ralph_dev.control.beating import while_beating
+from ralph_dev.control.channel import Channel
 from ralph_dev.control.failures import AgentCheck, FailurePolicy
 from ralph_dev.control.merging import MergeLane
 from ralph_dev.control.metrics import TickHistogram
@@ -65,9 +66,12 @@ from ralph_dev.core.ports import (
     WindowLister,
     WorkspaceLister,
 )
+from ralph_dev.core.renumber import keep_local_names, local_aliases
 from ralph_dev.core.state import StateStore, utcnow
 
 log = structlog.get_logger(__name__)
+
+SPAWN_UNFINISHED = "its start did not finish (the controller stopped mid-spawn)"
 
 FEEDBACK_MESSAGE = (
     "ralph-dev: a person left feedback on your issue. Run `ralph-dev worker feedback "
@@ -135,7 +139,8 @@ def output_marks(windows: Sequence[Window], store: StateStore,
 
 
 async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceLister,
-                  store: StateStore, *, agent_aware: bool = False) -> tuple[Observed, str]:
+                  store: StateStore, *, agent_aware: bool = False,
+                  relaying: frozenset[str] = frozenset()) -> tuple[Observed, str]:
     """Everything decide needs, read now; and the tracker's error when it could not be read.
 
     Shared by the controller and ``ralph-dev plan`` (which observes but never acts).
@@ -150,6 +155,11 @@ async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceListe
     windows = await asyncio.to_thread(tmux.list_windows)
     workspaces = await asyncio.to_thread(jj.list_workspaces)
     records = store.load_records()
+    local = {*records, *(w.name for w in windows), *(w.name for w in workspaces)}
+    renamed = tracker.renamed()
+    if aliases := local_aliases(renamed, local):
+        log.info("issues_renumbered", kept_as=aliases)  # its one worker keeps its name
+    issues = keep_local_names(issues, renamed, local)
     observed = Observed(
         issues=issues,
         windows=output_marks(windows, store, records, agent_aware=agent_aware),
@@ -158,6 +168,7 @@ async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceListe
         tracker_ok=not tracker_error,
         trunk_red=store.paths.trunk_red_file.exists(),
         pauses=store.load_pauses(),
+        relaying=relaying,
     )
     return observed, tracker_error
 
@@ -204,6 +215,7 @@ class Controller:
         self.failures = FailurePolicy(settings, store=self.store, tracker=tracker, clock=clock,
                                       agent_check=agent_check)
         self.agent_waits = AgentWaits(store=self.store, tmux=tmux, clock=clock)
+        self.channel = Channel(settings, store=self.store, tracker=tracker, jj=jj)
         self.tick_seconds = TickHistogram()  # published in the heartbeat for /metrics
 
     def _end_pauses_due(self) -> None:
@@ -212,6 +224,13 @@ class Controller:
         for pause in self.store.load_pauses():
             if pause.until is not None and pause.until <= now:
                 self.store.clear_pause(pause.kind, why="its stated end has passed")
+
+    async def _hear_workers(self) -> None:
+        """Workers' reports first (written while we were busy or stopped), then the
+        tracker writes they still owe (each item waits its own backoff)."""
+        await self.channel.listen()
+        await self.channel.accept_all()
+        await self.channel.relay.flush()
 
     def _beat_while(self, acting: str) -> None:
         # the whole beat, not a part of it: /metrics reads tick_seconds from the file
@@ -230,11 +249,16 @@ class Controller:
             except (RalphError, OSError) as exc:
                 self.store.append_event("trunk_recheck_failed", error=str(exc))
             self._end_pauses_due()
+            await self._hear_workers()
             self.failures.check_setup()
             self.agent_waits.pause_for_errors()
             observed, tracker_error = await observe(
                 self.tracker, self.tmux, self.jj, self.store,
-                agent_aware=self.settings.agent.runner == "claude")
+                agent_aware=self.settings.agent.runner == "claude",
+                relaying=self.channel.relay.owed())
+            if not tracker_error:
+                self.channel.publish(observed.issues)
+                await self.channel.adopt(observed)
             await self.agent_waits.continue_waiting(observed.windows)
             if tracker_error:
                 self.store.append_event("tracker_unavailable", error=tracker_error)
@@ -314,6 +338,7 @@ class Controller:
             case Forget():
                 # in PR mode the change lives on under its pushed bookmark, not in trunk
                 keep = action.keep_bookmark or self.settings.merge.mode == "pr"
+                await self.channel.discard(action.issue)
                 await while_beating(
                     self._beat_while, "forget", self.jj.forget, action.issue, keep_bookmark=keep,
                     before_remove=workspace_hooks.before_remove(self.settings, self.store,
@@ -384,14 +409,19 @@ class Controller:
             after_create=workspace_hooks.after_create(self.settings, self.store, action.issue))
         record = self.store.update_record(
             action.issue, role=action.role, attempts=action.attempt, started_at=self.clock(),
-            done=False, blocked=False, nudged_at=None, iterations=0, lost=None,
+            done=False, blocked=False, nudged_at=None, iterations=0,
+            # until its window is open: a controller stopped (killed, frozen) mid-spawn is
+            # a cause outside the issue, and the next start charges nothing for it
+            lost=SPAWN_UNFINISHED,
         )
         if issue.state_type in (StateType.UNSTARTED, StateType.BACKLOG, StateType.TRIAGE):
             await self.tracker.set_state(action.issue, type=StateType.STARTED)
+        worker_dir = self.channel.prepare(issue, action.role, workspace, action.attempt)
+        await self.channel.listen()
         launch = self.launcher(issue, action.role, workspace,
                                action.model or self.settings.agent.model,
                                attempt=action.attempt, feedback=human_feedback(issue),
-                               resume_session=resume)
+                               resume_session=resume, worker_dir=worker_dir)
         try:
             await asyncio.to_thread(
                 self.tmux.open_window, action.issue, cwd=launch.cwd, command=launch.argv,
@@ -400,4 +430,5 @@ class Controller:
         except BaseException:
             launch.discard_secrets()
             raise
+        self.store.update_record(action.issue, lost=None)
         log.info("spawned", issue=action.issue, role=record.role.value, attempt=record.attempts)

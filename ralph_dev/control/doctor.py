@@ -18,6 +18,7 @@ from ralph_dev.adapters.process import CommandResult
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
 from ralph_dev.agent.claude import AgentError, claude_version, resolve_claude_bin
+from ralph_dev.agent.sandbox import try_sandbox
 from ralph_dev.core.config import ProjectSettings, project_names
 from ralph_dev.core.errors import ConfigError, RalphError
 
@@ -95,6 +96,8 @@ async def project_checks(settings: ProjectSettings) -> list[Check]:
     checks = []
     if settings.agent.runner == "claude":
         checks.append(_claude_check(settings))
+    if settings.agent.sandbox == "bwrap":
+        checks.append(_sandbox_check(settings))
     if settings.merge.mode == "pr":
         checks.append(version_check(
             f"gh ({name}, pull-request mode)", Gh(settings.merge.gh_bin, settings.repo).version(),
@@ -120,6 +123,15 @@ def _claude_check(settings: ProjectSettings) -> Check:
     check = version_check(name, claude_version(claude), (1, 0),
                           f"{claude} does not run: reinstall Claude Code (scripts/setup.sh)")
     return Check(name, check.ok, f"{check.detail} ({claude})" if check.ok else check.detail)
+
+
+def _sandbox_check(settings: ProjectSettings) -> Check:
+    """Workers run inside bubblewrap: it must be there and allowed to make a sandbox."""
+    name = f"sandbox ({settings.name})"
+    try:
+        return Check(name, True, f"{try_sandbox()}: workers are confined")
+    except AgentError as exc:
+        return Check(name, False, str(exc))
 
 
 def _git_reads_repo(settings: ProjectSettings) -> list[Check]:

@@ -75,7 +75,7 @@ class FailurePolicy:
         if isinstance(action, Spawn | Restart):
             # a half-made spawn counts as a failed attempt: back off before the next
             self.store.update_record(action.issue, last_failure_at=self.clock(),
-                                     last_failure=str(exc)[:500])
+                                     last_failure=str(exc)[:500], lost=None)
         elif isinstance(action, Merge) and not isinstance(exc, TrackerError):
             await self._merge_failed(action.issue, exc, retryable=retryable)
 

@@ -33,9 +33,11 @@ def launcher_for(settings: ProjectSettings) -> AgentLauncher:
     """The project's agent runner (``agent.runner``), bound to its settings."""
 
     def launch(issue: Issue, role: Role, workspace: Path, model: str, *, attempt: int,
-               feedback: str | None = None, resume_session: str | None = None) -> Launch:
+               worker_dir: Path, feedback: str | None = None,
+               resume_session: str | None = None) -> Launch:
         return build_launch(settings, issue, role, workspace, model, attempt=attempt,
-                            feedback=feedback, resume_session=resume_session)
+                            worker_dir=worker_dir, feedback=feedback,
+                            resume_session=resume_session)
 
     return launch
 

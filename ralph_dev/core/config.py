@@ -78,6 +78,10 @@ class AgentSettings:
     and settings); ``isolated`` uses a private, pre-seeded one under the data dir
     (API-key users, tests, the demo). Either way ralph-dev marks the workspace root
     trusted so no first-run screen waits for a keypress."""
+    sandbox: Literal["bwrap", "off"] = "bwrap"
+    """``bwrap``: each worker confined by bubblewrap (``agent.sandbox``); ``off``: none."""
+    shared_paths: tuple[str, ...] = ()
+    """Absolute paths every sandboxed worker may also write (a shared cache): name few."""
 
 
 @dataclass(frozen=True)

@@ -691,8 +691,8 @@ class _Decider:
             return
         if issue.state_type != StateType.STARTED or w.review_dispatch(issue):
             return  # unstarted and review dispatches are collected by _ready
-        if not self.tracker_ok:
-            return
+        if not self.tracker_ok or ident in w.observed.relaying:
+            return  # its worker's report still owes the tracker a write: the state is stale
         blocker = w.blocker_of(issue)
         if blocker is not None:
             return  # started but blocked again: wait for the blocker like dispatch does

@@ -23,11 +23,16 @@ def private_dir(path: Path) -> Path:
 def atomic_write_text(path: Path, text: str, *, mode: int = 0o600) -> None:
     """Write ``text`` to ``path`` via a temp file in the same directory + rename
     (private unless ``mode`` says otherwise)."""
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+    """``atomic_write_text`` for bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         Path(tmp).chmod(mode)

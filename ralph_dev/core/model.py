@@ -233,6 +233,10 @@ class WorkerRecord:
                 and (self.last_failure_at is None or self.last_failure_at <= self.started_at))
 
 
+SESSION_ID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{7,63}")
+"""What an agent's session id may look like before it goes on a command line (``--resume``)."""
+
+
 @dataclass(frozen=True)
 class Pause:
     """Dispatch is paused for a cause outside any one issue; nobody is charged for it.
@@ -270,6 +274,9 @@ class Observed:
     """True while trunk's verify command fails: no further merges."""
     pauses: tuple[Pause, ...] = ()
     """Active swarm-wide pauses: no worker is started (or restarted) while any lasts."""
+    relaying: frozenset[str] = frozenset()
+    """Issues whose workers' reports still owe tracker writes (an outage): the tracker's
+    state of them is stale, so no new worker starts for them meanwhile."""
 
 
 # --- actions -----------------------------------------------------------------

@@ -126,6 +126,23 @@ class ProjectPaths:
         return self.state_dir / "prompts"
 
     @property
+    def workers_dir(self) -> Path:
+        """One directory per worker (``WORKER/run``, ``home``, ``tmp``): all its sandbox
+        may see of ralph-dev (``core.channel``)."""
+        return self.state_dir / "workers"
+
+    def worker_dir(self, issue: str) -> Path:
+        from ralph_dev.core.model import check_identifier
+
+        return self.workers_dir / check_identifier(issue)
+
+    @property
+    def relay_dir(self) -> Path:
+        """Accepted worker reports whose tracker writes are still to be made (retried
+        through outages; each file goes when its writes are done)."""
+        return self.state_dir / "relay"
+
+    @property
     def agent_home(self) -> Path:
         """HOME given to agent processes (pre-seeded so no first-run screen blocks)."""
         return self.data_dir / "agent-home"

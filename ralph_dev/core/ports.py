@@ -83,6 +83,10 @@ class Workspaces(WorkspaceLister, Protocol):
 
     def snapshot(self, name: str) -> list[str]: ...
 
+    def describe(self, name: str, message: str) -> None:
+        """Name the workspace's change (refusing when jj left files out of it)."""
+        ...
+
 
 class Trunk(Protocol):
     """Trunk's commit and a checkout of it, for verifying trunk after merges."""
@@ -120,6 +124,11 @@ class TrackerReader(Protocol):
 
     async def close(self) -> None:
         """Release connections."""
+        ...
+
+    def renamed(self) -> Mapping[str, str]:
+        """Earlier identifiers of the project's issues → their current ones (Linear
+        renumbers an issue moved to another team); empty for a tracker that never does."""
         ...
 
     def usage(self) -> Mapping[str, Any] | None:
@@ -176,7 +185,7 @@ class AgentLauncher(Protocol):
     """Prepares one worker's agent: prompt, environment, and the window's argv."""
 
     def __call__(self, issue: Issue, role: Role, workspace: Path, model: str, *,
-                 attempt: int, feedback: str | None = None,
+                 attempt: int, worker_dir: Path, feedback: str | None = None,
                  resume_session: str | None = None) -> Launch: ...
 
 

@@ -2,7 +2,8 @@
 
 The controller's heartbeat names its pid; a wake-up is SIGUSR1 to that pid.
 Both sides live here so the protocol is in one place: ``poke`` (called by a
-worker command or a person's tracker write) and ``install`` (called by the
+person's tracker write; workers tell the controller through their own socket,
+``core.channel``) and ``install`` (called by the
 controller's run loop). Best effort: a missing or stale controller just means
 the next poll picks the change up.
 """

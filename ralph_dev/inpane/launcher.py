@@ -66,14 +66,37 @@ def exec_spec(spec_file: Path, environ: Mapping[str, str] | None = None) -> int:
             return 2
     if spec.get("prompt_arg"):
         argv = [*argv, prompt.replace("\x00", "")]
+    sandbox = spec.get("sandbox")
     print(f"ralph-dev: starting {Path(argv[0]).name} for {spec.get('issue') or 'the project'} "
-          f"({spec.get('role')}, attempt {spec.get('attempt')})", file=sys.stderr, flush=True)
+          f"({spec.get('role')}, attempt {spec.get('attempt')}"
+          f"{', sandboxed' if sandbox else ''})", file=sys.stderr, flush=True)
+    if sandbox:
+        try:
+            argv = _sandboxed(sandbox, argv)
+        except (OSError, KeyError, TypeError) as exc:
+            print(f"ralph-dev: cannot set up the worker's sandbox: {exc}", file=sys.stderr)
+            return 2
     try:
         os.execvpe(argv[0], argv, env)  # noqa: S606 - an argv list, no shell
     except OSError as exc:
         print(f"ralph-dev: cannot run {argv[0]}: {exc.strerror}", file=sys.stderr)
         return 127
     return 0  # pragma: no cover - execvpe does not return
+
+
+def _sandboxed(sandbox: Mapping[str, object], argv: list[str]) -> list[str]:
+    """bubblewrap's argv around ``argv`` (``agent.sandbox``), its seccomp program handed
+    over as an open file descriptor that the exec keeps."""
+    words = [str(sandbox["bwrap"])]
+    seccomp = sandbox.get("seccomp")
+    if seccomp:
+        fd = os.open(str(seccomp), os.O_RDONLY)
+        os.set_inheritable(fd, True)
+        words += ["--seccomp", str(fd)]
+    args = sandbox["args"]
+    if not isinstance(args, list):
+        raise TypeError("sandbox args are not a list")
+    return [*words, *(str(a) for a in args), "--", *argv]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

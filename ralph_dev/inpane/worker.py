@@ -1,50 +1,31 @@
 """Who a worker is, and its view of the project: ``ralph-dev worker …`` (``reports``).
 
 A worker talks to ralph-dev only through these commands (its skill tells it
-which one ends its turn). They find their project and issue from the
-environment the agent launcher set (``RALPH_DEV_PROJECT``, ``RALPH_DEV_ISSUE``,
-``RALPH_DEV_ROLE``, ``RALPH_DEV_WORKSPACE``) and refuse to act on any other
-issue, so a confused or manipulated agent cannot close someone else's work.
+which one ends its turn). Who it is comes from its run directory
+(``core.channel``): inside its sandbox that is ``/run/ralph-dev``, the one
+directory of ralph-dev's it can see, prepared by the controller. The
+environment, ``--config`` and the config file play no part: a worker command
+reads nothing but its run directory and its workspace, and the controller
+takes the issue and the role from its own record of whose directory a report
+lies in, so no process can act for another issue.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-import structlog
-
-from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core import channel as ch
 from ralph_dev.core.errors import RalphError
-from ralph_dev.core.model import Role, check_identifier
-from ralph_dev.core.paths import check_project_name
-from ralph_dev.core.state import StateStore
+from ralph_dev.core.model import Comment, Role, StateType, check_identifier
+from ralph_dev.core.state import from_iso
 from ralph_dev.core.text import strip_ansi
-
-if TYPE_CHECKING:
-    from ralph_dev.adapters.jj import JJ
-    from ralph_dev.core.ports import Tracker
-
-log = structlog.get_logger(__name__)
-
-ENV_PROJECT = "RALPH_DEV_PROJECT"
-ENV_ISSUE = "RALPH_DEV_ISSUE"
-ENV_ROLE = "RALPH_DEV_ROLE"
-ENV_WORKSPACE = "RALPH_DEV_WORKSPACE"
-
 
 TAIL_LINES = 40
 TAIL_CHARS = 4000
-
-
-
-
-
-# --- errors --------------------------------------------------------------------
 
 
 class WorkerError(RalphError):
@@ -63,68 +44,122 @@ class WorkerStateError(WorkerError):
     """The issue is not in a state where this command makes sense."""
 
 
-
-
-# --- the worker's identity -----------------------------------------------------
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+"""A comment's time when the tracker gave none: older than anything."""
 
 
 @dataclass(frozen=True)
-class WorkerEnv:
-    """Who this process works for, as the agent launcher set it."""
+class IssueView:
+    """The controller's last view of the worker's issue (``run/issue.json``)."""
 
-    project: str
-    issue: str
-    role: Role = Role.EXECUTE
-    workspace: Path | None = None
+    identifier: str
+    title: str
+    state_name: str
+    state_type: StateType
+    description: str = ""
+    labels: tuple[str, ...] = ()
+    parent: str | None = None
+    children: tuple[str, ...] = ()
+    blocked_by: tuple[str, ...] = ()
+    comments: tuple[Comment, ...] = ()
+    related: Mapping[str, Mapping[str, str]] | None = None
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> WorkerEnv | None:
-        """The worker identity, ``None`` outside a worker (no ``RALPH_DEV_ISSUE``).
+    def from_json(cls, data: Mapping[str, Any]) -> IssueView:
+        return cls(
+            identifier=str(data["identifier"]), title=str(data.get("title", "")),
+            state_name=str(data.get("state_name", "")),
+            state_type=StateType(data.get("state_type", StateType.STARTED.value)),
+            description=str(data.get("description") or ""),
+            labels=tuple(str(x) for x in data.get("labels", ())),
+            parent=data.get("parent"), children=tuple(data.get("children", ())),
+            blocked_by=tuple(data.get("blocked_by", ())),
+            comments=tuple(Comment(author=str(c.get("author", "")), body=str(c.get("body", "")),
+                                   by_ralph=bool(c.get("by_ralph")), by_bot=bool(c.get("by_bot")),
+                                   created_at=from_iso(c.get("created_at")) or _EPOCH)
+                           for c in data.get("comments", ())),
+            related=data.get("related") or {})
 
-        Raises ``NotAWorker`` when the variables are present but unusable: a
-        half-set environment is a launcher bug, not "not a worker".
-        """
-        environ = os.environ if environ is None else environ
-        issue = environ.get(ENV_ISSUE, "").strip()
-        if not issue:
-            return None
-        project = environ.get(ENV_PROJECT, "").strip()
-        if not project:
-            raise NotAWorker(
-                f"{ENV_ISSUE} is set but {ENV_PROJECT} is not: this process was not started "
-                "by ralph-dev's agent launcher (set both, or run the command from the worker's "
-                "window)"
-            )
-        check_project_name(project)
-        check_identifier(issue)
-        role_text = environ.get(ENV_ROLE, "").strip() or Role.EXECUTE.value
+
+@dataclass(frozen=True)
+class Worker:
+    """This process's worker: its run directory and what the controller wrote there."""
+
+    run_dir: Path
+    info: ch.WorkerInfo
+
+    @property
+    def issue(self) -> str:
+        return self.info.issue
+
+    @property
+    def role(self) -> Role:
+        return Role(self.info.role)
+
+    @property
+    def workspace(self) -> Path:
+        return Path(self.info.workspace)
+
+    def view(self) -> IssueView:
+        """The issue as the controller last read it from the tracker."""
+        import json
+
         try:
-            role = Role(role_text)
-        except ValueError:
-            known = ", ".join(r.value for r in Role)
-            raise NotAWorker(
-                f"{ENV_ROLE}={role_text[:40]!r} is not a worker role (expected one of {known})"
-            ) from None
-        workspace_text = environ.get(ENV_WORKSPACE, "").strip()
-        workspace = Path(workspace_text) if workspace_text else None
-        return cls(project=project, issue=issue, role=role, workspace=workspace)
+            return IssueView.from_json(json.loads((self.run_dir / ch.ISSUE_FILE)
+                                                  .read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise WorkerStateError(f"the controller's view of {self.issue} is unreadable "
+                                   f"({exc}); try again in a minute") from exc
+
+    def workspace_dir(self) -> Path:
+        """Where the verify command runs: the worker's own workspace."""
+        if not self.workspace.is_dir():
+            raise WorkerStateError(
+                f"the workspace of {self.issue} ({self.workspace}) does not exist; the "
+                "controller recreates it on the next respawn, so report with `ralph-dev worker "
+                "blocked` if this persists")
+        return self.workspace
+
+    def started_at(self) -> datetime | None:
+        """When this worker's directory was prepared (its latest start)."""
+        try:
+            return datetime.fromtimestamp((self.run_dir / ch.WORKER_FILE).stat().st_mtime, UTC)
+        except OSError:
+            return None
 
 
-def require_worker(issue: str, environ: Mapping[str, str] | None = None) -> WorkerEnv:
-    """The worker identity, refusing anything but the worker's own issue."""
+def current_worker(environ: Mapping[str, str] | None = None) -> Worker | None:
+    """The worker this process runs in; None outside any worker."""
+    run_dir = ch.find_run_dir(environ)
+    if run_dir is None:
+        return None
+    try:
+        return Worker(run_dir, ch.read_worker_info(run_dir))
+    except ch.ChannelError as exc:
+        raise NotAWorker(str(exc)) from exc
+
+
+def require_worker(issue: str, environ: Mapping[str, str] | None = None) -> Worker:
+    """The worker, refusing anything but its own issue."""
     check_identifier(issue)
-    env = WorkerEnv.from_environ(environ)
-    if env is None:
+    worker = current_worker(environ)
+    if worker is None:
         raise NotAWorker(
-            f"`ralph-dev worker` commands run inside a ralph-dev worker: {ENV_ISSUE} and "
-            f"{ENV_PROJECT} are not set. To change {issue} by hand use `ralph-dev issue …`."
-        )
-    if env.issue != issue:
+            f"`ralph-dev worker` commands run inside a ralph-dev worker (its run directory "
+            f"{ch.RUN_MOUNT} is not here). To change {issue} by hand use `ralph-dev issue …`.")
+    if worker.issue != issue:
         raise WrongIssue(
-            f"this worker works on {env.issue}, not {issue}: a worker may only report on its "
-            f"own issue (use `ralph-dev worker note {env.issue} …` to mention {issue})"
-        )
-    return env
+            f"this worker works on {worker.issue}, not {issue}: a worker may only report on "
+            f"its own issue (use `ralph-dev worker note {worker.issue} …` to mention {issue})")
+    return worker
+
+
+def refuse_inside_a_worker(command: str, environ: Mapping[str, str] | None = None) -> None:
+    """People's commands are not a worker's: refuse them inside one, naming the way out."""
+    if ch.find_run_dir(environ) is not None:
+        raise WorkerError(
+            f"`ralph-dev {command}` is a person's command and does not run inside a worker; "
+            "report through `ralph-dev worker done/blocked/note` instead")
 
 
 # --- text hygiene ------------------------------------------------------------------
@@ -150,94 +185,3 @@ def clip_output(text: str, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> 
     if len(out) > chars:
         out = "…" + out[-(chars - 1):]
     return out
-
-
-# --- the commands ------------------------------------------------------------------
-
-
-def open_tracker(settings: ProjectSettings) -> Tracker:
-    """Imported late: a hook outside a worker must not pay for the tracker's imports."""
-    from ralph_dev.adapters.tracker import open_tracker as _open
-
-    return _open(settings)
-
-
-def open_jj(settings: ProjectSettings) -> JJ:
-    from ralph_dev.adapters.jj import JJ
-
-    return JJ.from_settings(settings)
-
-
-@dataclass
-class Worker:
-    """One worker's view of its project: the tracker, the state files and jj.
-
-    ``tracker`` and ``jj`` are injected so tests can hand in real ones built
-    differently; ``jj`` is opened lazily because most commands never touch it.
-    """
-
-    settings: ProjectSettings
-    env: WorkerEnv
-    tracker: Tracker
-    store: StateStore
-    jj: JJ | None = None
-
-    @property
-    def issue(self) -> str:
-        return self.env.issue
-
-    @property
-    def role(self) -> Role:
-        return self.env.role
-
-    def _jj(self) -> JJ:
-        if self.jj is None:
-            self.jj = open_jj(self.settings)
-        return self.jj
-
-    def workspace_dir(self) -> Path:
-        """Where the verify command runs: the launcher's workspace, else jj's."""
-        path = self.env.workspace or Path(self._jj().workspace_path(self.issue))
-        if not path.is_dir():
-            raise WorkerStateError(
-                f"the workspace of {self.issue} ({path}) does not exist; the controller "
-                "recreates it on the next respawn, so report with `ralph-dev worker blocked` "
-                "if this persists"
-            )
-        return path
-
-    def _record_since(self) -> datetime | None:
-        record = self.store.load_record(self.issue)
-        return record.started_at if record else None
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

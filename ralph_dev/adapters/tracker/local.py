@@ -308,6 +308,10 @@ class LocalTracker(IssueCreation):
     async def close(self) -> None:
         """Nothing to release: every call opens and closes its own connection."""
 
+    def renamed(self) -> dict[str, str]:
+        """Local issues are never renumbered."""
+        return {}
+
     def usage(self) -> None:
         """A local file has no request budget."""
 

@@ -1,0 +1,153 @@
+"""The worker's sandbox: bubblewrap around the agent, its hooks and its commands.
+
+An agent reads text anyone can write in the tracker, so it is treated as possibly
+hostile. ``agent.sandbox = "bwrap"`` (the default) starts it inside bubblewrap
+(Debian/Ubuntu package ``bubblewrap``; the same mechanism Flatpak uses) with:
+
+* the whole filesystem **read-only**, and writable only: its own workspace, its own
+  ``/tmp`` (``workers/ISSUE/tmp``), its agent HOME (``isolated``: its own
+  ``workers/ISSUE/home``; ``user``: the person's ``~/.claude`` and ``~/.claude.json``,
+  which Claude Code keeps its sessions in) and its run directory at
+  ``/run/ralph-dev`` (its reports: ``core.channel``);
+* **hidden** (an empty tmpfs over them): ralph-dev's config, state and data dirs (every
+  project's tracker, records, events, other workers' run dirs and workspaces), the
+  workspace root when it lies elsewhere, the host's ``/run`` (tmux's, systemd's and
+  docker's sockets) and ``/tmp`` (tmux's socket), and the person's well-known
+  credential files (``~/.ssh``, ``~/.aws``, ``~/.config/gh``…);
+* no capabilities (``--cap-drop ALL``: as root a read-only bind is otherwise undone by
+  a remount), no new user namespaces, its own pid, ipc and uts namespaces (it sees no
+  other process, so not the daemon's environment), killed with its pane;
+* a seccomp filter refusing ``TIOCSTI``/``TIOCLINUX`` (typing into the pane's
+  terminal, which the shell behind it would run), x86-64 only.
+
+The network is shared: the agent must reach its model API (and so can reach
+anything the machine can, including abstract unix sockets). It runs as the person's
+uid. The argv is computed here; ``inpane.launcher`` (stdlib only) opens the seccomp
+program and execs bubblewrap with it.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import struct
+from collections.abc import Iterable
+from pathlib import Path
+
+from ralph_dev.adapters.process import run_command
+from ralph_dev.agent.claude import AgentError
+from ralph_dev.core.channel import RUN_MOUNT
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.fsutil import atomic_write_bytes
+from ralph_dev.core.paths import config_home, data_home, state_home
+
+CREDENTIALS = (".ssh", ".aws", ".azure", ".gnupg", ".docker", ".kube", ".config/gh",
+               ".config/gcloud", ".config/hub", ".netrc", ".git-credentials", ".pypirc",
+               ".npmrc", ".config/ralph-dev")
+"""Under the person's HOME: hidden from every worker (dirs by a tmpfs, files by
+/dev/null), whatever its agent HOME."""
+
+SECCOMP_FILE = "tiocsti.bpf"
+
+SANDBOX_TMP = "/tmp"  # noqa: S108 - inside the sandbox: the worker's own, private dir
+"""Where the worker's own ``workers/ISSUE/tmp`` appears: the host's /tmp stays hidden."""
+
+
+def bwrap_path() -> str:
+    """bubblewrap, or an error naming the package and the way to run without it."""
+    found = shutil.which("bwrap")
+    if found is None:
+        raise AgentError(
+            "bubblewrap (bwrap) is not installed, and workers run inside it "
+            "(agent.sandbox = \"bwrap\"): install it (`sudo apt-get install bubblewrap`, or "
+            "your distribution's bubblewrap package), or set agent.sandbox = \"off\" to run "
+            "workers unconfined")
+    return found
+
+
+def try_sandbox() -> str:
+    """Run ``true`` in the smallest sandbox of the same kind (doctor): bubblewrap may be
+    installed yet refused (user namespaces disabled, e.g. by an AppArmor policy).
+    Returns bubblewrap's version; raises AgentError naming the fix."""
+    bwrap = bwrap_path()
+    result = run_command([bwrap, "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+                          "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev",
+                          "--proc", "/proc", "true"], timeout=30)
+    if not result.ok:
+        raise AgentError(
+            f"bubblewrap cannot make a sandbox here ({result.first_line}"
+            "): allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; "
+            "on Ubuntu 24.04 an AppArmor profile for bwrap), or set agent.sandbox = \"off\"")
+    return run_command([bwrap, "--version"], timeout=30).first_line
+
+
+def no_tiocsti_filter() -> bytes | None:
+    """A classic-BPF seccomp program: ``ioctl(TIOCSTI|TIOCLINUX)`` fails with EPERM, every
+    other call is allowed; any other architecture's calls fail. None off x86-64."""
+    if platform.machine() != "x86_64":
+        return None
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, eperm = 0x7FFF0000, 0x00050001
+    program = [(ld, 0, 0, 4), (jeq, 0, 7, 0xC000003E),  # arch must be x86-64
+               (ld, 0, 0, 0), (jge, 5, 0, 0x40000000),   # no x32 calls
+               (jeq, 0, 3, 16),                          # ioctl?
+               (ld, 0, 0, 24), (jeq, 2, 0, 0x5412), (jeq, 1, 0, 0x541C),  # TIOCSTI/TIOCLINUX
+               (ret, 0, 0, allow), (ret, 0, 0, eperm)]
+    return b"".join(struct.pack("HBBI", *insn) for insn in program)
+
+
+def _under(path: Path, roots: Iterable[Path]) -> bool:
+    return any(path == root or root in path.parents for root in roots)
+
+
+def sandbox_args(settings: ProjectSettings, *, workspace: Path, worker_dir: Path,
+                 agent_home: Path, person_home: Path, tool_dirs: Iterable[Path] = ()
+                 ) -> list[str]:
+    """bubblewrap's options for one worker (without the program and the seccomp fd)."""
+    workspace, worker_dir = workspace.resolve(), worker_dir.resolve()
+    args = ["--die-with-parent", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--tmpfs", "/run", "--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve",
+            "--bind", str(worker_dir / "tmp"), SANDBOX_TMP]
+    hidden = [Path(SANDBOX_TMP), Path("/run")]
+    secret = [config_home(), state_home(), data_home(), settings.workspaces]
+    for path in (*(p.resolve() for p in secret),
+                 *(person_home / name for name in CREDENTIALS)):
+        if _under(path, hidden) or not path.exists():
+            continue
+        if path.is_dir():
+            args += ["--tmpfs", str(path)]
+            hidden.append(path)
+        else:
+            args += ["--ro-bind", "/dev/null", str(path)]
+    for tool in tool_dirs:  # put back what the agent runs from a hidden place (agent-bin)
+        if tool.exists():
+            args += ["--ro-bind", str(tool), str(tool)]
+    for shared in settings.agent.shared_paths:
+        if not Path(shared).is_absolute():
+            raise AgentError(f"agent.shared_paths: {shared!r} is not an absolute path; "
+                             "name the directory in full")
+        if Path(shared).exists():
+            args += ["--bind", shared, shared]
+    args += ["--bind", str(workspace), str(workspace)]
+    if settings.agent.home == "isolated":
+        args += ["--bind", str(agent_home), str(agent_home)]
+    else:  # the person's HOME: only Claude Code's own state is writable
+        for name in (".claude", ".claude.json"):
+            if (agent_home / name).exists():
+                args += ["--bind", str(agent_home / name), str(agent_home / name)]
+    args += ["--bind", str(worker_dir / "run"), str(RUN_MOUNT),
+             "--unsetenv", "TMUX", "--unsetenv", "TMUX_PANE", "--setenv", "TMPDIR", SANDBOX_TMP,
+             "--chdir", str(workspace)]
+    return args
+
+
+def write_filter(worker_dir: Path) -> Path | None:
+    """The seccomp program in the worker's dir (outside its sandbox), for the launcher."""
+    program = no_tiocsti_filter()
+    if program is None:
+        return None
+    path = worker_dir / SECCOMP_FILE
+    atomic_write_bytes(path, program)
+    return path
