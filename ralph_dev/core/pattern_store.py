@@ -7,12 +7,12 @@ every strategy's observations. A missing file is an empty ledger; a corrupt
 one is set aside as ``patterns.json.corrupt`` with a warning and the ledger
 starts empty: learning is advice, never a reason to stop the swarm.
 
-- ``remember_plan`` runs when a plan worker's decomposition is created
-  (``ralph-dev worker plan``): the strategies its plan text names are kept
-  with the phase and its sub-issues.
+- ``remember_plan`` runs when the controller has created a plan worker's
+  sub-issues (the relay of its ``worker plan`` report): the strategies its plan
+  text names are kept with the phase and its sub-issues, once per phase.
 - ``settle_phases`` runs on the controller each tick: a remembered phase whose
-  sub-issues have all finished gets its verdict (``patterns.phase_verdict``),
-  and each of its strategies one observation.
+  sub-issues have all finished and merged gets its verdict
+  (``patterns.phase_verdict``), and each of its strategies one observation.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.model import Observed, Role
 from ralph_dev.core.patterns import (
+    STRATEGY_NAME_RE,
     Observation,
     Standing,
     SubIssueOutcome,
@@ -88,6 +89,8 @@ def _ledger_from_json(raw: Any) -> Ledger:
             tuple(map(str, data["strategies"])), tuple(map(str, data["children"])), at,
             int(data.get("events_offset", 0)))
     for name, rows in raw["patterns"].items():
+        if not STRATEGY_NAME_RE.fullmatch(str(name)):
+            raise ValueError(f"{str(name)[:60]!r} is not a strategy name")  # it reaches prompts
         observations = []
         for row in rows["observations"]:
             at = from_iso(row["at"])
@@ -152,14 +155,20 @@ def remember_plan(settings: ProjectSettings, store: StateStore, phase: str, plan
                   children: Sequence[str], now: datetime) -> tuple[str, ...]:
     """Keep the strategies a plan names with its phase, until the phase settles.
 
-    Called once per plan (``ralph-dev worker plan``). A plan naming no known
-    strategy is not kept: there would be nothing to learn from it.
+    Once per phase: a phase already remembered, or already observed, is left as it
+    is (the relay repeats a plan's writes after a crash; the phase is still one
+    observation). A plan naming no known strategy is not kept: there would be
+    nothing to learn from it. Returns the strategies found.
     """
     found = strategies_in(plan_text, vocabulary(settings.patterns.strategies))
-    if found and children:
-        with editing(ledger_path(settings)) as ledger:
-            ledger.phases[phase] = PendingPhase(found, tuple(children), now, store.events_size())
-        store.append_event("patterns_remembered", issue=phase, strategies=list(found))
+    if not found or not children:
+        return found
+    with editing(ledger_path(settings)) as ledger:
+        if phase in ledger.phases or any(o.phase == phase for rows in
+                                         ledger.observations.values() for o in rows):
+            return found
+        ledger.phases[phase] = PendingPhase(found, tuple(children), now, store.events_size())
+    store.append_event("patterns_remembered", issue=phase, strategies=list(found))
     return found
 
 
@@ -175,7 +184,7 @@ def _child_facts(store: StateStore, offset: int) -> dict[str, dict[str, bool]]:
             kind = event.get("event")
             seen = facts.setdefault(issue, {})
             reason = str(event.get("reason", ""))
-            if kind == "hold":
+            if kind in ("hold", "worker_blocked"):  # both label it user-input-needed
                 seen["held"] = True
             if kind in ("hold", "kill") and "attempt cap" in reason:
                 seen["exhausted"] = True
@@ -186,9 +195,12 @@ def _child_facts(store: StateStore, offset: int) -> dict[str, dict[str, bool]]:
         offset = next_offset
 
 
-def outcomes(pending: PendingPhase, observed: Observed,
-             facts: Mapping[str, Mapping[str, bool]]) -> list[SubIssueOutcome] | None:
-    """What became of each sub-issue, or ``None`` when one is not in the tracker's answer."""
+def outcomes(pending: PendingPhase, observed: Observed, facts: Mapping[str, Mapping[str, bool]],
+             hold_label: str) -> list[SubIssueOutcome] | None:
+    """What became of each sub-issue, or ``None`` when one is not in the tracker's answer.
+
+    Held: a hold or a worker's question in the events, or the hold label still on it.
+    """
     issues = {i.identifier: i for i in observed.issues}
     unmerged = {w.name for w in observed.workspaces if w.has_unmerged_change}
     rows = []
@@ -197,32 +209,41 @@ def outcomes(pending: PendingPhase, observed: Observed,
         if issue is None:
             return None
         seen = facts.get(child, {})
+        labelled = hold_label.casefold() in {label.casefold() for label in issue.labels}
         rows.append(SubIssueOutcome(
-            state=issue.state_type, unmerged=child in unmerged, held=seen.get("held", False),
-            exhausted=seen.get("exhausted", False),
+            state=issue.state_type, unmerged=child in unmerged,
+            held=seen.get("held", False) or labelled, exhausted=seen.get("exhausted", False),
             resolved_conflict=seen.get("resolved_conflict", False)))
     return rows
+
+
+def _looks_settled(pending: PendingPhase, observed: Observed) -> bool:
+    """Every sub-issue is in the answer, finished, its change merged: worth reading events."""
+    finished = {i.identifier for i in observed.issues if i.state_type.finished}
+    unmerged = {w.name for w in observed.workspaces if w.has_unmerged_change}
+    return set(pending.children) <= finished and not set(pending.children) & unmerged
 
 
 def settle_phases(settings: ProjectSettings, store: StateStore, observed: Observed,
                   now: datetime) -> dict[str, Verdict]:
     """Give every remembered phase that has settled its observations; the verdicts given.
 
-    Cheap when nothing is due: the events log is read only for a phase whose
-    sub-issues have all finished.
+    Cheap when nothing is due: no tracker call (``observed`` is this tick's
+    answer), the small ledger read, and the events log read only for a phase
+    whose sub-issues have all finished and merged.
     """
     path = ledger_path(settings)
     if not observed.tracker_ok or not path.exists():
         return {}
-    finished = {i.identifier for i in observed.issues if i.state_type.finished}
-    if not any(set(p.children) <= finished for p in load_ledger(path).phases.values()):
+    if not any(_looks_settled(p, observed) for p in load_ledger(path).phases.values()):
         return {}
     settled: dict[str, Verdict] = {}
     with editing(path) as ledger:
         for phase, pending in sorted(ledger.phases.items()):
-            if not set(pending.children) <= finished:
+            if not _looks_settled(pending, observed):
                 continue
-            rows = outcomes(pending, observed, _child_facts(store, pending.events_offset))
+            rows = outcomes(pending, observed, _child_facts(store, pending.events_offset),
+                            settings.labels.user_input_needed)
             verdict = phase_verdict(rows) if rows is not None else None
             if verdict is None:
                 continue

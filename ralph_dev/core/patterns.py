@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from importlib import resources
+from typing import Any
 
 from ralph_dev.core.errors import ConfigError
 from ralph_dev.core.model import StateType
@@ -77,6 +78,19 @@ def vocabulary(extra: Mapping[str, str]) -> tuple[Strategy, ...]:
 def strategies_in(text: str, vocab: Iterable[Strategy]) -> tuple[str, ...]:
     """The names of the strategies ``text`` mentions, in vocabulary order."""
     return tuple(s.name for s in vocab if s.pattern.search(text))
+
+
+PLAN_TEXT_CHARS = 16_000
+"""How much of a plan file is kept to be matched (its start: where a plan says how it splits)."""
+
+
+def plan_text(file_text: str, entries: Iterable[Mapping[str, Any]]) -> str:
+    """What a plan's strategies are read from: the start of its file (comments and all)
+    and every task's title and description (what the controller itself creates)."""
+    parts = [file_text[:PLAN_TEXT_CHARS]]
+    for entry in entries:
+        parts += [str(entry.get("title", "")), str(entry.get("description") or "")]
+    return "\n".join(parts)
 
 
 # --- one observation per settled phase --------------------------------------------
