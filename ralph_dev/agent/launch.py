@@ -56,6 +56,8 @@ from ralph_dev.core.environment import (
 from ralph_dev.core.errors import ConfigError
 from ralph_dev.core.fsutil import atomic_write_text, private_dir
 from ralph_dev.core.model import Issue, Launch, Role, check_identifier
+from ralph_dev.core.pattern_store import plan_advice
+from ralph_dev.core.state import utcnow
 
 log = structlog.get_logger(__name__)
 
@@ -289,7 +291,8 @@ def build_launch(
                      run_dir=worker_dir / "run", config_path=config_path, environ=environ)
     resumed = resume_session if settings.agent.runner == "claude" else None
     prompt = render_prompt(issue, role, workspace, attempt=attempt, feedback=feedback,
-                           project=settings.name, resumed=resumed is not None)
+                           project=settings.name, resumed=resumed is not None,
+                           advice=plan_advice(settings, utcnow()) if role is Role.PLAN else "")
     prompt_file = write_prompt(settings, identifier, role, attempt, prompt)
 
     if settings.agent.runner == "command":

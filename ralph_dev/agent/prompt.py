@@ -76,8 +76,13 @@ def render_prompt(
     feedback: str | None = None,
     project: str = "",
     resumed: bool = False,
+    advice: str = "",
 ) -> str:
-    """The worker's first prompt: the preamble, then the issue as fenced data."""
+    """The worker's first prompt: the preamble, then the issue as fenced data.
+
+    ``advice``: ralph-dev's own words before the issue (a plan worker's "Proven
+    patterns" and "Avoid" sections, ``core.patterns.prompt_sections``).
+    """
     ident = check_identifier(issue.identifier)
     title = visible(issue.title)[:MAX_TITLE_CHARS]
     description = cap(visible(issue.description or ""), MAX_DESCRIPTION_BYTES)
@@ -111,6 +116,8 @@ def render_prompt(
             "Earlier attempts did not finish. Look at what is already in this workspace "
             "(`jj diff`) and continue from there."
         )
+    if advice:
+        out += ["", advice.strip()]
     out += [
         "",
         f"===== BEGIN ISSUE DATA {token} =====",

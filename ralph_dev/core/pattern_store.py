@@ -38,6 +38,7 @@ from ralph_dev.core.patterns import (
     SubIssueOutcome,
     Verdict,
     phase_verdict,
+    prompt_sections,
     standings,
     strategies_in,
     vocabulary,
@@ -262,7 +263,8 @@ def reset_pattern(settings: ProjectSettings, name: str) -> bool:
         return ledger.observations.pop(name, None) is not None
 
 
-def plan_advice(settings: ProjectSettings, now: datetime) -> list[Standing]:
-    """What the next plan worker's prompt says about strategies (read-only)."""
-    return list(load_ledger(ledger_path(settings)).standings(now))
+def plan_advice(settings: ProjectSettings, now: datetime) -> str:
+    """The "Proven patterns" and "Avoid" sections of the next plan worker's prompt ("" while
+    nothing has been learned); read-only, and a broken ledger only costs the advice."""
+    return prompt_sections(load_ledger(ledger_path(settings)).standings(now))
 
