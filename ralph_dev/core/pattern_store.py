@@ -21,7 +21,7 @@ import contextlib
 import fcntl
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -257,10 +257,27 @@ def settle_phases(settings: ProjectSettings, store: StateStore, observed: Observ
     return settled
 
 
+def known_patterns(ledger: Ledger) -> set[str]:
+    """Strategies the ledger holds anything of: observations, or a phase still to settle."""
+    return {*ledger.observations, *(n for p in ledger.phases.values() for n in p.strategies)}
+
+
 def reset_pattern(settings: ProjectSettings, name: str) -> bool:
-    """Forget every observation of ``name`` (``ralph-dev patterns --reset``); True if known."""
-    with editing(ledger_path(settings)) as ledger:
-        return ledger.observations.pop(name, None) is not None
+    """Forget ``name`` (``ralph-dev patterns --reset``): its observations, and its place in
+    phases still to settle (so nothing planned before the reset counts after it). True if
+    the ledger knew it; an unknown name writes nothing."""
+    path = ledger_path(settings)
+    if name not in known_patterns(load_ledger(path)):
+        return False
+    with editing(path) as ledger:
+        ledger.observations.pop(name, None)
+        for phase, pending in list(ledger.phases.items()):
+            rest = tuple(n for n in pending.strategies if n != name)
+            if rest:
+                ledger.phases[phase] = replace(pending, strategies=rest)
+            else:
+                del ledger.phases[phase]
+    return True
 
 
 def plan_advice(settings: ProjectSettings, now: datetime) -> str:
