@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
+from ralph_dev.cli import main
+from ralph_dev.core.config import load_project
 from ralph_dev.core.errors import ConfigError
 from ralph_dev.core.model import StateType
-from ralph_dev.core.pattern_store import Ledger, PendingPhase, load_ledger, save_ledger
+from ralph_dev.core.pattern_store import (
+    Ledger,
+    PendingPhase,
+    ledger_path,
+    load_ledger,
+    save_ledger,
+)
 from ralph_dev.core.patterns import (
     Lifecycle,
     Observation,
@@ -114,3 +125,54 @@ def test_ledger_round_trip_and_corrupt_file(tmp_path: Path) -> None:
     path.write_text("{not json")
     assert load_ledger(path).observations == {}
     assert (tmp_path / "patterns.json.corrupt").read_text() == "{not json"
+
+
+# --- the `patterns` command ---------------------------------------------------------------
+
+
+def test_patterns_command_shows_and_resets(xdg: Path) -> None:
+    config = xdg / "config" / "ralph-dev" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'[projects.demo]\nrepo = "{xdg / "repo"}"\ntrunk = "main"\n'
+                      '[projects.demo.patterns.strategies]\nsplit-by-layer = "by\\\\s+layer"\n')
+    settings = load_project("demo", path=config)
+    now = datetime.now(UTC)
+    save_ledger(ledger_path(settings), Ledger(
+        phases={"DEMO-9": PendingPhase(("split-by-component", "shared-types-first"), ("DEMO-10",),
+                                       now)},
+        observations={
+            "shared-types-first": [Observation(now, Verdict.HELPFUL, f"DEMO-{n}")
+                                   for n in range(6)],
+            "maximize-parallelization": [Observation(now, Verdict.HARMFUL, "DEMO-7")],
+            "split-by-component": [Observation(now, Verdict.HELPFUL, "DEMO-8")]}))
+
+    def cli(*args: str) -> Result:
+        return CliRunner().invoke(main, ["--config", str(config), "patterns", "demo", *args])
+
+    shown = json.loads(cli("--json").output)
+    assert shown["patterns"] == [
+        {"name": "shared-types-first", "state": "proven", "helpful_pct": 100, "observations": 6.0,
+         "helpful": 6.0, "harmful": 0.0, "weight": 1.5},
+        {"name": "split-by-component", "state": "candidate", "helpful_pct": 100,
+         "observations": 1.0, "helpful": 1.0, "harmful": 0.0, "weight": 0.5},
+        {"name": "maximize-parallelization", "state": "deprecated", "helpful_pct": 0,
+         "observations": 1.0, "helpful": 0.0, "harmful": 1.0, "weight": 0.0}]
+    assert "split-by-layer" in shown["unobserved"]  # the project's own strategy counts too
+    assert shown["pending_phases"] == ["DEMO-9"]
+    table = cli().output
+    assert re.search(r"shared-types-first\s+proven\s+100 %\s+6\.0\s+1\.5", table), table
+
+    before = ledger_path(settings).read_text()
+    unknown = cli("--reset", "split-by-layer")
+    assert unknown.exit_code != 0 and "nothing learned about 'split-by-layer'" in unknown.output
+    bad = cli("--reset", "Not A Name")
+    assert bad.exit_code != 0 and "is not a strategy name" in bad.output
+    assert ledger_path(settings).read_text() == before  # refused: nothing written
+
+    reset = cli("--reset", "shared-types-first")
+    assert reset.exit_code == 0 and "Forgot shared-types-first" in reset.output
+    after = load_ledger(ledger_path(settings))
+    assert "shared-types-first" not in after.observations
+    assert after.phases["DEMO-9"].strategies == ("split-by-component",)  # nor counted later
+    assert [r["name"] for r in json.loads(cli("--json").output)["patterns"]] == [
+        "split-by-component", "maximize-parallelization"]
