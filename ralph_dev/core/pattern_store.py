@@ -1,11 +1,12 @@
 """Where pattern learning keeps its counts, and the two moments that feed them.
 
 One JSON file per project, ``$XDG_DATA_HOME/ralph-dev/PROJECT/patterns.json``,
-readable by a person and written atomically under a lock (a plan worker and
-the controller both write it). It holds the phases waiting to settle and
-every strategy's observations. A missing file is an empty ledger; a corrupt
-one is set aside as ``patterns.json.corrupt`` with a warning and the ledger
-starts empty: learning is advice, never a reason to stop the swarm.
+readable by a person and written atomically under a lock (the controller
+writes it, and so does a person's ``ralph-dev patterns --reset``). It holds
+the phases waiting to settle and every strategy's observations. A missing
+file is an empty ledger; a corrupt one is set aside as
+``patterns.json.corrupt`` with a warning and the ledger starts empty:
+learning is advice, never a reason to stop the swarm.
 
 - ``remember_plan`` runs when the controller has created a plan worker's
   sub-issues (the relay of its ``worker plan`` report): the strategies its plan
