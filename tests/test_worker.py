@@ -19,9 +19,11 @@ from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.cli import main
 from ralph_dev.control.channel import Channel
+from ralph_dev.control.relay import RelayItem
 from ralph_dev.core.channel import RUN_DIR_VAR
 from ralph_dev.core.config import ProjectSettings, load_project
 from ralph_dev.core.model import NewIssue, Role, StateType
+from ralph_dev.core.pattern_store import ledger_path, load_ledger
 from ralph_dev.core.state import StateStore, utcnow
 
 VERIFY = (
@@ -363,6 +365,33 @@ def test_plan_creates_children_with_blockers_then_done(project: Project, tmp_pat
     assert project.store.load_record(parent).done
     # the parent completes when its children do (the controller's job), not now
     assert project.tracker.get_sync(parent).state_type is StateType.STARTED
+
+
+def test_a_plan_is_remembered_for_pattern_learning_once(project: Project,
+                                                        tmp_path: Path) -> None:
+    parent = project.issue("Big feature")
+    project.spawn(parent, Role.PLAN)
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text("# How: split by component.\n" + PLAN)
+
+    result = project.cli(["worker", "plan", parent, "--file", str(plan_file)], parent, Role.PLAN)
+
+    assert result.exit_code == 0, result.output
+    path = ledger_path(project.settings)
+    pending = load_ledger(path).phases[parent]
+    assert pending.strategies == ("split-by-component",)  # from the file's comment
+    assert pending.children == project.tracker.get_sync(parent).children
+    # the relay repeats the item (the controller died before removing it): the sub-issues
+    # exist, and the phase is still remembered once, as first planned
+    relay = project.controller.channel.relay
+    relay.add(RelayItem("ab" * 8, "plan", parent, {
+        "entries": [{"title": "Shared types first"}], "text": "# parallelize everything"}))
+    assert project.controller.call(relay.flush()) == []
+    assert load_ledger(path).phases == {parent: pending}
+    remembered = [e for e in project.store.iter_events() if e["event"] == "patterns_remembered"]
+    assert [(e["issue"], e["strategies"]) for e in remembered] == [
+        (parent, ["split-by-component"])]
+    assert len(project.tracker.get_sync(parent).children) == 2
 
 
 def test_plan_is_refused_for_an_execute_worker(project: Project, tmp_path: Path) -> None:

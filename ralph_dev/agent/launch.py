@@ -56,6 +56,8 @@ from ralph_dev.core.environment import (
 from ralph_dev.core.errors import ConfigError
 from ralph_dev.core.fsutil import atomic_write_text, private_dir
 from ralph_dev.core.model import Issue, Launch, Role, check_identifier
+from ralph_dev.core.pattern_store import plan_advice
+from ralph_dev.core.state import utcnow
 
 log = structlog.get_logger(__name__)
 
@@ -292,7 +294,8 @@ def build_launch(
     resumed = resume_session if settings.agent.runner == "claude" else None
     prompt = render_prompt(issue, role, workspace, attempt=attempt, feedback=feedback,
                            project=settings.name, resumed=resumed is not None,
-                           sent_back=sent_back)
+                           sent_back=sent_back,
+                           advice=plan_advice(settings, utcnow()) if role is Role.PLAN else "")
     prompt_file = write_prompt(settings, identifier, role, attempt, prompt)
 
     if settings.agent.runner == "command":

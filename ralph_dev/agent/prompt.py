@@ -77,11 +77,15 @@ def render_prompt(
     project: str = "",
     resumed: bool = False,
     sent_back: str | None = None,
+    advice: str = "",
 ) -> str:
     """The worker's first prompt: the preamble, then the issue as fenced data.
 
     ``sent_back`` is the output of the verify command that the issue's finished change
-    failed on top of trunk: the output of code, so it is fenced as data too."""
+    failed on top of trunk: the output of code, so it is fenced as data too.
+    ``advice``: ralph-dev's own words before the issue (a plan worker's "Proven
+    patterns" and "Avoid" sections, ``core.patterns.prompt_sections``).
+    """
     ident = check_identifier(issue.identifier)
     title = visible(issue.title)[:MAX_TITLE_CHARS]
     description = cap(visible(issue.description or ""), MAX_DESCRIPTION_BYTES)
@@ -116,6 +120,8 @@ def render_prompt(
             "Earlier attempts did not finish. Look at what is already in this workspace "
             "(`jj diff`) and continue from there."
         )
+    if advice:
+        out += ["", advice.strip()]
     out += [
         "",
         f"===== BEGIN ISSUE DATA {token} =====",

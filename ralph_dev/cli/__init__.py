@@ -212,7 +212,7 @@ def init(
 
 def _register() -> None:
     """Attach the commands that live in their own modules (imported for their effect)."""
-    from ralph_dev.cli import hook, issue, service, status, swarm, worker  # noqa: F401
+    from ralph_dev.cli import hook, issue, patterns, service, status, swarm, worker  # noqa: F401
 
 
 _register()

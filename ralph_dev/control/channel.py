@@ -41,6 +41,7 @@ from ralph_dev.core.model import (
     StateType,
     worker_windows,
 )
+from ralph_dev.core.patterns import PLAN_TEXT_CHARS
 from ralph_dev.core.plan_admission import PlanRefused, admit_plan
 from ralph_dev.core.ports import Tracker, Workspaces
 from ralph_dev.core.state import StateStore, from_iso, to_iso, utcnow
@@ -395,7 +396,9 @@ class Channel:
         except PlanRefused as exc:
             self.store.append_event("plan_refused", issue=name, tasks=len(entries), why=str(exc))
             raise Refused(str(exc)) from None
-        self.relay.add(RelayItem(report_id, "plan", name, {"entries": fields["entries"]}))
+        self.relay.add(RelayItem(report_id, "plan", name, {
+            "entries": fields["entries"],
+            "text": str(fields.get("text", ""))[:PLAN_TEXT_CHARS]}))  # read for pattern learning
         self.store.append_event("plan_accepted", issue=name, tasks=len(entries))
         return f"the plan's {len(entries)} sub-issue(s) of {name} are being created.", {}
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import structlog
 
-from ralph_dev.control import workspace_hooks
+from ralph_dev.control import patterns, workspace_hooks
 from ralph_dev.control.agent_waits import AgentWaits
 from ralph_dev.control.beating import while_beating
 from ralph_dev.control.channel import Channel
@@ -259,6 +259,7 @@ class Controller:
             if not tracker_error:
                 self.channel.publish(observed.issues)
                 await self.channel.adopt(observed)
+                patterns.settle(self.settings, self.store, observed, self.clock())
             await self.agent_waits.continue_waiting(observed.windows)
             if tracker_error:
                 self.store.append_event("tracker_unavailable", error=tracker_error)

@@ -21,10 +21,12 @@ from typing import Any
 
 import structlog
 
+from ralph_dev.control import patterns
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import TrackerError
 from ralph_dev.core.fsutil import atomic_write_text, private_dir
 from ralph_dev.core.model import Comment, Issue, NewIssue, Role, StateType, check_identifier
+from ralph_dev.core.patterns import plan_text
 from ralph_dev.core.ports import Tracker
 from ralph_dev.core.state import StateStore, from_iso, to_iso, utcnow
 from ralph_dev.core.text import output_block, strip_ansi
@@ -217,10 +219,15 @@ class RelayQueue:
     async def _plan(self, item: RelayItem) -> dict[str, Any]:
         issue = await self.tracker.get(item.issue)
         if issue.children:  # made before a restart: never twice
-            return {"created": list(issue.children)}
-        entries = [NewIssue(**{**e, "labels": tuple(e.get("labels", ())),
-                               "blocked_by": tuple(e.get("blocked_by", ()))})
-                   for e in item.body["entries"]]
-        created = list(await self.tracker.create_issues(entries))
-        self.store.append_event("worker_plan", issue=item.issue, created=created)
+            created = list(issue.children)
+        else:
+            entries = [NewIssue(**{**e, "labels": tuple(e.get("labels", ())),
+                                   "blocked_by": tuple(e.get("blocked_by", ()))})
+                       for e in item.body["entries"]]
+            created = list(await self.tracker.create_issues(entries))
+            self.store.append_event("worker_plan", issue=item.issue, created=created)
+        # learning keeps one record per phase, so the repeat after a restart adds nothing
+        patterns.remember(self.settings, self.store, item.issue,
+                          plan_text(str(item.body.get("text", "")),
+                                             item.body["entries"]), created, utcnow())
         return {"created": created}

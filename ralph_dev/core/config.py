@@ -206,6 +206,14 @@ class NotifySettings:
 
 
 @dataclass(frozen=True)
+class PatternSettings:
+    """Pattern learning (``core.patterns``): the project's own decomposition strategies."""
+
+    strategies: Mapping[str, str] = field(default_factory=dict)
+    """name → case-insensitive regex, added to (or replacing) the shipped vocabulary."""
+
+
+@dataclass(frozen=True)
 class ProjectSettings:
     name: str
     repo: Path
@@ -229,6 +237,7 @@ class ProjectSettings:
     hooks: WorkspaceHooks = field(default_factory=WorkspaceHooks)
     web: WebSettings = field(default_factory=WebSettings)
     notify: NotifySettings = field(default_factory=NotifySettings)
+    patterns: PatternSettings = field(default_factory=PatternSettings)
 
     @property
     def paths(self) -> ProjectPaths:
@@ -275,6 +284,7 @@ _SECTIONS: dict[str, type] = {
     "hooks": WorkspaceHooks,
     "web": WebSettings,
     "notify": NotifySettings,
+    "patterns": PatternSettings,
 }
 
 

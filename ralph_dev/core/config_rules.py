@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ralph_dev.core.errors import ConfigError
 from ralph_dev.core.model import Role
+from ralph_dev.core.patterns import compile_strategy
 
 if TYPE_CHECKING:
     from ralph_dev.core.config import ProjectSettings
@@ -82,6 +83,8 @@ def validate(settings: ProjectSettings, where: str) -> None:
             # the URL itself is not shown: it may hold a password or token
             raise bad(f"notify.urls[{n}]", "is not an apprise URL (expected SCHEME://…, "
                                            "e.g. ntfy://topic or mailto://user:pass@host)")
+    for name, regex in settings.patterns.strategies.items():
+        compile_strategy(name, regex, f"{where}.patterns.strategies")
     if settings.notify.command is not None:
         try:
             argv = shlex.split(settings.notify.command)

@@ -11,7 +11,9 @@ Behaviour per issue can be scripted for fault tests with a JSON file named by
 exits 1 without reporting, ``hang`` sleeps silently forever, ``hang-once``
 hangs on attempt 1 only, ``write-hang`` makes its change and then hangs (a worker
 a person overtakes by marking the issue Done), ``block`` reports blocked with a question,
-``conflict:PATH`` writes the same PATH as other issues (to force a conflict).
+``conflict:PATH`` writes the same PATH as other issues (to force a conflict),
+``plan:FILE`` (a plan worker) submits the plan file FILE with ``worker plan`` and
+reports done.
 
 Steering behaviours (label steering tests): ``block-once`` asks a person a
 question unless people's feedback already reached it (the feedback block of its
@@ -105,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         return block_once(issue, role, workspace, args.prompt_file)
     if what == "await-feedback":
         return await_feedback(issue, role, workspace)
+
+    if what.startswith("plan:"):
+        code = ralph("worker", "plan", issue, "--file", what.split(":", 1)[1])
+        return code or ralph("worker", "done", issue, "--summary",
+                             f"Scripted plan for {issue}: {what.split(':', 1)[1]}.")
 
     seconds = 1.0
     target = Path("changes") / f"{issue}.txt"

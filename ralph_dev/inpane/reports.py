@@ -23,6 +23,7 @@ from typing import Any
 from ralph_dev.adapters.verify import VerifyOutcome, run_verify
 from ralph_dev.core import channel as ch
 from ralph_dev.core.model import Comment, Role, StateType
+from ralph_dev.core.patterns import PLAN_TEXT_CHARS
 from ralph_dev.inpane.worker import (
     Worker,
     WorkerError,
@@ -131,7 +132,9 @@ def plan(w: Worker, path: Path) -> tuple[Outcome, int]:
     if not entries:
         raise WorkerError(f"plan file {path} holds no tasks: add at least one task")
     fields = {"entries": [{**dataclasses.asdict(e), "labels": list(e.labels),
-                           "blocked_by": list(e.blocked_by)} for e in entries]}
+                           "blocked_by": list(e.blocked_by)} for e in entries],
+              # the file's own words (comments too): how the plan says it splits the work
+              "text": path.read_text(encoding="utf-8", errors="replace")[:PLAN_TEXT_CHARS]}
     return _send(w, "plan", fields), len(entries)
 
 
