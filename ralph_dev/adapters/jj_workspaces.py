@@ -372,34 +372,6 @@ class JJWorkspaces(JjHome):
                 f"snapshot.max-new-file-size SIZE` in {self.repo}"
             )
 
-    def describe(self, name: str, message: str, *, require_change: bool = False) -> None:
-        """Set the description of the workspace's working change (snapshotting first).
-
-        Refuses what the merge would refuse — files the snapshot left out (too large),
-        conflicted changes — and, with
-        ``require_change``, a workspace with no change at all: ``worker done`` then
-        tells the agent while it can still fix it."""
-        path = self._require(name)
-        self._refuse_if_unrecorded(name, self._snapshot(path), "finish")
-        work = f"{self._trunk}..@"
-        conflicted = self._count(path, f"conflicts() & ({work})")
-        if conflicted:
-            raise UnmergeableWork(
-                f"refusing to finish workspace {name}: {conflicted} of its change(s) hold "
-                "conflicts (files with conflict markers such as `<<<<<<<`, `%%%%%%%`, "
-                "`+++++++`, `>>>>>>>`); edit each conflicted file to the content you intend, "
-                "removing the markers, then report done again")
-        if require_change and not self._count(path, f"({work}) ~ empty()"):
-            raise UnmergeableWork(
-                f"refusing to finish workspace {name}: it holds no change ({self.trunk} already "
-                "has everything in it), so there is nothing to merge; make the change the "
-                "issue asks for, or, if it truly needs none, ask a person with `ralph-dev "
-                "worker blocked` and say why")
-        # `--message=…` so a message starting with '-' is never read as an option;
-        # NUL cannot pass through argv at all.
-        text = message.replace("\x00", "")
-        self.run("describe", "-r", "@", f"--message={text}", cwd=path).check()
-
     def _count(self, path: Path | None, revset: str) -> int:
         """How many commits ``revset`` holds, asked in workspace ``path`` (snapshotting
         it) or, with None, from the repo root without touching any working copy."""
