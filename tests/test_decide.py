@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ralph_dev.core.config import AgentSettings, Limits, ProjectSettings, Timing, TrackerSettings
+from ralph_dev.core.critical_path import work_behind
 from ralph_dev.core.decide import (
     backoff_seconds,
     blocked_issues,
@@ -148,6 +149,54 @@ def test_dispatch_order_priority_then_sort_order_then_age_then_identifier() -> N
     assert [i.identifier for i in ready_issues(world(issues=issues), settings())][:2] == [
         "DEMO-3", "DEMO-5",
     ]
+
+
+def test_equal_priority_dispatches_the_critical_path_first() -> None:
+    """Issue 9: with two slots, the issue a 3-long chain waits on starts before leaves
+    that nothing waits on (they come earlier by sort order), then the one with the most
+    issues waiting; priority still comes first."""
+    issues = [
+        issue(1, sort_order=1.0),  # a leaf, first in the person's order
+        issue(2, sort_order=2.0),  # a leaf
+        issue(3, sort_order=3.0),  # 4 ← 3: one waits
+        issue(4, sort_order=4.0, blocked_by=("DEMO-3",)),
+        issue(5, sort_order=5.0),  # 6 ← 5 ← 7 ← 8: the critical path
+        issue(6, sort_order=6.0, blocked_by=("DEMO-5",)),
+        issue(7, sort_order=7.0, blocked_by=("DEMO-6",)),
+        issue(8, sort_order=8.0, blocked_by=("DEMO-7",)),
+        issue(9, priority=1, sort_order=9.0),  # urgent beats any chain
+    ]
+    plan = run(world(issues=issues), settings(limits=Limits(max_workers=3)))
+    assert [a.issue for a in plan.actions] == ["DEMO-9", "DEMO-5", "DEMO-3"]
+    order = [i.identifier for i in ready_issues(world(issues=issues), settings())]
+    assert order == ["DEMO-9", "DEMO-5", "DEMO-3", "DEMO-1", "DEMO-2"]
+
+
+def test_work_waiting_behind_counts_chains_children_and_survives_cycles() -> None:
+    issues = [
+        issue(1),
+        issue(2, blocked_by=("DEMO-1",)),  # a parent waiting on 1: its children wait too
+        issue(3, parent="DEMO-2"),
+        issue(4, parent="DEMO-2"),
+        issue(5, "done", blocked_by=("DEMO-1",)),  # finished: waits on nobody
+        issue(6, blocked_by=("DEMO-7",)),  # a cycle a person made
+        issue(7, blocked_by=("DEMO-6",)),
+    ]
+    behind = work_behind(issues)
+    assert behind["DEMO-1"] == (2, 3)
+    assert behind["DEMO-3"] == (0, 0)
+    assert behind["DEMO-6"][0] <= 1 and behind["DEMO-7"][0] <= 1  # cut where it closes
+    assert "DEMO-5" not in behind
+
+
+def test_a_worker_that_reported_done_holds_no_slot() -> None:
+    obs = world(
+        issues=[issue(1, "started"), issue(2), issue(3)],
+        windows=[win("DEMO-1")],
+        records=[rec("DEMO-1", done=True)],
+    )
+    plan = run(obs, settings(limits=Limits(max_workers=2)))
+    assert [a.issue for a in plan.actions if a.kind == "spawn"] == ["DEMO-2", "DEMO-3"]
 
 
 def test_global_limit_counts_live_workers_and_planned_spawns() -> None:

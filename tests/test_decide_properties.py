@@ -94,6 +94,7 @@ def settings_st(draw: st.DrawFn) -> ProjectSettings:
             poll_interval=10.0,
         ),
         merge=MergeSettings(verify_trunk=draw(st.booleans())),
+        verify_command=draw(st.sampled_from([None, "make test"])),  # the verified lane
     )
 
 
@@ -182,6 +183,9 @@ def world_st(draw: st.DrawFn) -> Observed:
             last_failure=failure,
             done=not draw(mostly_true),
             nudged_at=draw(maybe_time),
+            merge_failures=draw(st.sampled_from([0, 0, 0, 1, 2, 3])),
+            merge_failed_at=draw(maybe_time),
+            sent_back=draw(st.sampled_from([None, None, None, "FAILED test_x"])),
         )
     return Observed(
         issues=tuple(issues), windows=tuple(windows), workspaces=tuple(workspaces),
@@ -250,7 +254,9 @@ def test_never_dispatch_a_blocked_or_held_issue(
         assert issue is not None
         assert not (issue.labels & HOLD_LABELS), spawn
         assert "user-feedback-given" not in issue.labels, spawn
-        if spawn.role is not Role.RESOLVE:
+        rec = obs.records.get(spawn.issue)
+        rework = rec is not None and rec.sent_back is not None and not rec.done
+        if spawn.role is not Role.RESOLVE and not rework:  # reworking finished work
             assert not is_blocked(obs, issue), spawn
             assert not issue.state_type.finished, spawn
 
@@ -284,7 +290,7 @@ def _number(identifier: str) -> tuple[str, int]:
 def test_never_lose_work(obs: Observed, s: ProjectSettings, now: datetime) -> None:
     plan = decide(obs, s, now)
     merges = [a for a in plan.actions if isinstance(a, Merge)]
-    if s.merge.verify_trunk:
+    if s.merge.verify_trunk or s.verifies_merges:
         assert len(merges) <= 1  # trunk is verified between merges
     assert [m.issue for m in merges] == sorted({m.issue for m in merges}, key=_number)
     spaces = {w.name: w for w in obs.workspaces}
@@ -305,6 +311,73 @@ def test_never_lose_work(obs: Observed, s: ProjectSettings, now: datetime) -> No
             # a live window is killed before its directory goes away
                 assert any(isinstance(a, Kill) and a.issue == action.issue
                            for a in plan.actions[:i]), plan
+
+
+def waiting_for_a_reason(obs: Observed, s: ProjectSettings, now: datetime, plan: Plan,
+                        ident: str, *, needs_worker: bool) -> bool:
+    """Why finished, unmerged work may get no action this tick — each a pending retry,
+    a hold before a person, or a wait the world states (read independently of decide).
+    ``needs_worker``: it waits for a worker (conflicted, or sent back by verify), not
+    for the merge lane."""
+    issue = issue_of(obs, ident)
+    rec = obs.records.get(ident)
+    labels = {label.casefold() for label in issue.labels} if issue else set()
+    if labels & HOLD_LABELS or obs.trunk_red or not obs.tracker_ok:
+        return True  # held for a person, trunk red, the tracker down: all said in status
+    if not needs_worker:
+        if any(isinstance(a, Merge) for a in plan.actions):
+            return True  # merges go one at a time: the slot is taken this tick
+        if rec is not None and rec.merge_failures and rec.merge_failed_at is not None:
+            wait = timedelta(seconds=backoff_seconds(rec.merge_failures, s))
+            return now < rec.merge_failed_at + wait  # a merge retry is pending
+        return False
+    if obs.pauses:
+        return True  # nothing starts; the status line says why
+    if rec is not None and rec.last_failure_at is not None and rec.attempts and \
+            (now - rec.last_failure_at).total_seconds() < backoff_seconds(rec.attempts, s):
+        return True  # a rework worker is pending after a backoff
+    ws = next(w for w in obs.workspaces if w.name == ident)
+    role = Role.RESOLVE if ws.conflicted else Role.EXECUTE
+    busy = {w.name for w in obs.windows if w.alive and w.name.startswith(f"{KEY}-")
+            and not (obs.records.get(w.name) and obs.records[w.name].done)}
+    spawns = [a for a in plan.actions if isinstance(a, Spawn)]
+    in_role = sum(a.role is role for a in spawns) + sum(
+        (obs.records[n].role if n in obs.records else Role.EXECUTE) is role for n in busy)
+    return len(spawns) + len(busy) >= s.limits.max_workers or in_role >= s.role_limit(role)
+
+
+def _finish(obs: Observed) -> Observed:
+    """Every issue with a workspace completed, and most of their records an editing
+    role's: the worlds where finished work could be left behind."""
+    spaces = {w.name for w in obs.workspaces}
+    issues = tuple(dataclasses.replace(i, state_name="Done", state_type=StateType.COMPLETED)
+                   if i.identifier in spaces else i for i in obs.issues)
+    records = {k: r if r.role.may_edit or k.endswith("7") else
+               dataclasses.replace(r, role=Role.EXECUTE) for k, r in obs.records.items()}
+    return dataclasses.replace(obs, issues=issues, records=records)
+
+
+@given(world_st().map(_finish), settings_st(), now_st)
+def test_finished_work_never_waits_silently(obs: Observed, s: ProjectSettings,
+                                            now: datetime) -> None:
+    """Issue 9: no issue stays Done with its work unmerged unless something is under
+    way for it, a retry is pending, or it is held for a person (with a comment)."""
+    plan = decide(obs, s, now)
+    acted = {a.issue for a in plan.actions}
+    for ws in obs.workspaces:
+        issue = issue_of(obs, ws.name)
+        rec = obs.records.get(ws.name)
+        if issue is None or not (ws.has_unmerged_change or ws.conflicted):
+            continue
+        if issue.state_type is not StateType.COMPLETED and not (rec and rec.done):
+            continue
+        if rec is not None and not rec.role.may_edit and not ws.conflicted:
+            continue  # a review/research/plan worker's workspace is never merged
+        if ws.name in acted or ws.name in live_ids(obs):
+            continue
+        rework = ws.conflicted or bool(rec and rec.sent_back and not rec.done)
+        assert waiting_for_a_reason(obs, s, now, plan, ws.name, needs_worker=rework), \
+            (ws, rec, issue, plan)
 
 
 @given(world_st(), settings_st(), now_st)

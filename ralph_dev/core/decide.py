@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.critical_path import work_behind
 from ralph_dev.core.model import (
     CONTROLLER_WINDOW,
     IDENTIFIER_RE,
@@ -339,8 +340,19 @@ def ready_issues(observed: Observed, settings: ProjectSettings) -> tuple[Issue, 
 
 
 def _ready(world: _World) -> tuple[Issue, ...]:
+    """Dispatch order: priority, then the critical path (the most unfinished work waiting
+    behind an issue, ``core.critical_path``), then the person's sort order and age."""
     found = [issue for issue in world.issues.values() if world.dispatchable(issue)]
-    return tuple(sorted(found, key=dispatch_key))
+    if not found:
+        return ()
+    behind = work_behind(world.issues.values())
+
+    def key(issue: Issue) -> tuple[object, ...]:
+        rank, sort_order, created, ident = dispatch_key(issue)
+        chain, count = behind.get(issue.identifier, (0, 0))
+        return (rank, -chain, -count, sort_order, created, ident)
+
+    return tuple(sorted(found, key=key))
 
 
 def blocked_issues(observed: Observed, settings: ProjectSettings) -> tuple[Issue, ...]:
@@ -786,8 +798,10 @@ class _Decider:
         per_role: Counter[Role] = Counter()
         total = 0
         for ident, windows in w.windows.items():
+            rec = w.records.get(ident)
+            if rec is not None and rec.done:
+                continue  # reported done: its window closes now, merging holds no slot
             if any(win.alive for win in windows):
-                rec = w.records.get(ident)
                 per_role[rec.role if rec is not None else Role.EXECUTE] += 1
                 total += 1
         dispatch: list[_Candidate] = []
