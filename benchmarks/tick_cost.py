@@ -59,7 +59,7 @@ def run_case(n_issues: int, n_windows: int, ticks: int) -> dict[str, float]:
     from ralph_dev.adapters.jj_cli import find_jj
     from ralph_dev.adapters.tmux import Tmux
     from ralph_dev.adapters.tracker import open_tracker
-    from ralph_dev.control.controller import observe
+    from ralph_dev.control.observe import observe
     from ralph_dev.core.config import build_project
     from ralph_dev.core.config_write import write_project
     from ralph_dev.core.decide import decide

@@ -23,7 +23,8 @@ from test_worker import Project, make_project
 
 from ralph_dev.adapters.gh import Gh
 from ralph_dev.adapters.tmux import Tmux
-from ralph_dev.control.controller import Controller, observe
+from ralph_dev.control.controller import Controller
+from ralph_dev.control.observe import observe
 from ralph_dev.control.wiring import launcher_for
 from ralph_dev.core.config import load_project
 from ralph_dev.core.contract import EXECUTOR_CONTRACT, Effect, record_changes

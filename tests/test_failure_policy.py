@@ -27,6 +27,7 @@ from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.jj_cli import JJInterrupted
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
+from ralph_dev.adapters.tracker.linear.errors import LinearAuthError
 from ralph_dev.agent.launch import check_agent
 from ralph_dev.control.controller import Controller
 from ralph_dev.control.wiring import launcher_for
@@ -227,3 +228,64 @@ def test_a_controller_stopped_mid_spawn_charges_no_attempt(
         assert not [e for e in swarm.events() if e["event"] == "hold"]
     finally:
         swarm.teardown()
+
+
+def test_an_unusable_repository_pauses_the_swarm_and_touches_no_worker(
+        swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 9: trunk's bookmark deleted (or jj gone) under a running worker: the swarm
+    pauses once with jj's fix, nothing is killed, forgotten or charged, and it resumes
+    by itself when the repository is usable again."""
+    swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
+    swarm.script = {"*": "hang"}
+    swarm.write_script()
+    ctl = in_process(swarm, monkeypatch)
+    first = tick(ctl)
+    assert [a.kind for a in first.plan.actions] == ["spawn", "spawn"]
+    trunk = swarm.jj_out("log", "--no-graph", "-r", "main", "-T", "commit_id").strip()
+    subprocess.run([swarm.jj, "bookmark", "delete", "main"], cwd=swarm.repo, env=swarm.env,
+                   check=True, capture_output=True)
+    for _ in range(3):
+        result = tick(ctl)
+        assert not result.plan.actions  # it acts on nothing it cannot see
+    paused = [e for e in swarm.events() if e["event"] == "swarm_paused"]
+    assert len(paused) == 1 and "no trunk bookmark 'main'" in paused[0]["cause"], paused
+    assert sorted(swarm.worker_windows()) == ["DEMO-1", "DEMO-2"]  # left alone
+    assert sorted(swarm.workspaces()) == ["DEMO-1", "DEMO-2"]
+    assert all(ctl.store.load_record(i).attempts == 1 for i in ("DEMO-1", "DEMO-2"))
+    assert "repository" in swarm.cli("status", swarm.project).stdout
+
+    ctl.jj._jj_bin = "/nonexistent/jj"  # jj uninstalled meanwhile: still paused, said once
+    tick(ctl)
+    assert len([e for e in swarm.events() if e["event"] == "swarm_paused"]) == 1
+    ctl.jj._jj_bin = None
+
+    subprocess.run([swarm.jj, "bookmark", "create", "main", "-r", trunk], cwd=swarm.repo,
+                   env=swarm.env, check=True, capture_output=True)  # the fix it named
+    tick(ctl)
+    assert any(e["event"] == "swarm_resumed" for e in swarm.events())
+    assert not ctl.store.load_pauses()
+    assert sorted(swarm.worker_windows()) == ["DEMO-1", "DEMO-2"]
+
+
+def test_a_tracker_that_refuses_the_key_pauses_once_and_resumes(
+        swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 9: a revoked key is a setup error (paused, said once, nothing charged),
+    not an outage reported every tick; a key that works again lifts it."""
+    swarm.import_plan('[[task]]\ntitle = "A"\n')
+    ctl = in_process(swarm, monkeypatch)
+    real_list = ctl.tracker.list_issues
+
+    async def refused() -> Any:  # what Linear answers a revoked key (it cannot run here)
+        raise LinearAuthError("Linear refused the API key (AUTHENTICATION_ERROR): put a "
+                              "valid key in tracker.linear_api_key_file")
+
+    monkeypatch.setattr(ctl.tracker, "list_issues", refused)
+    for _ in range(3):
+        assert not tick(ctl).plan.actions
+    paused = [e for e in swarm.events() if e["event"] == "swarm_paused"]
+    assert len(paused) == 1 and "refuses ralph-dev" in paused[0]["cause"]
+    assert "linear_api_key_file" in paused[0]["cause"]
+    monkeypatch.setattr(ctl.tracker, "list_issues", real_list)
+    result = tick(ctl)
+    assert [a.kind for a in result.plan.actions] == ["spawn"]
+    assert any(e["event"] == "swarm_resumed" for e in swarm.events())

@@ -109,7 +109,7 @@ class _NoWorkspaces:
 async def preview(settings: ProjectSettings) -> tuple[Plan, list[str]]:
     """What decide would do now, observing but never acting."""
     from ralph_dev.adapters.tracker import open_tracker
-    from ralph_dev.control.controller import observe
+    from ralph_dev.control.observe import observe
     from ralph_dev.control.wiring import jj_for, tmux_for
     from ralph_dev.core.decide import decide
     from ralph_dev.core.state import StateStore, utcnow

@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import structlog
@@ -32,6 +32,7 @@ from ralph_dev.control.channel import Channel
 from ralph_dev.control.failures import AgentCheck, FailurePolicy
 from ralph_dev.control.merging import MergeLane
 from ralph_dev.control.metrics import TickHistogram
+from ralph_dev.control.observe import observe
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide import decide
 from ralph_dev.core.errors import RalphError, TrackerError
@@ -53,7 +54,6 @@ from ralph_dev.core.model import (
     Spawn,
     StateType,
     Window,
-    WorkerRecord,
     worker_windows,
 )
 from ralph_dev.core.ports import (
@@ -62,11 +62,7 @@ from ralph_dev.core.ports import (
     PullRequests,
     Repository,
     Tracker,
-    TrackerReader,
-    WindowLister,
-    WorkspaceLister,
 )
-from ralph_dev.core.renumber import keep_local_names, local_aliases
 from ralph_dev.core.state import StateStore, utcnow
 
 log = structlog.get_logger(__name__)
@@ -96,81 +92,6 @@ class TickResult:
         failed = {id(a) for a, _ in self.failures}
         return any(isinstance(a, _UNBLOCKING) and id(a) not in failed
                    for a in self.plan.actions)
-
-
-def _mtime(path: Path) -> datetime | None:
-    try:
-        return datetime.fromtimestamp(path.stat().st_mtime, UTC)
-    except (OSError, ValueError):
-        return None
-
-
-def _pane_log(store: StateStore, window: Window) -> Path | None:
-    try:
-        return store.log_path(window.name)
-    except ValueError:
-        return None  # not a worker's window: no log of its own
-
-
-def output_marks(windows: Sequence[Window], store: StateStore,
-                 records: Mapping[str, WorkerRecord], *, agent_aware: bool) -> tuple[Window, ...]:
-    """Stamp each window with when its worker last did something.
-
-    For Claude Code (``agent_aware``) that is the agent's own account: its hooks
-    (``last_activity``) and its transcript's growth. Its pane is no witness: the
-    spinner keeps printing while a model call hangs. For the ``command`` runner it
-    is the pane: the pipe-pane log's mtime changes exactly when the pane prints.
-    Either way no per-window tmux call is needed (the tick stays at one).
-    """
-    marked = []
-    for window in windows:
-        record = records.get(window.name)
-        if agent_aware and record is not None:
-            stamps = [t for t in (record.last_activity, record.started_at,
-                                  _mtime(Path(record.transcript)) if record.transcript else None)
-                      if t is not None]
-            changed = max(stamps) if stamps else None
-        else:
-            log_file = _pane_log(store, window)
-            changed = _mtime(log_file) if log_file is not None else None
-        marked.append(window if changed is None
-                      else dataclasses.replace(window, output_changed_at=changed))
-    return tuple(marked)
-
-
-async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceLister,
-                  store: StateStore, *, agent_aware: bool = False,
-                  relaying: frozenset[str] = frozenset()) -> tuple[Observed, str]:
-    """Everything decide needs, read now; and the tracker's error when it could not be read.
-
-    Shared by the controller and ``ralph-dev plan`` (which observes but never acts).
-    """
-    tracker_error = ""
-    issues: tuple[Issue, ...] = ()
-    try:
-        issues = tuple(await tracker.list_issues())
-    except TrackerError as exc:
-        tracker_error = str(exc)
-        log.warning("tracker_unavailable", error=tracker_error)
-    windows = await asyncio.to_thread(tmux.list_windows)
-    workspaces = await asyncio.to_thread(jj.list_workspaces)
-    records = store.load_records()
-    local = {*records, *(w.name for w in windows), *(w.name for w in workspaces)}
-    renamed = tracker.renamed()
-    if aliases := local_aliases(renamed, local):
-        log.info("issues_renumbered", kept_as=aliases)  # its one worker keeps its name
-    issues = keep_local_names(issues, renamed, local)
-    observed = Observed(
-        issues=issues,
-        windows=output_marks(windows, store, records, agent_aware=agent_aware),
-        workspaces=tuple(workspaces),
-        records=records,
-        tracker_ok=not tracker_error,
-        trunk_red=store.paths.trunk_red_file.exists(),
-        pauses=store.load_pauses(),
-        relaying=relaying,
-    )
-    return observed, tracker_error
 
 
 def human_feedback(issue: Issue) -> str | None:
@@ -252,17 +173,26 @@ class Controller:
             await self._hear_workers()
             self.failures.check_setup()
             self.agent_waits.pause_for_errors()
-            observed, tracker_error = await observe(
-                self.tracker, self.tmux, self.jj, self.store,
-                agent_aware=self.settings.agent.runner == "claude",
-                relaying=self.channel.relay.owed())
-            if not tracker_error:
+            try:
+                if not self.failures.repository_usable(self.jj.check_repo):
+                    return self._idle_tick()
+                observed, tracker_error = await observe(
+                    self.tracker, self.tmux, self.jj, self.store,
+                    agent_aware=self.settings.agent.runner == "claude",
+                    relaying=self.channel.relay.owed())
+            except RalphError:  # jj could not list the workspaces: is it the repository?
+                if self.failures.repository_failed(self.jj.check_repo):
+                    return self._idle_tick()
+                raise
+            if self.failures.tracker_answered(tracker_error):  # a pause began or ended now
+                observed = dataclasses.replace(observed, pauses=self.store.load_pauses())
+            if tracker_error is None:
                 self.channel.publish(observed.issues)
                 await self.channel.adopt(observed)
                 patterns.settle(self.settings, self.store, observed, self.clock())
             await self.agent_waits.continue_waiting(observed.windows)
-            if tracker_error:
-                self.store.append_event("tracker_unavailable", error=tracker_error)
+            if tracker_error is not None:
+                self.store.append_event("tracker_unavailable", error=str(tracker_error))
             plan = decide(observed, self.settings, self.clock())
             result = TickResult(self.tick_number, plan, observed)
             await self._carry_out(plan, observed, result)
@@ -271,6 +201,13 @@ class Controller:
             return result
         finally:
             structlog.contextvars.unbind_contextvars("tick")
+
+    def _idle_tick(self) -> TickResult:
+        """A tick that cannot see the repository acts on nothing (a workspace jj cannot
+        list is not a workspace that is gone); it still beats, so the daemon sees it."""
+        observed, plan = Observed(tracker_ok=False), Plan(())
+        self.write_heartbeat(observed, plan)
+        return TickResult(self.tick_number, plan, observed)
 
     async def _carry_out(self, plan: Plan, observed: Observed, result: TickResult) -> None:
         """Actions in plan order; an issue's chain stops at its first failing action."""

@@ -5,10 +5,11 @@ cause outside their issue.
 * A spawn or restart that fails is a failed attempt (the record's
   ``last_failure_at``): decide backs off before the next and holds the issue at
   ``timing.max_attempts``.
-* A setup error (the agent program missing) is nobody's attempt: dispatch is
-  paused swarm-wide (``Pause(kind="setup")``) and resumes by itself on the first
-  tick the check passes again. The check runs every tick, so a spawn never even
-  starts while it fails.
+* A setup error is nobody's attempt: dispatch is paused swarm-wide and resumes
+  by itself on the first tick the check passes again — the agent program missing
+  (``setup``, checked every tick, so a spawn never even starts while it fails), jj
+  missing or the repository unusable (``repository``: the tick then acts on
+  nothing), the tracker refusing ralph-dev (``tracker``: a revoked key).
 * A merge refused for good (several heads, files jj will not record) is held for
   a person at once, with the cause and the fix on the issue. A merge that failed
   in a way retrying may fix waits a backoff (``merge_failures``) and does not
@@ -35,6 +36,11 @@ from ralph_dev.core.state import StateStore
 log = structlog.get_logger(__name__)
 
 SETUP_PAUSE = "setup"
+REPO_PAUSE = "repository"
+TRACKER_PAUSE = "tracker"
+RepoCheck = Callable[[], None]
+"""Raises a :class:`RalphError` naming the fix unless jj can use the repository
+(``JJ.check_repo``)."""
 AgentCheck = Callable[[], None]
 """Raises a :class:`RalphError` naming the problem and its fix when workers' agent
 cannot start (``agent.launch.check_agent``)."""
@@ -49,23 +55,68 @@ class FailurePolicy:
         self.clock = clock
         self.agent_check = agent_check
 
+    def _paused(self, kind: str) -> bool:
+        return any(p.kind == kind for p in self.store.load_pauses())
+
+    def _hold_swarm(self, kind: str, cause: str, fix: str) -> None:
+        """Pause dispatch for a setup error, said once (the event and ``status``)."""
+        if not self._paused(kind):
+            self.store.set_pause(Pause(kind=kind, cause=cause, fix=fix, since=self.clock()))
+            log.error("setup_error", kind=kind, error=cause)
+
     def check_setup(self) -> None:
         """Pause dispatch while the agent cannot start; lift the pause once it can."""
         if self.agent_check is None:
             return
-        paused = any(p.kind == SETUP_PAUSE for p in self.store.load_pauses())
         try:
             self.agent_check()
         except RalphError as exc:
-            if not paused:
-                self.store.set_pause(Pause(
-                    kind=SETUP_PAUSE, cause=f"workers cannot start: {exc}",
-                    fix="see the cause; dispatch resumes by itself once the agent starts",
-                    since=self.clock()))
-                log.error("setup_error", error=str(exc))
+            self._hold_swarm(SETUP_PAUSE, f"workers cannot start: {exc}",
+                             "see the cause; dispatch resumes by itself once the agent starts")
             return
-        if paused:
+        if self._paused(SETUP_PAUSE):
             self.store.clear_pause(SETUP_PAUSE, why="the agent program is found again")
+
+    def repository_usable(self, check: RepoCheck) -> bool:
+        """While the repository pause is in force, check again (one jj call): False while
+        it is still unusable, so the tick acts on nothing it cannot see."""
+        if not self._paused(REPO_PAUSE):
+            return True
+        try:
+            check()
+        except RalphError:
+            return False
+        self.store.clear_pause(REPO_PAUSE, why="jj can read the repository again")
+        return True
+
+    def repository_failed(self, check: RepoCheck) -> bool:
+        """jj failed while the world was observed: True (and the swarm paused) when the
+        repository itself is unusable — jj missing, the repository gone or not a jj
+        repository, the trunk bookmark deleted — which no retry of an issue fixes."""
+        try:
+            check()
+        except RalphError as exc:
+            self._hold_swarm(REPO_PAUSE, f"the repository is unusable: {exc}",
+                             "see the cause; ralph-dev resumes by itself once it is fixed "
+                             "(running workers are left alone)")
+            return True
+        return False
+
+    def tracker_answered(self, error: TrackerError | None) -> bool:
+        """A tracker that refuses ralph-dev (a revoked key, a project that is gone) is a
+        setup error: paused and said once, lifted when the tracker answers again. An
+        outage is only reported: nothing starts while it lasts anyway. True when the
+        pauses changed."""
+        if error is None:
+            if self._paused(TRACKER_PAUSE):
+                self.store.clear_pause(TRACKER_PAUSE, why="the tracker answers again")
+                return True
+        elif not error.retryable and not self._paused(TRACKER_PAUSE):
+            self._hold_swarm(TRACKER_PAUSE, f"the tracker refuses ralph-dev: {error}",
+                             "fix the tracker's key or settings named in the cause; "
+                             "ralph-dev resumes by itself once it answers")
+            return True
+        return False
 
     async def after_failure(self, action: Action, exc: Exception) -> None:
         """Record one failed action and take it where it belongs."""

@@ -78,6 +78,10 @@ class Workspaces(WorkspaceLister, Protocol):
 
     def workspace_path(self, name: str) -> Path: ...
 
+    def check_repo(self) -> None:
+        """Raise, naming the fix, unless jj can use the repository and its trunk."""
+        ...
+
     def merge(self, name: str) -> MergeResult: ...
 
     def prepare_merge(self, name: str) -> MergeResult | str:
