@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -570,3 +573,42 @@ def test_trunk_with_a_slash_in_its_name(tmp_path: Path, jj_bin: str) -> None:
     assert jj.merge("ENG-1").merged
     assert jj.trunk_log(2) == ["ENG-1: work", "first"]
     assert not jj.list_workspaces()[0].has_unmerged_change
+
+
+def follow(message: str, jj_bin: str) -> None:
+    """Run the jj command a refusal names, exactly as written, where it says."""
+    found = re.search(r"`(jj [^`]+)` in (\S+?)[\s)]", message + " ")
+    assert found is not None, message
+    argv = shlex.split(found.group(1))
+    _jj(jj_bin, Path(found.group(2)), *argv[1:])
+
+
+def test_a_workspace_whose_directory_is_gone_is_fixed_as_the_error_says(
+        jj: JJ, jj_bin: str) -> None:
+    shutil.rmtree(jj.add_workspace("KV-1"))
+    with pytest.raises(JJError, match="is gone") as refused:
+        jj.add_workspace("KV-1")
+    follow(str(refused.value), jj_bin)
+    assert jj.add_workspace("KV-1").is_dir()  # works again
+
+
+def test_a_workspace_of_the_same_name_elsewhere_is_fixed_as_the_error_says(
+        jj: JJ, repo: Path, tmp_path: Path, jj_bin: str) -> None:
+    _jj(jj_bin, repo, "workspace", "add", "--name", "KV-2", str(tmp_path / "elsewhere"))
+    with pytest.raises(JJError, match="not under") as refused:
+        jj.add_workspace("KV-2")
+    follow(str(refused.value), jj_bin)
+    assert jj.add_workspace("KV-2").is_dir()
+
+
+def test_a_file_too_large_to_record_is_fixed_by_raising_the_limit_as_the_error_says(
+        jj: JJ, jj_bin: str) -> None:
+    path = jj.add_workspace("KV-3")
+    (path / "model.bin").write_bytes(b"x" * (2 * 1024 * 1024))
+    with pytest.raises(JJError, match=r"did not record model\.bin") as refused:
+        jj.describe("KV-3", "KV-3: big")
+    message = str(refused.value).replace("SIZE", "4MiB")  # the one word a person fills in
+    follow(message, jj_bin)
+    jj.describe("KV-3", "KV-3: big")
+    assert jj.merge("KV-3").merged
+    assert "model.bin" in trunk_files(jj)
