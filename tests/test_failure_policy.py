@@ -32,6 +32,7 @@ from ralph_dev.agent.launch import check_agent
 from ralph_dev.control.controller import Controller
 from ralph_dev.control.wiring import launcher_for
 from ralph_dev.core.config import ProjectSettings, load_project
+from ralph_dev.core.errors import TrackerUnavailable
 from ralph_dev.core.state import StateStore
 
 pytestmark = pytest.mark.slow
@@ -289,3 +290,37 @@ def test_a_tracker_that_refuses_the_key_pauses_once_and_resumes(
     result = tick(ctl)
     assert [a.kind for a in result.plan.actions] == ["spawn"]
     assert any(e["event"] == "swarm_resumed" for e in swarm.events())
+
+
+def test_a_tracker_outage_during_merge_costs_nothing_and_loses_nothing(
+        swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 9: the tracker goes down while the worker finishes. The merge still
+    happens (it needs only jj), nothing is charged or held, and the tracker writes
+    owed (the done comment, the state) are made exactly once when it is back."""
+    swarm.import_plan('[[task]]\ntitle = "A"\n')
+    ctl = in_process(swarm, monkeypatch)
+    tracker = ctl.tracker
+    swarm.script = {"*": "work:2"}
+    swarm.write_script()
+    assert [a.kind for a in tick(ctl).plan.actions] == ["spawn"]
+
+    def down(*_: Any, **__: Any) -> Any:
+        raise TrackerUnavailable("the tracker is down (simulated outage)")
+
+    for name in ("list_issues", "refresh", "get", "comment", "set_state", "add_labels",
+                 "remove_labels", "create_issues"):
+        monkeypatch.setattr(tracker, name, down)
+    wait_for(lambda: (tick(ctl), "changes/DEMO-1.txt" in swarm.trunk_files())[1], 60,
+             "DEMO-1 merged while the tracker is down")
+    assert not [e for e in swarm.events() if e["event"] == "hold"]
+    monkeypatch.undo()  # the tracker is back
+    for key, value in swarm.env.items():
+        monkeypatch.setenv(key, value)
+    wait_for(lambda: (tick(ctl), swarm.issue("DEMO-1")["state_type"] == "completed")[1], 30,
+             "the owed tracker writes made")
+    for _ in range(3):
+        tick(ctl)
+    bodies = [c["body"] for c in swarm.issue("DEMO-1")["comments"]]
+    assert sum("[ralph-dev] DEMO-1 done" in b for b in bodies) == 1, bodies
+    assert "user-input-needed" not in labels(swarm, "DEMO-1")
+    assert not swarm.workspaces()
