@@ -11,6 +11,7 @@ the controller's own config) rebased onto trunk.
 from __future__ import annotations
 
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ def test_green_alone_red_together_the_second_goes_back_and_trunk_stays_green(
         assert allow.parent == swarm.shared  # visible inside every worker's sandbox
         swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
         ctl = in_process(swarm, monkeypatch)
+        monkeypatch.setattr("ralph_dev.control.tripwires.CHECK_EVERY", timedelta(0))
         first = tick(ctl)
         assert [a.kind for a in first.plan.actions] == ["spawn", "spawn"]  # both alone
 
@@ -72,6 +74,8 @@ def test_green_alone_red_together_the_second_goes_back_and_trunk_stays_green(
         assert "user-input-needed" not in labels(swarm, "DEMO-2")
         assert not [e for e in swarm.events() if e["event"] == "kill"
                     and e["issue"] == "DEMO-2" and "still running" in e["reason"]]
+        assert not [e for e in swarm.events() if e["event"] == "tripwire"]  # merges touch
+        # neither the main working copy nor the config
     finally:
         swarm.teardown()
 
@@ -147,3 +151,4 @@ def test_the_controllers_verify_runs_workers_code_in_their_sandbox(
         assert not escaped.exists()
     finally:
         swarm.teardown()
+

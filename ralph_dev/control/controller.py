@@ -33,6 +33,7 @@ from ralph_dev.control.failures import AgentCheck, FailurePolicy
 from ralph_dev.control.merging import MergeLane
 from ralph_dev.control.metrics import TickHistogram
 from ralph_dev.control.observe import observe
+from ralph_dev.control.tripwires import Tripwires
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide import decide
 from ralph_dev.core.errors import RalphError, TrackerError
@@ -56,6 +57,7 @@ from ralph_dev.core.model import (
     Window,
     worker_windows,
 )
+from ralph_dev.core.paths import config_file
 from ralph_dev.core.ports import (
     AgentLauncher,
     Panes,
@@ -136,6 +138,7 @@ class Controller:
         self.failures = FailurePolicy(settings, store=self.store, tracker=tracker, clock=clock,
                                       agent_check=agent_check)
         self.agent_waits = AgentWaits(store=self.store, tmux=tmux, clock=clock)
+        self.tripwires = Tripwires(settings, self.store, config=config_file(), clock=clock)
         self.channel = Channel(settings, store=self.store, tracker=tracker, jj=jj)
         self.tick_seconds = TickHistogram()  # published in the heartbeat for /metrics
 
@@ -186,6 +189,9 @@ class Controller:
                 raise
             if self.failures.tracker_answered(tracker_error):  # a pause began or ended now
                 observed = dataclasses.replace(observed, pauses=self.store.load_pauses())
+            held, why = self.tripwires.check(observed)
+            for name in held:
+                await self.failures.hold_for_person(name, why)
             if tracker_error is None:
                 self.channel.publish(observed.issues)
                 await self.channel.adopt(observed)

@@ -89,6 +89,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[demo agent] wrote changes/{issue}.txt and now hangs", flush=True)
         while True:
             time.sleep(3600)
+    if what.startswith("escape:"):  # a hostile worker: writes outside its workspace
+        outside = Path(what.split(":", 1)[1])
+        try:
+            outside.write_text(f"{issue} was here\n")
+            print(f"[demo agent] wrote {outside}", flush=True)
+        except OSError as exc:
+            print(f"[demo agent] could not write {outside}: {exc}", flush=True)
+        while True:
+            time.sleep(3600)
     if what == "block":
         return ralph("worker", "blocked", issue, "--question",
                      "Which database should this use? (scripted question)")
