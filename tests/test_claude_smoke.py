@@ -511,3 +511,50 @@ def test_a_crashed_agent_is_resumed_in_its_own_session(
         # when it was killed, so the agent may redo that last step.)
         assert "SessionStart:startup" in history and "SessionStart:resume" in history
         assert "continuation of your own earlier session" in json.dumps(after[0]["messages"])
+
+
+def test_a_question_asked_in_prose_goes_to_a_person_and_the_answer_to_the_session(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13 item 4: the model ends its turn with a question instead of `worker
+    blocked`. The question goes on the issue (label and comment) at once — no Stop-hook
+    continuations burnt, no nudge, no restart — and a person's answer is typed into the
+    same session, which then finishes the issue."""
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add the file")])
+    question = "Should the file be called ok.txt or okay.txt?"
+    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        if not is_main_conversation(request):
+            return [Text("ok")]
+        if "left feedback" not in conversation_text(request):
+            return [Text(f"I looked at the repository.\n\n{question}")]
+        return [Text("Done.")] if tool_uses_so_far(request) else [bash(finish)]
+
+    with FakeAnthropic(brain) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        tick = controller_ticks(world, world.settings)
+        tick()  # spawns the worker
+        retry_until(lambda: (tick(), "user-input-needed"
+                             in world.tracker.get_sync(issue).labels)[1], 60,
+                    what="the question on the issue" + diagnostics(world, api, issue))
+        comments = [c.body for c in world.tracker.get_sync(issue).comments]
+        assert any(question in body for body in comments), comments
+        asked = len(api.main_messages())
+        assert asked == 1  # asked once; no continuation pushed it to guess
+        for _ in range(4):
+            tick()
+        assert len(api.main_messages()) == asked  # it waits for the person
+        assert any(w.name == issue and w.alive for w in world.tmux.list_windows())
+
+        world.tracker.comment_sync(issue, "Call it ok.txt, please.", by_ralph=False)
+        world.tracker.change_labels_sync(issue, add=["user-feedback-given"])
+        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
+                             is StateType.COMPLETED)[1], 90,
+                    what="the issue done after the answer" + diagnostics(world, api, issue))
+        assert "left feedback" in conversation_text(api.main_messages()[-1])
+        events = [e["event"] for e in world.store.iter_events()]
+        for absent in ("nudge", "restart", "reap", "hold"):
+            assert absent not in events, absent
+        spawns = [e for e in world.store.iter_events() if e["event"] == "spawn"]
+        assert len(spawns) == 1  # the same session all along

@@ -33,6 +33,7 @@ from ralph_dev.core import channel as ch
 from ralph_dev.core.jsonsafe import parse_json
 from ralph_dev.core.model import Role
 from ralph_dev.core.paths import state_home
+from ralph_dev.inpane.reports import blocked
 from ralph_dev.inpane.worker import IssueView, Worker, clean_text, current_worker, one_line
 
 log = structlog.get_logger(__name__)
@@ -314,8 +315,28 @@ def _iterations(worker: Worker) -> int:
         return 0
 
 
+QUESTION_CHARS = 2000
+
+
+def asked_question(message: object) -> str | None:
+    """The agent's last message when it ends by asking something (its last line ends
+    with a question mark): a question for a person, asked in prose instead of with
+    ``worker blocked``. Pushing such an agent on only makes it guess or ask again."""
+    if not isinstance(message, str):
+        return None
+    text = clean_text(message).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines or not lines[-1].rstrip("*_`\"')] ").endswith("?"):
+        return None
+    return text if len(text) <= QUESTION_CHARS else "…" + text[-(QUESTION_CHARS - 1):]
+
+
 def stop(worker: Worker, payload: Mapping[str, Any]) -> StopDecision:
     """Allow the stop once the worker reported, or after ``iteration_cap`` continuations.
+
+    A turn that ends with a question is reported for it as ``worker blocked`` would:
+    the question goes on the issue for a person, the agent waits in its session, and
+    the person's answer is typed into that same session.
 
     ``stop_hook_active`` (Claude is already continuing because of a Stop hook)
     does not change the answer — the cap is what ends the loop — but it is
@@ -326,6 +347,11 @@ def stop(worker: Worker, payload: Mapping[str, Any]) -> StopDecision:
     if why is not None:
         log.info("stop_allowed", why=why)
         return StopDecision(True, "reported", iterations)
+    question = asked_question(payload.get("last_assistant_message"))
+    if question is not None:
+        outcome = blocked(worker, question)
+        log.info("stop_allowed", why="asked a person", answer=outcome.message[:200])
+        return StopDecision(True, "asked a person", iterations)
     cap = worker.info.iteration_cap
     if iterations >= cap:
         log.warning("stop_allowed", why="iteration_cap", iterations=iterations)
