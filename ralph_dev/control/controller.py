@@ -25,7 +25,7 @@ from pathlib import Path
 
 import structlog
 
-from ralph_dev.control import patterns, workspace_hooks
+from ralph_dev.control import admission, patterns, workspace_hooks
 from ralph_dev.control.agent_waits import AgentWaits
 from ralph_dev.control.beating import while_beating
 from ralph_dev.control.channel import Channel
@@ -175,6 +175,7 @@ class Controller:
             self._end_pauses_due()
             await self._hear_workers()
             self.failures.check_setup()
+            admission.admit(self.settings, self.store, self.clock)
             self.agent_waits.pause_for_errors()
             try:
                 if not self.failures.repository_usable(self.jj.check_repo):

@@ -90,6 +90,12 @@ class Limits:
     """The most issues one plan worker's plan may create."""
     plan_issues_per_hour: int = 200
     """The most issues plan workers may create in any hour, all plans together."""
+    min_free_memory_mb: int = 1024
+    """No new worker while less memory is available (a Claude Code worker takes ~300 MB)."""
+    min_free_disk_mb: int = 1024
+    """No new worker while the workspaces' filesystem has less free space."""
+    max_load_per_cpu: float = 4.0
+    """No new worker while the 1-minute load average per CPU is higher (0: no limit)."""
 
 
 @dataclass(frozen=True)
