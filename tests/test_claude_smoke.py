@@ -25,6 +25,7 @@ from claude_env import ClaudeUnavailable, find_claude
 from conftest import retry_until
 
 from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.terminal import last_words, render_tail
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.agent.launch import build_launch
@@ -540,6 +541,12 @@ def test_a_question_asked_in_prose_goes_to_a_person_and_the_answer_to_the_sessio
                     what="the question on the issue" + diagnostics(world, api, issue))
         comments = [c.body for c in world.tracker.get_sync(issue).comments]
         assert any(question in body for body in comments), comments
+        # the pane as it looked (issue 13 item 6): the question on a line of its own, and
+        # status' LAST OUTPUT is the agent's last message, not its spinner or footer
+        retry_until(lambda: any(question in line
+                                for line in render_tail(world.store.log_path(issue))), 30,
+                    what="the question drawn in the pane")
+        assert last_words(render_tail(world.store.log_path(issue))).startswith("● ")
         asked = len(api.main_messages())
         assert asked == 1  # asked once; no continuation pushed it to guess
         for _ in range(4):

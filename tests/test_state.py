@@ -225,3 +225,31 @@ def test_pauses_are_kept_one_per_kind_and_said_once(xdg: Path) -> None:
     assert kinds == ["swarm_paused", "swarm_resumed"]
     store.paths.pauses_file.write_text("{broken")
     assert store.load_pauses() == ()  # unreadable is no pause, never a crash
+
+
+def test_a_pane_log_over_its_cap_is_rotated_in_place(store: StateStore) -> None:
+    """Issue 13 item 6: logs do not grow without bound. tmux's `cat >>` keeps the file
+    open, so the log is copied aside and truncated, never renamed."""
+    log = store.log_path("DEMO-1")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_bytes(b"x" * 2000)
+    with log.open("ab") as writer:  # as tmux's pipe-pane holds it
+        assert not store.rotate_log("DEMO-1", cap=5000)
+        assert store.rotate_log("DEMO-1", cap=1000)
+        writer.write(b"after\n")
+    assert log.read_bytes() == b"after\n"
+    assert log.with_name(log.name + ".1").read_bytes() == b"x" * 2000
+
+
+def test_the_events_log_rotates_and_offset_readers_start_over(
+        store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ralph_dev.core.state.EVENTS_CAP", 600)
+    for n in range(5):
+        store.append_event("spawn", issue=f"DEMO-{n}", reason="x" * 100)
+    _, offset = store.read_events_from(0)
+    for n in range(5, 12):
+        store.append_event("spawn", issue=f"DEMO-{n}", reason="x" * 100)
+    assert store.paths.events_file.with_name("events.jsonl.1").exists()
+    assert store.paths.events_file.stat().st_size <= 600 + 200
+    events, _ = store.read_events_from(offset)  # a reader from before the rotation
+    assert events and events[-1]["issue"] == "DEMO-11"

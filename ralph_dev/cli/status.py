@@ -15,6 +15,8 @@ from ralph_dev.core.config import project_names
 from ralph_dev.core.errors import ConfigError, RalphError
 from ralph_dev.core.model import check_identifier
 
+LOG_REPLAY_BYTES = 4 * 2**20
+"""How much of a log ``logs`` replays: the end of a long run, not all of it."""
 FOLLOW_POLL = 0.5
 """Seconds between looks at a growing file with ``events -f`` and ``logs -f``."""
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -88,9 +90,11 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
 @click.option("--project", help="Project (default: found from the issue key).")
 @pass_ctx
 def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None:
-    """Print a worker's terminal log, with escape sequences removed."""
+    """Print a worker's pane as the terminal showed it (its log replayed through a
+    terminal emulator: lines that scrolled by, then the last screen). --follow prints
+    lines as they scroll; `ralph-dev attach` shows the live screen."""
+    from ralph_dev.adapters.terminal import Replay
     from ralph_dev.core.state import StateStore
-    from ralph_dev.core.text import strip_ansi
 
     if issue == "controller":
         settings = cli.project(project or _only_project(cli))
@@ -102,18 +106,24 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
         else store.log_path(issue)
     if not path.exists() and not follow:
         raise RalphError(f"no log for {issue} yet ({path})")
+    replay = Replay()
     position = 0
     while True:
         try:
             with path.open("rb") as handle:
-                handle.seek(position)
+                handle.seek(0, 2)
+                if handle.tell() < position:
+                    position = 0  # rotated: start again
+                handle.seek(max(position, handle.tell() - LOG_REPLAY_BYTES))
                 chunk = handle.read()
                 position = handle.tell()
         except FileNotFoundError:
             chunk = b""
-        if chunk:
-            click.echo(strip_ansi(chunk.decode("utf-8", "replace")), nl=False)
+        for line in replay.feed(chunk):
+            click.echo(line)
         if not follow:
+            for line in replay.shown():
+                click.echo(line)
             return
         time.sleep(FOLLOW_POLL)
 

@@ -190,6 +190,9 @@ class Controller:
                 raise
             if self.failures.tracker_answered(tracker_error):  # a pause began or ended now
                 observed = dataclasses.replace(observed, pauses=self.store.load_pauses())
+            for window in observed.windows:
+                if window.alive and window.name in observed.records:
+                    self.store.rotate_log(window.name)
             held, why = self.tripwires.check(observed)
             for name in held:
                 await self.failures.hold_for_person(name, why)

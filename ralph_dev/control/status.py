@@ -24,13 +24,14 @@ from datetime import datetime
 from importlib import resources
 from typing import Any
 
+from ralph_dev.adapters.terminal import last_words, render_tail
 from ralph_dev.control.disk import workspace_sizes
 from ralph_dev.control.processes import lock_holder
 from ralph_dev.control.state_sources import StateSources
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import CONTROLLER_WINDOW, Issue, Observed, Window, worker_windows
 from ralph_dev.core.state import StateStore, to_iso, utcnow
-from ralph_dev.core.text import file_tail, last_line, strip_ansi
+from ralph_dev.core.text import strip_ansi
 
 SCHEMA_VERSION = 1
 COLUMN_LIMIT = 100
@@ -298,7 +299,7 @@ def _workers(store: StateStore, windows: Sequence[Window], records: Mapping[str,
             "agent_state": None,
             "tokens": None,
             "cost_usd": None,
-            "last_output": last_line(file_tail(log_path)),
+            "last_output": last_words(render_tail(log_path)),
             "window": window.window_id,
         })
     return workers

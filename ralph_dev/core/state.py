@@ -14,6 +14,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import shutil
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +46,11 @@ def from_iso(value: Any) -> datetime | None:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
+
+EVENTS_CAP = 64 * 2**20
+"""Bytes of ``events.jsonl`` before it is rotated to ``events.jsonl.1`` (one kept)."""
+PANE_LOG_CAP = 16 * 2**20
+"""Bytes of a worker's pane log before it is rotated to ``ISSUE.log.1`` (one kept)."""
 
 _DATETIME_FIELDS = {
     f.name for f in dataclasses.fields(WorkerRecord) if "datetime" in str(f.type)
@@ -165,12 +171,28 @@ class StateStore:
         line = json.dumps(entry, sort_keys=False) + "\n"
         path = self.paths.events_file
         path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            if path.stat().st_size > EVENTS_CAP:  # readers by offset see it shrink and
+                path.replace(path.with_name(path.name + ".1"))  # start over
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line.encode("utf-8"))
         finally:
             os.close(fd)
         return entry
+
+    def rotate_log(self, issue: str, cap: int = PANE_LOG_CAP) -> bool:
+        """Keep a worker's pane log under ``cap``: copy it to ``LOG.1`` and truncate it
+        in place (tmux's ``cat >>`` keeps appending to the same file). True if rotated."""
+        path = self.log_path(issue)
+        try:
+            if path.stat().st_size <= cap:
+                return False
+            shutil.copyfile(path, path.with_name(path.name + ".1"))
+            os.truncate(path, 0)
+        except OSError:
+            return False
+        return True
 
     def iter_events(self) -> Iterator[dict[str, Any]]:
         """Every readable event, oldest first; torn or corrupt lines are skipped."""
