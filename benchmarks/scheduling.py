@@ -63,6 +63,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--tick", type=float, default=1.0)
+    parser.add_argument("--keep-events", help="write the run's events (JSON lines) here")
     args = parser.parse_args()
     from ralph_dev.adapters.jj_cli import find_jj
 
@@ -85,6 +86,9 @@ def main() -> None:
             controller_pid = _heartbeat_pid(swarm)
             controller_rss = peak_rss_mb(controller_pid)
             events = swarm.events()
+            if args.keep_events:
+                Path(args.keep_events).write_text(
+                    "".join(__import__("json").dumps(e) + "\n" for e in events))
         finally:
             swarm.teardown()
             subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
@@ -108,6 +112,13 @@ def main() -> None:
         print(f"per task: spawn→done {sum(work) / len(work):.2f}s (agent works "
               f"{args.duration}s), done→merged {sum(wait) / len(wait):.2f}s; "
               f"workers busy {busy:.0%} of the makespan")
+    blockers = {f"DEMO-{int(ref[1:]) + 1}": [f"DEMO-{int(b[1:]) + 1}" for b in bs]
+                for ref, bs in deps.items()}
+    unlock = [(spawned[i] - max(merged[b] for b in bs)).total_seconds()
+              for i, bs in blockers.items() if bs and i in spawned and all(b in merged for b in bs)]
+    if unlock:
+        print(f"last blocker merged → dependent spawned: mean {sum(unlock) / len(unlock):.2f}s, "
+              f"max {max(unlock):.2f}s")
     print(f"peak RSS: daemon {daemon_rss or float('nan'):.1f} MB, controller "
           f"{controller_rss or float('nan'):.1f} MB, together "
           f"{(daemon_rss or 0) + (controller_rss or 0):.1f} MB")

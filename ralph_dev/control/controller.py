@@ -220,10 +220,14 @@ class Controller:
         return TickResult(self.tick_number, plan, observed)
 
     async def _carry_out(self, plan: Plan, observed: Observed, result: TickResult) -> None:
-        """Actions in plan order; an issue's chain stops at its first failing action."""
+        """Actions in plan order, except that issues being merged go last: a merge takes
+        jj a while, and new workers should not wait for it (merging holds no slot). An
+        issue's own chain keeps its order and stops at its first failing action."""
         failed_issues: set[str] = set()
         by_id = {issue.identifier: issue for issue in observed.issues}
-        for action in plan.actions:
+        merging = {a.issue for a in plan.actions if isinstance(a, Merge)}
+        ordered = sorted(plan.actions, key=lambda a: a.issue in merging)  # stable
+        for action in ordered:
             if self.stopping:
                 break
             if action.issue in failed_issues:
