@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from ralph_dev.core.config_rules import validate
 from ralph_dev.core.errors import ConfigError, UnknownProject
+from ralph_dev.core.groom import GroomSettings
 from ralph_dev.core.model import Role
 from ralph_dev.core.paths import ProjectPaths, check_project_name, config_file
 from ralph_dev.core.typed_toml import coerce
@@ -123,6 +124,10 @@ class Labels:
     hold: str = "ralph:hold"
     phase: str = "ralph:phase"
     """Marks a phase/parent issue: with no children yet it goes to a plan worker."""
+    groom: str = "ralph:groom"
+    """Its issue is a groom run (a person asks for one by labeling an issue)."""
+    proposed: str = "ralph:proposed"
+    """An issue a groom worker proposed (in a backlog state until a person accepts it)."""
     model_prefix: str = "model:"
 
     def steering(self) -> tuple[str, ...]:
@@ -137,13 +142,16 @@ class Labels:
             self.review,
             self.hold,
             self.phase,
+            self.groom,
+            self.proposed,
         )
 
     def person_only(self) -> tuple[str, ...]:
         """Labels that speak for a person (a hold, an answer, a question): never set by a
-        plan or an agent. Role labels (plan, research, review, phase) a plan may use."""
+        plan or an agent (nor a groom run: a person asks for one). Role labels (plan,
+        research, review, phase) a plan may use."""
         return (self.user_input_needed, self.user_feedback_given, self.agent_feedback_given,
-                self.agent_input_needed, self.hold)
+                self.agent_input_needed, self.hold, self.groom)
 
 
 @dataclass(frozen=True)
@@ -238,6 +246,7 @@ class ProjectSettings:
     web: WebSettings = field(default_factory=WebSettings)
     notify: NotifySettings = field(default_factory=NotifySettings)
     patterns: PatternSettings = field(default_factory=PatternSettings)
+    groom: GroomSettings = field(default_factory=GroomSettings)
 
     @property
     def paths(self) -> ProjectPaths:
@@ -285,6 +294,7 @@ _SECTIONS: dict[str, type] = {
     "web": WebSettings,
     "notify": NotifySettings,
     "patterns": PatternSettings,
+    "groom": GroomSettings,
 }
 
 
