@@ -158,6 +158,8 @@ class NewIssue:
     ref: str | None = None
     """A batch-local name so entries of one import can point at each other."""
     state: str | None = None
+    state_type: StateType | None = None
+    """Without a ``state`` name: the first state of this type (a groom proposal's backlog)."""
 
 
 @dataclass(frozen=True)
