@@ -52,6 +52,19 @@ def fence_token(*texts: str) -> str:
     return token
 
 
+GROOM_REPORTS = (
+    "  - `ralph-dev worker backlog {issue}`: prints the open issues (and which have a live "
+    "worker), recently finished ones and recent events.",
+    "  - `ralph-dev worker propose {issue} --title \"…\" --description \"…\" --reason \"…\"`: "
+    "proposes a missing issue (it waits in the backlog for a person).",
+    "  - `ralph-dev worker prioritize {issue} TARGET --priority N --reason \"…\"`: sets a "
+    "priority (a person's may only be lowered).",
+    "  - `ralph-dev worker flag {issue} TARGET --duplicate-of OTHER|--stale --reason \"…\"`: "
+    "flags an issue for a person.",
+)
+"""A groom worker's own commands (``inpane.groom``), listed before the common ones."""
+
+
 def _role_reports(issue: str, role: Role) -> list[str]:
     lines = [
         f"  - `ralph-dev worker done {issue} --summary \"…\"`: the work is finished "
@@ -64,6 +77,8 @@ def _role_reports(issue: str, role: Role) -> list[str]:
     if role is Role.PLAN:
         lines.insert(0, f"  - `ralph-dev worker plan {issue} --file PLAN.toml`: "
                         "creates your sub-issues with their blockers (then report done).")
+    if role is Role.GROOM:
+        lines[:0] = [line.format(issue=issue) for line in GROOM_REPORTS]
     return lines
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from ralph_dev.cli import CliContext, main, pass_ctx
-from ralph_dev.inpane import reports
+from ralph_dev.inpane import groom, reports
 from ralph_dev.inpane import worker as w
 
 
@@ -81,3 +81,63 @@ def feedback_cmd(cli: CliContext, issue: str, show_all: bool) -> None:
     """Print comments people left on ISSUE since you last read them."""
     comments = reports.feedback(w.require_worker(issue), show_all=show_all)
     click.echo(reports.format_comments(comments, issue))
+
+
+# --- the groom worker's -----------------------------------------------------------------
+
+REASON = click.option("--reason", required=True,
+                      help="One line: why, for the person who reads the comment.")
+
+
+@worker_group.command("backlog")
+@click.argument("issue")
+@pass_ctx
+def backlog_cmd(cli: CliContext, issue: str) -> None:
+    """Print the project's open issues, recently finished ones and recent events (groom)."""
+    click.echo(groom.backlog(w.require_worker(issue)))
+
+
+@worker_group.command("propose")
+@click.argument("issue")
+@click.option("--title", required=True, help="The missing work, in a few words.")
+@click.option("--description", default="", help="What is to be done and how to check it.")
+@click.option("--priority", type=click.IntRange(0, 4), default=0, show_default=True,
+              help="0 = none, 1 = urgent … 4 = low.")
+@REASON
+@pass_ctx
+def propose_cmd(cli: CliContext, issue: str, title: str, description: str, priority: int,
+                reason: str) -> None:
+    """Propose a new issue (groom): it waits in the backlog for a person."""
+    outcome = groom.propose(w.require_worker(issue), title, reason, description=description,
+                            priority=priority)
+    click.echo(_said(outcome, "Carry on."))
+
+
+@worker_group.command("prioritize")
+@click.argument("issue")
+@click.argument("target")
+@click.option("--priority", type=click.IntRange(1, 4), required=True,
+              help="1 = urgent … 4 = low; a priority a person set may only be lowered.")
+@REASON
+@pass_ctx
+def prioritize_cmd(cli: CliContext, issue: str, target: str, priority: int, reason: str) -> None:
+    """Set TARGET's priority (groom), with the reason as a comment."""
+    outcome = groom.prioritize(w.require_worker(issue), target, priority, reason)
+    click.echo(_said(outcome, "Carry on."))
+
+
+@worker_group.command("flag")
+@click.argument("issue")
+@click.argument("target")
+@click.option("--duplicate-of", default=None, help="The issue TARGET duplicates.")
+@click.option("--stale", is_flag=True, help="TARGET looks out of date or no longer needed.")
+@REASON
+@pass_ctx
+def flag_cmd(cli: CliContext, issue: str, target: str, duplicate_of: str | None, stale: bool,
+             reason: str) -> None:
+    """Flag TARGET as a likely duplicate or stale (groom), for a person to decide."""
+    if bool(duplicate_of) == stale:
+        raise click.UsageError("give exactly one of --duplicate-of ISSUE or --stale")
+    outcome = groom.flag(w.require_worker(issue), target, reason, duplicate_of=duplicate_of,
+                         stale=stale)
+    click.echo(_said(outcome, "Carry on."))

@@ -27,11 +27,19 @@ from typing import Any
 import structlog
 
 from ralph_dev.adapters.jj_workspaces import UnmergeableWork
-from ralph_dev.control.relay import RELAY_KINDS, RelayItem, RelayQueue
+from ralph_dev.control import groom
+from ralph_dev.control.relay import (
+    EVENTS_SCANNED,
+    RELAY_KINDS,
+    RelayItem,
+    RelayQueue,
+    created_by_runs_since,
+)
 from ralph_dev.core import channel as ch
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
 from ralph_dev.core.fsutil import atomic_write_text, private_dir
+from ralph_dev.core.groom import GroomRefused
 from ralph_dev.core.model import (
     SESSION_ID_RE,
     Issue,
@@ -51,8 +59,6 @@ log = structlog.get_logger(__name__)
 
 SNAPSHOT_EVERY = timedelta(seconds=20)
 """A worker's activity snapshots its workspace at most this often (jj records the edits)."""
-
-PLAN_EVENTS_SCANNED = 5000
 
 
 class Refused(RalphError):
@@ -113,7 +119,14 @@ class Channel:
             review_after_execute=self.settings.review_after_execute))
         self.issues[issue.identifier] = issue
         self._write_view(issue)
+        if role is Role.GROOM:
+            self._write_backlog(issue.identifier)
         return base
+
+    def _write_backlog(self, name: str) -> None:
+        """A groom worker's view of the project (``control.groom``), refreshed each tick."""
+        if self.run_dir(name).is_dir():
+            groom.publish_backlog(self.run_dir(name), self.issues.values(), self.store)
 
     async def adopt(self, observed: Observed) -> None:
         """A live worker with no run dir was started by a release before the channel: give
@@ -152,6 +165,9 @@ class Channel:
             issue = self.issues.get(name)
             if issue is not None:
                 self._write_view(issue)
+                record = self.store.load_record(name)
+                if record is not None and record.role is Role.GROOM:
+                    self._write_backlog(name)
 
     def worker_names(self) -> list[str]:
         try:
@@ -261,7 +277,7 @@ class Channel:
             return ch.Answer(report.id, False, f"ralph-dev has no worker for {name} now; stop")
         try:
             message, data = await self._apply(name, record.role, report)
-        except Refused as exc:
+        except (Refused, GroomRefused) as exc:
             return ch.Answer(report.id, False, str(exc))
         except (RalphError, OSError) as exc:
             log.warning("report_failed", issue=name, report=report.kind, error=str(exc))
@@ -297,6 +313,9 @@ class Channel:
                         else f"note posted on {name}."), {}
             case "plan":
                 return self._plan(name, role, fields, issue, report.id)
+            case "propose" | "prioritize" | "flag":
+                return groom.accept(self.settings, self.store, self.relay, self.issues, name,
+                                    role, report)
             case "verify_failed":
                 self.store.update_record(
                     name, last_failure=f"verify failed: exit {fields.get('exit_code')}")
@@ -390,7 +409,7 @@ class Channel:
         try:
             admit_plan(entries, per_plan=limits.plan_issues,
                        per_hour=limits.plan_issues_per_hour,
-                       created_last_hour=created_by_plans_since(self.store, utcnow()
+                       created_last_hour=created_by_runs_since(self.store, utcnow()
                                                                 - timedelta(hours=1)),
                        person_only_labels=self.settings.labels.person_only())
         except PlanRefused as exc:
@@ -419,11 +438,4 @@ def record_planned(store: StateStore, name: str) -> bool:
     since = record.started_at if record else None
     return any(e.get("event") == "worker_plan" and e.get("issue") == name
                and (since is None or (from_iso(e.get("time")) or since) >= since)
-               for e in store.recent_events(PLAN_EVENTS_SCANNED))
-
-
-def created_by_plans_since(store: StateStore, since: Any) -> int:
-    """Issues plan workers created since ``since``, from the ``worker_plan`` events."""
-    return sum(len(event.get("created") or ()) for event in store.recent_events(PLAN_EVENTS_SCANNED)
-               if event.get("event") == "worker_plan" and (from_iso(event.get("time")) or since)
-               > since)
+               for e in store.recent_events(EVENTS_SCANNED))

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import structlog
 
-from ralph_dev.control import admission, patterns, workspace_hooks
+from ralph_dev.control import admission, groom, patterns, workspace_hooks
 from ralph_dev.control.agent_waits import AgentWaits
 from ralph_dev.control.beating import while_beating
 from ralph_dev.control.channel import Channel
@@ -206,6 +206,8 @@ class Controller:
             plan = decide(observed, self.settings, self.clock())
             result = TickResult(self.tick_number, plan, observed)
             await self._carry_out(plan, observed, result)
+            if plan.open_groom and not self.stopping:
+                await groom.open_run(self.settings, self.tracker, self.store, plan.open_groom)
             self.tick_seconds.observe(time.monotonic() - started)
             self.write_heartbeat(observed, plan)
             return result

@@ -1,6 +1,7 @@
 """The tracker writes of workers' reports, made by the controller, exactly once.
 
-A worker's ``done``, ``blocked``, ``note`` and ``plan`` are accepted by the
+A worker's ``done``, ``blocked``, ``note`` and ``plan`` (and a groom worker's
+``propose``, ``prioritize`` and ``flag``: ``control.groom_relay``) are accepted by the
 controller (``control.channel``) and queued here as one file each
 (``state_dir/relay/ID.json``): the queue is the controller's own, out of every
 worker's reach, and it outlives the worker, its workspace and its record. Each
@@ -21,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from ralph_dev.control import patterns
+from ralph_dev.control import groom_relay, patterns
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import TrackerError
 from ralph_dev.core.fsutil import atomic_write_text, private_dir
@@ -37,7 +38,7 @@ DONE_MARK = "[ralph-dev] {issue} done"
 BLOCKED_MARK = "[ralph-dev] {issue} blocked: a question for a person"
 NOTE_MARK = "[ralph-dev] {issue} note"
 
-RELAY_KINDS = frozenset({"done", "blocked", "note", "plan"})
+RELAY_KINDS = frozenset({"done", "blocked", "note", "plan", "propose", "prioritize", "flag"})
 """Reports that write to the tracker (the others only change ralph-dev's own state)."""
 
 BACKOFF_FIRST = 5.0
@@ -187,6 +188,8 @@ class RelayQueue:
                     item, NOTE_MARK, self.settings.labels.agent_feedback_given)
             case "plan":
                 return await self._plan(item)
+            case "propose" | "prioritize" | "flag":
+                return await groom_relay.apply(self.settings, self.store, self.tracker, item)
         return {}
 
     async def _done(self, item: RelayItem) -> dict[str, Any]:
@@ -231,3 +234,14 @@ class RelayQueue:
                           plan_text(str(item.body.get("text", "")),
                                              item.body["entries"]), created, utcnow())
         return {"created": created}
+
+
+EVENTS_SCANNED = 5000
+
+
+def created_by_runs_since(store: StateStore, since: datetime) -> int:
+    """Issues plan workers and groom runs created since ``since`` (their ``worker_plan``
+    and ``groom_proposed`` events): the hourly cap counts both."""
+    return sum(len(event.get("created") or ()) for event in store.recent_events(EVENTS_SCANNED)
+               if event.get("event") in ("worker_plan", "groom_proposed")
+               and (from_iso(event.get("time")) or since) > since)

@@ -43,12 +43,15 @@ sandboxed worker's commands ignore it: only :data:`RUN_MOUNT` counts there."""
 
 WORKER_FILE = "worker.json"
 ISSUE_FILE = "issue.json"
+BACKLOG_FILE = "backlog.json"
+"""A groom worker's view of the project's issues and recent events."""
 SOCKET = "ctl.sock"
 OUTBOX = "outbox"
 ANSWERS = "answers"
 
 REPORT_KINDS = frozenset({
     "done", "blocked", "note", "plan",  # the worker's reports (tracker writes)
+    "propose", "prioritize", "flag",  # a groom worker's (tracker writes too)
     "verify_failed", "session", "agent_error", "iteration_cap", "activity",  # its news
 })
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from ralph_dev.core.config_rules import validate
 from ralph_dev.core.errors import ConfigError, UnknownProject
+from ralph_dev.core.groom import GroomSettings
 from ralph_dev.core.model import Role
 from ralph_dev.core.paths import ProjectPaths, check_project_name, config_file
 from ralph_dev.core.typed_toml import coerce
@@ -129,6 +130,10 @@ class Labels:
     hold: str = "ralph:hold"
     phase: str = "ralph:phase"
     """Marks a phase/parent issue: with no children yet it goes to a plan worker."""
+    groom: str = "ralph:groom"
+    """Its issue is a groom run (a person asks for one by labeling an issue)."""
+    proposed: str = "ralph:proposed"
+    """An issue a groom worker proposed (in a backlog state until a person accepts it)."""
     model_prefix: str = "model:"
 
     def steering(self) -> tuple[str, ...]:
@@ -143,13 +148,16 @@ class Labels:
             self.review,
             self.hold,
             self.phase,
+            self.groom,
+            self.proposed,
         )
 
     def person_only(self) -> tuple[str, ...]:
         """Labels that speak for a person (a hold, an answer, a question): never set by a
-        plan or an agent. Role labels (plan, research, review, phase) a plan may use."""
+        plan or an agent (nor a groom run: a person asks for one). Role labels (plan,
+        research, review, phase) a plan may use."""
         return (self.user_input_needed, self.user_feedback_given, self.agent_feedback_given,
-                self.agent_input_needed, self.hold)
+                self.agent_input_needed, self.hold, self.groom)
 
 
 @dataclass(frozen=True)
@@ -162,8 +170,7 @@ class MergeSettings:
     verify_trunk: bool = False
     """Run the verify command on trunk after each merge; red trunk stops merges."""
     verified: bool = True
-    """The verified merge lane (local mode, with a verify command): each change is
-    rebased onto trunk and verified there before trunk moves; red goes back to a worker."""
+    """Local mode with a verify command: each change is verified on top of trunk first."""
 
 
 @dataclass(frozen=True)
@@ -244,6 +251,7 @@ class ProjectSettings:
     web: WebSettings = field(default_factory=WebSettings)
     notify: NotifySettings = field(default_factory=NotifySettings)
     patterns: PatternSettings = field(default_factory=PatternSettings)
+    groom: GroomSettings = field(default_factory=GroomSettings)
 
     @property
     def paths(self) -> ProjectPaths:
@@ -291,6 +299,7 @@ _SECTIONS: dict[str, type] = {
     "web": WebSettings,
     "notify": NotifySettings,
     "patterns": PatternSettings,
+    "groom": GroomSettings,
 }
 
 

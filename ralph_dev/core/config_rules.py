@@ -64,6 +64,12 @@ def validate(settings: ProjectSettings, where: str) -> None:
             raise bad(f"timing.{key}", "must be greater than 0")
     if settings.hooks.timeout <= 0:
         raise bad("hooks.timeout", "must be greater than 0")
+    g = settings.groom
+    for key in ("interval", "min_interval", "auto_accept_per_day"):
+        if getattr(g, key) < 0:
+            raise bad(f"groom.{key}", "must not be negative (0 turns it off)")
+    if g.proposals < 1:
+        raise bad("groom.proposals", "must be at least 1")
     if t.max_attempts < 1:
         raise bad("timing.max_attempts", "must be at least 1")
     if t.retry_cap < t.retry_base:

@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.critical_path import work_behind
+from ralph_dev.core.groom import PRIORITY_NAMES
 from ralph_dev.core.model import (
     CONTROLLER_WINDOW,
     IDENTIFIER_RE,
@@ -70,7 +71,6 @@ NUDGE_MESSAGE = (
 )
 """The only text ever typed into a worker's pane by decide: fixed, never issue text."""
 
-PRIORITY_NAMES = {0: "no priority", 1: "urgent", 2: "high", 3: "medium", 4: "low"}
 
 _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,99}$")
 """What a ``model:X`` label value may be: it becomes one argv element of the agent."""
@@ -269,6 +269,8 @@ class _World:
             return Role.RESOLVE
         if ws is not None and self.sent_back(ident):
             return Role.EXECUTE  # its change failed verify on trunk: its worker redoes it
+        if self.has(ident, lab.groom):
+            return Role.GROOM
         if self.has(ident, lab.plan) or (self.has(ident, lab.phase) and not self.kids(ident)):
             return Role.PLAN
         if self.in_review_state(issue) or self.has(ident, lab.review):
@@ -422,6 +424,8 @@ class _Decider:
     resolves: list[_Candidate] = field(default_factory=list)
     orphans: list[_Candidate] = field(default_factory=list)
     merged: bool = False
+    idle: bool = False
+    """Workers could start and no issue waits for one (``groom.when_idle``)."""
 
     @property
     def settings(self) -> ProjectSettings:
@@ -793,6 +797,7 @@ class _Decider:
     def spawns(self) -> None:
         if not self.tracker_ok or self.paused:
             return
+        self.idle = True
         w = self.world
         s = self.settings
         per_role: Counter[Role] = Counter()
@@ -822,10 +827,11 @@ class _Decider:
                 self.retry(ident, issue, role, f"{why}, tried before", dispatch)
         queue = [*self.resolves, *sorted(self.orphans, key=lambda c: dispatch_key(c.issue)),
                  *dispatch]
+        self.idle = not queue and total < s.limits.max_workers
         for cand in queue:
             if total >= s.limits.max_workers:
                 break
-            if per_role[cand.role] >= s.role_limit(cand.role):
+            if per_role[cand.role] >= self.role_cap(cand.role):
                 continue
             per_role[cand.role] += 1
             total += 1
@@ -841,12 +847,52 @@ class _Decider:
             )
 
 
+    def role_cap(self, role: Role) -> int:
+        """Workers of ``role`` at most at once: its limit, and one groom worker at most."""
+        cap = self.settings.role_limit(role)
+        return min(cap, 1) if role is Role.GROOM else cap
+
+    def groom_due(self) -> str:
+        """Why ralph-dev should open a groom run now ("" = it should not).
+
+        By itself only (a person's ``ralph:groom`` issue is dispatched like any ready
+        issue): when ``groom.when_idle`` and workers could start but nothing is ready
+        or waiting, or when ``groom.interval`` has passed since the last run; never
+        sooner than ``groom.min_interval`` after the last one, never while a groom
+        issue is open (running, waiting or held: at most one at a time), never while
+        the swarm is paused or the tracker unread.
+        """
+        g, w = self.settings.groom, self.world
+        if not (g.when_idle or g.interval > 0) or not self.tracker_ok or self.paused \
+                or self.role_cap(Role.GROOM) < 1:
+            return ""
+        label = self.settings.labels.groom
+        groom_issues = [i for i in w.issues.values() if not i.foreign and w.has(i.identifier,
+                                                                               label)]
+        if any(not i.state_type.finished for i in groom_issues):
+            return ""
+        starts = [_aware(i.created_at) for i in groom_issues if i.created_at is not None]
+        starts += [_aware(r.started_at) for r in w.records.values()
+                   if r.role is Role.GROOM and r.started_at is not None]
+        since = _seconds(self.now, max(starts)) if starts else None
+        if since is not None and since < g.min_interval:
+            return ""
+        last = "no groom run yet" if since is None else f"the last groom run began {since:.0f}s ago"
+        if g.interval > 0 and (since is None or since >= g.interval):
+            return f"{last} (groom.interval {g.interval:g}s)"
+        if g.when_idle and self.idle:
+            return (f"workers could start but no issue is ready, and {last} "
+                    f"(groom.when_idle, groom.min_interval {g.min_interval:g}s)")
+        return ""
+
+
 def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan:
     """The actions that bring the world to what it should be, each with its reason.
 
     Order: per-issue upkeep (kill, merge, forget, reap, nudge, restart, hold,
     feedback, complete) by identifier, then spawns — resolve workers, orphan
-    respawns, new dispatches — within the global and per-role limits.
+    respawns, new dispatches — within the global and per-role limits; and whether a
+    groom run is due (``Plan.open_groom``).
     """
     world = _World.build(observed, settings)
     decider = _Decider(world, now)
@@ -854,4 +900,4 @@ def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan
     for ident in sorted(idents, key=_id_key):
         decider.issue_chain(ident)
     decider.spawns()
-    return Plan(tuple(decider.actions))
+    return Plan(tuple(decider.actions), open_groom=decider.groom_due())

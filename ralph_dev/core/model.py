@@ -92,10 +92,13 @@ class Role(StrEnum):
     REVIEW = "review"
     RESEARCH = "research"
     RESOLVE = "resolve"
+    GROOM = "groom"
+    """Grooms the backlog: proposes issues, reorders priorities, flags duplicates and
+    stale issues through its own ``worker`` commands (``control.groom``)."""
 
     @property
     def may_edit(self) -> bool:
-        """Review, research and plan workers look and report; they never edit files."""
+        """Review, research, plan and groom workers look and report; they never edit files."""
         return self in (Role.EXECUTE, Role.RESOLVE)
 
 
@@ -155,6 +158,8 @@ class NewIssue:
     ref: str | None = None
     """A batch-local name so entries of one import can point at each other."""
     state: str | None = None
+    state_type: StateType | None = None
+    """Without a ``state`` name: the first state of this type (a groom proposal's backlog)."""
 
 
 @dataclass(frozen=True)
@@ -381,6 +386,9 @@ class Resume(Action):
 @dataclass(frozen=True)
 class Plan:
     actions: tuple[Action, ...] = ()
+    open_groom: str = ""
+    """Why a groom run is due (its issue is to be opened: ``control.groom``); "" when
+    none is. An issue is created for it, so the run has an identifier like any worker."""
 
     def __bool__(self) -> bool:
         return bool(self.actions)

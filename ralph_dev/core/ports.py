@@ -170,6 +170,10 @@ class TrackerWriter(Protocol):
 
     async def add_labels(self, identifier: str, labels: Sequence[str]) -> Issue: ...
 
+    async def set_priority(self, identifier: str, priority: int) -> Issue:
+        """0 = none, 1 = urgent … 4 = low; the same priority again writes nothing."""
+        ...
+
     async def remove_labels(self, identifier: str, labels: Sequence[str]) -> Issue: ...
 
     async def comment(self, identifier: str, body: str, *, by_ralph: bool = True,

@@ -13,7 +13,9 @@ hangs on attempt 1 only, ``write-hang`` makes its change and then hangs (a worke
 a person overtakes by marking the issue Done), ``block`` reports blocked with a question,
 ``conflict:PATH`` writes the same PATH as other issues (to force a conflict),
 ``plan:FILE`` (a plan worker) submits the plan file FILE with ``worker plan`` and
-reports done.
+reports done, ``groom:FILE`` (a groom worker) runs each ``[COMMAND, ARG…]`` of the
+JSON list in FILE as ``ralph-dev worker COMMAND ISSUE ARG…`` (``propose``,
+``prioritize``, ``flag``, ``backlog``) and reports done.
 
 Steering behaviours (label steering tests): ``block-once`` asks a person a
 question unless people's feedback already reached it (the feedback block of its
@@ -121,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         code = ralph("worker", "plan", issue, "--file", what.split(":", 1)[1])
         return code or ralph("worker", "done", issue, "--summary",
                              f"Scripted plan for {issue}: {what.split(':', 1)[1]}.")
+
+    if what.startswith("groom:"):
+        for command, *rest in json.loads(Path(what.split(":", 1)[1]).read_text()):
+            ralph("worker", command, issue, *rest)
+        return ralph("worker", "done", issue, "--summary", f"Scripted groom run {issue}.")
 
     seconds = 1.0
     target = Path("changes") / f"{issue}.txt"

@@ -143,6 +143,13 @@ ROLE_RULES: dict[Role, tuple[str, ...]] = {
         "Answer the question in this issue with evidence (sources, experiments, numbers).",
         "Do not edit project files. Post findings with `ralph-dev worker note`.",
     ),
+    Role.GROOM: (
+        "Groom the project's backlog: read it with `ralph-dev worker backlog`, and trunk "
+        "in your workspace.",
+        "Do not edit project files. Propose missing issues, lower or set priorities and "
+        "flag duplicates or stale issues, each with a one-line --reason; never touch an "
+        "issue with a LIVE WORKER.",
+    ),
 }
 
 DECISIONS = (

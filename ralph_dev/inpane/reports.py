@@ -71,7 +71,8 @@ class Outcome:
     already: bool = False
 
 
-def _send(w: Worker, kind: str, fields: dict[str, Any]) -> Outcome:
+def send(w: Worker, kind: str, fields: dict[str, Any]) -> Outcome:
+    """Hand one report to the controller and say what became of it (or raise its refusal)."""
     _report, answer = ch.submit(w.run_dir, kind, fields)
     if answer is None:
         return Outcome("ralph-dev's controller is not answering right now; the report is "
@@ -102,19 +103,19 @@ def done(w: Worker, summary: str, *, timeout: float = VERIFY_TIMEOUT
             raise VerifyFailed(verify, cwd)
     fields = {"summary": clean_text(summary).strip(),
               "verify": dataclasses.asdict(verify) if verify else None}
-    return _send(w, "done", fields), verify
+    return send(w, "done", fields), verify
 
 
 def blocked(w: Worker, question: str) -> Outcome:
     if not question.strip():
         raise WorkerError("--question is empty: ask the person exactly what you need decided")
-    return _send(w, "blocked", {"text": clean_text(question).strip()})
+    return send(w, "blocked", {"text": clean_text(question).strip()})
 
 
 def note(w: Worker, text: str) -> Outcome:
     if not text.strip():
         raise WorkerError("the note is empty: write what a person should know")
-    return _send(w, "note", {"text": clean_text(text).strip()})
+    return send(w, "note", {"text": clean_text(text).strip()})
 
 
 def plan(w: Worker, path: Path) -> tuple[Outcome, int]:
@@ -135,7 +136,7 @@ def plan(w: Worker, path: Path) -> tuple[Outcome, int]:
                            "blocked_by": list(e.blocked_by)} for e in entries],
               # the file's own words (comments too): how the plan says it splits the work
               "text": path.read_text(encoding="utf-8", errors="replace")[:PLAN_TEXT_CHARS]}
-    return _send(w, "plan", fields), len(entries)
+    return send(w, "plan", fields), len(entries)
 
 
 def feedback(w: Worker, *, show_all: bool = False) -> list[Comment]:

@@ -194,6 +194,22 @@ class LocalTracker(IssueCreation):
 
         return self._write_call(f"changing labels of {identifier}", work)
 
+    def set_priority_sync(self, identifier: str, priority: int) -> Issue:
+        number = self._number(identifier)
+        if not isinstance(priority, int) or isinstance(priority, bool) or priority not in range(5):
+            raise TrackerInputError(f"priority {priority!r} is not 0-4 (0 = none, 1 = urgent, "
+                                    "4 = low)")
+
+        def work(conn: sqlite3.Connection) -> Issue:
+            self._existing(conn, identifier)
+            if conn.execute("UPDATE issues SET priority = ? WHERE number = ? AND priority != ?",
+                            (priority, number, priority)).rowcount:
+                self._touch(conn, number)
+                log.info("issue_priority", issue=identifier, priority=priority)
+            return self._one(conn, number)
+
+        return self._write_call(f"setting the priority of {identifier}", work)
+
     def comment_sync(
         self, identifier: str, body: str, *, by_ralph: bool = True, author: str | None = None
     ) -> None:
@@ -272,6 +288,9 @@ class LocalTracker(IssueCreation):
         self, identifier: str, *, name: str | None = None, type: StateType | None = None
     ) -> Issue:
         return await asyncio.to_thread(self.set_state_sync, identifier, name=name, type=type)
+
+    async def set_priority(self, identifier: str, priority: int) -> Issue:
+        return await asyncio.to_thread(self.set_priority_sync, identifier, priority)
 
     async def add_labels(self, identifier: str, labels: Sequence[str]) -> Issue:
         return await asyncio.to_thread(self.change_labels_sync, identifier, add=list(labels))

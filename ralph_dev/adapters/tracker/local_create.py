@@ -58,11 +58,12 @@ class IssueCreation(TrackerDb):
             default_state = self._resolve_state(conn, DEFAULT_NEW_STATE, None)
             states = []
             for entry in entries:
-                states.append(
-                    default_state
-                    if entry.state is None
-                    else self._resolve_state(conn, entry.state, None)
-                )
+                if entry.state is not None:
+                    states.append(self._resolve_state(conn, entry.state, None))
+                elif entry.state_type is not None:
+                    states.append(self._resolve_state(conn, None, entry.state_type))
+                else:
+                    states.append(default_state)
             # Nodes: existing identifiers, "ref:NAME" for batch entries with a ref,
             # "new:I" for the others. Parent and blocker edges both must be acyclic.
             node = [f"ref:{e.ref}" if e.ref else f"new:{i}" for i, e in enumerate(entries)]

@@ -166,6 +166,16 @@ class LinearTracker(LinearReader):
     async def add_labels(self, identifier: str, labels: Sequence[str]) -> Issue:
         return await self.change_labels(identifier, add=labels)
 
+    async def set_priority(self, identifier: str, priority: int) -> Issue:
+        """One request, none when the issue has that priority already."""
+        if priority not in range(5):
+            raise TrackerInputError(f"priority {priority!r} is not 0-4")
+        issue = await self.get(identifier)
+        if issue.priority == priority:
+            return issue
+        log.info("linear_priority", issue=identifier, priority=priority)
+        return await self._update(issue, {"priority": priority})
+
     async def remove_labels(self, identifier: str, labels: Sequence[str]) -> Issue:
         return await self.change_labels(identifier, remove=labels)
 
@@ -290,12 +300,14 @@ class LinearTracker(LinearReader):
         raise LinearSetupError(self._team_choices(
             project, "a new issue without a parent needs a team, and there is more than one in"))
 
-    def _new_state(self, team: LinearTeam, asked: str | None) -> LinearState:
-        """The entry's own state, else ``tracker.linear_new_state``, else the team's first
-        "unstarted" state (Todo) — never Linear's default, which is a Backlog state that
-        ralph-dev would never dispatch from."""
-        name = asked or self.new_state
-        state = team.state(name=name, type=None if name else StateType.UNSTARTED)
+    def _new_state(self, team: LinearTeam, asked: str | None,
+                   asked_type: StateType | None = None) -> LinearState:
+        """The entry's own state (by name, else the first of its type), else
+        ``tracker.linear_new_state``, else the team's first "unstarted" state (Todo) —
+        never Linear's default, which is a Backlog state that ralph-dev would never
+        dispatch from (a groom proposal asks for one by type)."""
+        name = asked or (None if asked_type else self.new_state)
+        state = team.state(name=name, type=None if name else asked_type or StateType.UNSTARTED)
         if state is None:
             setting = "" if asked else " (tracker.linear_new_state)"
             wanted = repr(name) + setting if name else "of type unstarted"
@@ -319,7 +331,8 @@ class LinearTracker(LinearReader):
                 team = await self._team_of(parent)
             else:
                 team = self._default_team(project)
-            plans[i] = CreatePlan(team, self._new_state(team, entry.state), parent_id)
+            state = self._new_state(team, entry.state, entry.state_type)
+            plans[i] = CreatePlan(team, state, parent_id)
         return plans
 
     async def create_issues(self, new: Sequence[NewIssue]) -> list[str]:
