@@ -565,3 +565,40 @@ def test_a_question_asked_in_prose_goes_to_a_person_and_the_answer_to_the_sessio
             assert absent not in events, absent
         spawns = [e for e in world.store.iter_events() if e["event"] == "spawn"]
         assert len(spawns) == 1  # the same session all along
+
+
+def test_a_groom_worker_proposes_through_real_claude(world: World,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15 item 2: a groom worker (read-only tools, like review) reads the backlog
+    and proposes an issue with `ralph-dev worker propose` from its Bash tool; the
+    proposal lands in the backlog state with `ralph:proposed` and its reason, and the
+    worker cannot edit files."""
+    (existing,) = world.tracker.create_issues_sync([NewIssue(title="Phase 2: validate config")])
+    (run,) = world.tracker.create_issues_sync([NewIssue(title="Groom the backlog",
+                                                        labels=("ralph:groom",))])
+    propose = (f"ralph-dev worker propose {run} --title 'Validate config keys' --priority 3 "
+               "--description 'Nothing checks the config file keys.' "
+               "--reason 'phase 2 promises config validation; nothing does it'")
+    brain = ScriptedWorker({run: [
+        bash(f"ralph-dev worker backlog {run}", "read the backlog"),
+        bash(propose, "propose the gap"),
+        bash(f"ralph-dev worker done {run} --summary 'proposed one issue'"),
+    ]}, final_text="Groomed.")
+
+    with FakeAnthropic(brain) as api:
+        spawn(world, api, run, Role.GROOM, monkeypatch)
+        try:
+            retry_until(lambda: any("ralph:proposed" in i.labels
+                                    for i in world.tracker.list_issues_sync()), 90,
+                        what="the proposal in the tracker")
+            retry_until(lambda: api.answered("Groomed."), 60, what="the final turn")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{diagnostics(world, api, run)}") from None
+        backlog_read = tool_results(api.main_messages()[-1])
+        assert any(existing in text for text in backlog_read)  # it saw the open issues
+        tools = tool_names(api.main_messages()[0])
+        assert "Bash" in tools and "Edit" not in tools and "Write" not in tools
+    (proposal,) = [i for i in world.tracker.list_issues_sync() if "ralph:proposed" in i.labels]
+    assert proposal.title == "Validate config keys"
+    assert proposal.state_type is StateType.BACKLOG  # waits for a person
+    assert any("nothing does it" in c.body for c in proposal.comments)
