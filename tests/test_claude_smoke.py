@@ -602,3 +602,56 @@ def test_a_groom_worker_proposes_through_real_claude(world: World,
     assert proposal.title == "Validate config keys"
     assert proposal.state_type is StateType.BACKLOG  # waits for a person
     assert any("nothing does it" in c.body for c in proposal.comments)
+
+
+def test_spend_is_counted_from_the_transcript_and_a_budget_stops_the_worker(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13 item 5: what each agent spends is read from its transcript; the done
+    comment and the state say it; an issue over its budget has its worker stopped and
+    is held with the figures, and is not started again."""
+    from ralph_dev.control import costs as spending
+    from ralph_dev.core.costs import CostSettings
+
+    (cheap, dear) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt"),
+                                                      NewIssue(title="Think forever")])
+    finish = f"touch ok.txt && ralph-dev worker done {cheap} --summary 'added ok.txt'"
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        if not is_main_conversation(request):
+            return [Text("ok")]
+        if ScriptedWorker({cheap: [], dear: []}).issue_of(request) == cheap:
+            return [Text("Done.")] if tool_uses_so_far(request) else [bash(finish)]
+        return [bash("sleep 1", "think")]  # never finishes: spends on every call
+
+    with FakeAnthropic(brain) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        settings = dataclasses.replace(world.settings, limits=dataclasses.replace(
+            world.settings.limits, max_workers=1))
+        tick = controller_ticks(world, settings)
+        retry_until(lambda: (tick(), world.tracker.get_sync(cheap).state_type
+                             is StateType.COMPLETED)[1], 90,
+                    what="the cheap issue done" + diagnostics(world, api, cheap))
+        done = next(c.body for c in world.tracker.get_sync(cheap).comments
+                    if c.body.startswith(f"[ralph-dev] {cheap} done"))
+        assert "Spent so far:" in done and "tokens" in done
+        spent = spending.issue_spend(spending.load(world.settings), cheap)
+        assert spent.tokens > 0 and spent.usd > 0  # priced at sonnet's list price
+
+        budget = spent.tokens * 2
+        tick = controller_ticks(world, dataclasses.replace(
+            settings, costs=CostSettings(issue_tokens=budget)))
+        retry_until(lambda: (tick(), "user-input-needed"
+                             in world.tracker.get_sync(dear).labels)[1], 120,
+                    what="the dear issue held over its budget" + diagnostics(world, api, dear))
+        comment = world.tracker.get_sync(dear).comments[-1].body
+        assert "over its budget" in comment and "costs.issue_tokens" in comment
+        assert not any(w.name == dear and w.alive for w in world.tmux.list_windows())
+        calls = len(api.main_messages())
+        for _ in range(4):
+            tick()
+        assert len(api.main_messages()) == calls  # stopped, and not started again
+        spawns = [e for e in world.store.iter_events()
+                  if e["event"] == "spawn" and e["issue"] == dear]
+        assert len(spawns) == 1
+        assert any(e["event"] == "budget_exceeded" for e in world.store.iter_events())

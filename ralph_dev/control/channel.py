@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from ralph_dev.adapters.jj_workspaces import UnmergeableWork
+from ralph_dev.control import costs as spending
 from ralph_dev.control import groom
 from ralph_dev.control.relay import (
     EVENTS_SCANNED,
@@ -376,14 +377,19 @@ class Channel:
             except UnmergeableWork as exc:  # the agent can still fix it
                 raise Refused(str(exc)) from None
         verify = fields.get("verify") if isinstance(fields.get("verify"), dict) else None
+        ledger = spending.load(self.settings)
+        spent = spending.issue_spend(ledger, name).as_json() \
+            if name in ledger["issues"] else None
         self.relay.add(RelayItem(report_id, "done", name, {
             "role": role.value, "summary": summary[:20000], "verify": verify, "since": since,
-            "finished": to_iso(utcnow())}))
+            "finished": to_iso(utcnow()), "spent": spent}))
         self.store.update_record(name, role=role, done=True, summary=summary[:20000],
                                  sent_back=None)
         self.store.append_event("worker_done", issue=name, role=role,
                                 verify_exit=verify.get("exit_code") if verify else None,
-                                verify_seconds=verify.get("duration_s") if verify else None)
+                                verify_seconds=verify.get("duration_s") if verify else None,
+                                tokens=spent["tokens"] if spent else None,
+                                cost_usd=spent["usd"] if spent else None)
         return f"{name} reported done; summary and evidence go on the issue.", {}
 
     def _plan(self, name: str, role: Role, fields: Mapping[str, Any], issue: Issue | None,

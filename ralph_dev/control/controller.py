@@ -29,6 +29,7 @@ from ralph_dev.control import admission, groom, patterns, workspace_hooks
 from ralph_dev.control.agent_waits import AgentWaits
 from ralph_dev.control.beating import while_beating
 from ralph_dev.control.channel import Channel
+from ralph_dev.control.costs import Spending
 from ralph_dev.control.failures import AgentCheck, FailurePolicy
 from ralph_dev.control.merging import MergeLane
 from ralph_dev.control.metrics import TickHistogram
@@ -138,6 +139,7 @@ class Controller:
         self.failures = FailurePolicy(settings, store=self.store, tracker=tracker, clock=clock,
                                       agent_check=agent_check)
         self.agent_waits = AgentWaits(store=self.store, tmux=tmux, clock=clock)
+        self.spending = Spending(settings, self.store, clock)
         self.tripwires = Tripwires(settings, self.store, config=config_file(), clock=clock)
         self.channel = Channel(settings, store=self.store, tracker=tracker, jj=jj)
         self.tick_seconds = TickHistogram()  # published in the heartbeat for /metrics
@@ -193,6 +195,7 @@ class Controller:
             for window in observed.windows:
                 if window.alive and window.name in observed.records:
                     self.store.rotate_log(window.name)
+            await self._stop_over_budget(observed)
             held, why = self.tripwires.check(observed)
             for name in held:
                 await self.failures.hold_for_person(name, why)
@@ -213,6 +216,20 @@ class Controller:
             return result
         finally:
             structlog.contextvars.unbind_contextvars("tick")
+
+    async def _stop_over_budget(self, observed: Observed) -> None:
+        """Count what the agents spent since the last tick; stop and hold a worker whose
+        issue is past its budget (once: a held issue is left alone)."""
+        held = self.settings.labels.user_input_needed.casefold()
+        labels = {i.identifier: {n.casefold() for n in i.labels} for i in observed.issues}
+        for name, why in self.spending.account(observed.records):
+            if held in labels.get(name, {held}):
+                continue
+            self._kill_windows(name, observed)
+            self.store.append_event("budget_exceeded", issue=name, why=why)
+            await self.failures.hold_for_person(
+                name, f"{name} is over its budget: {why}. Its worker was stopped; its work "
+                      "stays in its workspace. Raise the budget in ralph-dev's config first")
 
     def _idle_tick(self) -> TickResult:
         """A tick that cannot see the repository acts on nothing (a workspace jj cannot

@@ -67,8 +67,10 @@ def _in_target(issue: Issue, name: str | None, type_: StateType | None) -> bool:
 
 
 def evidence_comment(issue: str, role: Role, summary: str, verify: dict[str, Any] | None,
-                     verify_command: str | None, finished: datetime) -> str:
-    """The ``done`` comment: the worker's summary and the verify run's evidence."""
+                     verify_command: str | None, finished: datetime,
+                     spent: dict[str, Any] | None = None) -> str:
+    """The ``done`` comment: the worker's summary, the verify run's evidence and what
+    the issue's agents spent so far (when their transcripts said)."""
     lines = [f"{DONE_MARK.format(issue=issue)} ({role.value} worker)", "",
              strip_ansi(summary).strip(), ""]
     if verify is None:
@@ -82,6 +84,9 @@ def evidence_comment(issue: str, role: Role, summary: str, verify: dict[str, Any
             f"{float(verify.get('duration_s') or 0):.1f} s.",
             "Output (last lines):", output_block(str(verify.get("output_tail", ""))),
         ]
+    if spent:
+        lines.append(f"Spent so far: {spent.get('tokens', 0)} tokens, about "
+                     f"${float(spent.get('usd', 0.0)):.2f} (estimated from list prices).")
     return "\n".join(lines) + "\n"
 
 
@@ -201,7 +206,8 @@ class RelayQueue:
         if _has_comment(issue, DONE_MARK.format(issue=item.issue), since) is None:
             body = evidence_comment(item.issue, role, str(item.body.get("summary", "")),
                                     item.body.get("verify"), self.settings.verify_command,
-                                    from_iso(item.body.get("finished")) or utcnow())
+                                    from_iso(item.body.get("finished")) or utcnow(),
+                                    item.body.get("spent"))
             await self.tracker.comment(item.issue, body, by_ralph=True)
         name, type_ = done_target(self.settings, role)
         if (name is not None or type_ is not None) and not _in_target(issue, name, type_):

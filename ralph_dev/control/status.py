@@ -25,6 +25,7 @@ from importlib import resources
 from typing import Any
 
 from ralph_dev.adapters.terminal import last_words, render_tail
+from ralph_dev.control import costs as spending
 from ralph_dev.control.disk import workspace_sizes
 from ralph_dev.control.processes import lock_holder
 from ralph_dev.control.state_sources import StateSources
@@ -142,7 +143,7 @@ async def _document(settings: ProjectSettings, sources: StateSources,
 
     live = {w.name for w in worker_windows(windows) if w.alive}
     board = _board(settings, by_id, columns, live, now)
-    workers = _workers(store, windows, records, by_id, now)
+    workers = _workers(store, windows, records, by_id, now, spending.load(settings))
     controller = _controller(settings, windows, beat, now)
     trunk, merges = await _trunk(settings, sources)
     tracker = {
@@ -264,7 +265,8 @@ def _held(issue: Issue, user_input_label: str, hold_label: str,
 
 
 def _workers(store: StateStore, windows: Sequence[Window], records: Mapping[str, Any],
-             by_id: Mapping[str, Issue], now: datetime) -> list[dict[str, Any]]:
+             by_id: Mapping[str, Issue], now: datetime,
+             ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
     workers = []
     for window in worker_windows(windows):
         record = records.get(window.name)
@@ -294,11 +296,9 @@ def _workers(store: StateStore, windows: Sequence[Window], records: Mapping[str,
             "age_s": age(started, now),
             "last_activity_at": to_iso(active),
             "idle_s": age(active, now),
-            # set by the agent supervision when it knows them; None until then
-            # what the agent itself reports (hooks, transcript): not observed yet
+            # what the agent itself reports (hooks): not observed yet
             "agent_state": None,
-            "tokens": None,
-            "cost_usd": None,
+            **_spend(ledger, window.name),
             "last_output": last_words(render_tail(log_path)),
             "window": window.window_id,
         })
@@ -368,6 +368,16 @@ async def _trunk(settings: ProjectSettings,
             "files_changed": len(change.files),
         })
     return trunk, merges
+
+
+def _spend(ledger: Mapping[str, Any], issue: str) -> dict[str, Any]:
+    """The issue's tokens and estimated dollars so far (all its workers), from the
+    transcripts (``control.costs``); None while none were read (the command runner)."""
+    if issue not in ledger["issues"]:
+        return {"tokens": None, "cost_usd": None}
+    spent = spending.issue_spend(ledger, issue).as_json()
+    return {"tokens": {k: spent[k] for k in ("input", "output", "cache_read", "cache_write")},
+            "cost_usd": spent["usd"]}
 
 
 def _costs(workers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

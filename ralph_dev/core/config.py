@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ralph_dev.core.config_rules import validate
+from ralph_dev.core.costs import CostSettings
 from ralph_dev.core.errors import ConfigError, UnknownProject
 from ralph_dev.core.groom import GroomSettings
 from ralph_dev.core.model import Role
@@ -26,14 +27,12 @@ from ralph_dev.core.typed_toml import coerce
 
 # --- settings ------------------------------------------------------------------
 
-
 @dataclass(frozen=True)
 class TrackerSettings:
     kind: Literal["local", "linear"] = "local"
     key: str = ""
     """Identifier prefix of the local tracker (``KEY`` in ``KEY-N``)."""
-    linear_project: str | None = None
-    """Linear project id, slug or name."""
+    linear_project: str | None = None  # Linear project id, slug or name
     linear_api_key_file: Path | None = None
     linear_team: str | None = None
     """Key of the Linear team new issues without a parent go to (needed when the
@@ -91,12 +90,10 @@ class Limits:
     """The most issues one plan worker's plan may create."""
     plan_issues_per_hour: int = 200
     """The most issues plan workers may create in any hour, all plans together."""
+    # no new worker below these (control/admission.py); a Claude Code worker takes ~300 MB
     min_free_memory_mb: int = 1024
-    """No new worker while less memory is available (a Claude Code worker takes ~300 MB)."""
-    min_free_disk_mb: int = 1024
-    """No new worker while the workspaces' filesystem has less free space."""
-    max_load_per_cpu: float = 4.0
-    """No new worker while the 1-minute load average per CPU is higher (0: no limit)."""
+    min_free_disk_mb: int = 1024  # free on the workspaces' filesystem
+    max_load_per_cpu: float = 4.0  # 1-minute load average per CPU; 0: no limit
 
 
 @dataclass(frozen=True)
@@ -252,6 +249,7 @@ class ProjectSettings:
     notify: NotifySettings = field(default_factory=NotifySettings)
     patterns: PatternSettings = field(default_factory=PatternSettings)
     groom: GroomSettings = field(default_factory=GroomSettings)
+    costs: CostSettings = field(default_factory=CostSettings)
 
     @property
     def paths(self) -> ProjectPaths:
@@ -300,6 +298,7 @@ _SECTIONS: dict[str, type] = {
     "notify": NotifySettings,
     "patterns": PatternSettings,
     "groom": GroomSettings,
+    "costs": CostSettings,
 }
 
 

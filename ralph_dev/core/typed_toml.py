@@ -70,6 +70,13 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             return value
         raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r}")
     if origin is tuple:
+        args = typing.get_args(tp)
+        if args and args[-1] is not Ellipsis:  # fixed length, e.g. four prices
+            if isinstance(value, list | tuple) and len(value) == len(args):
+                return tuple(coerce(v, a, f"{where}[{i}]")
+                             for i, (v, a) in enumerate(zip(value, args, strict=True)))
+            raise ConfigError(f"{where}: expected a list of {len(args)} values "
+                              f"({type_name(args[0])} each), got {value!r}")
         if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
             return tuple(value)
         raise ConfigError(f"{where}: expected a list of strings, got {value!r}")

@@ -239,7 +239,10 @@ class Recorded:
 _HIDDEN_HEADERS = {"x-api-key", "authorization"}
 
 
-def _message(blocks: Sequence[Block], model: str) -> dict[str, Any]:
+def _message(blocks: Sequence[Block], model: str, prompt_size: int = 40) -> dict[str, Any]:
+    """The answer as the API returns it; its ``usage`` is sized like the real API's
+    (about 4 bytes per token of the request and of the answer), so a long conversation
+    costs more, as it does."""
     content: list[dict[str, Any]] = []
     for block in blocks:
         if isinstance(block, Text):
@@ -260,7 +263,8 @@ def _message(blocks: Sequence[Block], model: str) -> dict[str, Any]:
         "content": content,
         "stop_reason": stop,
         "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 10,
+        "usage": {"input_tokens": max(1, prompt_size // 4),
+                  "output_tokens": max(1, len(json.dumps(content)) // 4),
                   "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
     }
 
@@ -371,7 +375,8 @@ class FakeAnthropic(LoopbackServer):
         answer = [b for b in blocks if isinstance(b, Text | ToolUse)]
         with self._lock:
             self.answers.append(answer)
-        message = _message(answer or [Text("")], str(body.get("model", "fake-model")))
+        message = _message(answer or [Text("")], str(body.get("model", "fake-model")),
+                           len(json.dumps(body)))
         if not body.get("stream"):
             return web.json_response(message)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",

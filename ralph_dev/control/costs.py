@@ -1,0 +1,124 @@
+"""The swarm's spend, kept up to date each tick, and the budgets that stop it.
+
+``costs.json`` in the project's state dir holds, per issue and role, the tokens and
+estimated dollars its workers spent (it outlives their records and workspaces), the
+dollars per UTC day, and how far each transcript was read: each tick reads only what
+Claude Code appended since (``core.costs``). An issue past ``costs.issue_usd`` or
+``costs.issue_tokens`` has its worker stopped and is held with the figures; a day past
+``costs.day_usd`` pauses dispatch until the next UTC midnight.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.costs import Usage, over_budget, read_transcript
+from ralph_dev.core.fsutil import atomic_write_text
+from ralph_dev.core.model import Pause, WorkerRecord
+from ralph_dev.core.state import StateStore
+
+log = structlog.get_logger(__name__)
+
+BUDGET_PAUSE = "budget"
+READ_AT_MOST = 8 * 2**20
+"""Transcript bytes read per worker per tick (a long backlog is read over a few ticks)."""
+
+
+def ledger_path(settings: ProjectSettings) -> Path:
+    return settings.paths.state_dir / "costs.json"
+
+
+def load(settings: ProjectSettings) -> dict[str, Any]:
+    try:
+        data = json.loads(ledger_path(settings).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    for key in ("issues", "days", "read"):
+        if not isinstance(data.get(key), dict):
+            data[key] = {}
+    return data
+
+
+def issue_spend(data: Mapping[str, Any], issue: str) -> Usage:
+    """Everything the issue's workers spent, all roles and attempts together."""
+    total = Usage()
+    for usage in (data["issues"].get(issue) or {}).values():
+        total = total + Usage.from_json(usage)
+    return total
+
+
+def _read_new(path: Path, offset: int) -> tuple[list[bytes], int]:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            chunk = handle.read(READ_AT_MOST)
+    except OSError:
+        return [], offset
+    end = chunk.rfind(b"\n") + 1  # a line still being written waits for the next tick
+    return chunk[:end].splitlines(), offset + end
+
+
+class Spending:
+    def __init__(self, settings: ProjectSettings, store: StateStore,
+                 clock: Callable[[], datetime]) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+
+    def account(self, records: Mapping[str, WorkerRecord]) -> list[tuple[str, str]]:
+        """Read what transcripts gained; (issue, why) for each issue now over budget."""
+        data = load(self.settings)
+        costs = self.settings.costs
+        today = self.clock().date().isoformat()
+        changed = False
+        for name, record in records.items():
+            if not record.transcript:
+                continue
+            seen = data["read"].get(name) or {}
+            offset = int(seen.get("offset", 0)) if seen.get("transcript") == record.transcript \
+                else 0
+            lines, offset = _read_new(Path(record.transcript), offset)
+            if not lines:
+                continue
+            spent, last_id = read_transcript(lines, costs, seen.get("last_id"))
+            data["read"][name] = {"transcript": record.transcript, "offset": offset,
+                                  "last_id": last_id}
+            changed = True
+            if not spent.tokens:
+                continue
+            roles = data["issues"].setdefault(name, {})
+            roles[record.role.value] = (Usage.from_json(roles.get(record.role.value))
+                                        + spent).as_json()
+            data["days"][today] = round(float(data["days"].get(today, 0.0)) + spent.usd, 6)
+        if changed:
+            atomic_write_text(ledger_path(self.settings), json.dumps(data, indent=1) + "\n")
+        self._day_budget(float(data["days"].get(today, 0.0)))
+        over = []
+        for name, record in records.items():
+            why = over_budget(issue_spend(data, name), costs)
+            if why is not None and record.running:
+                over.append((name, why))
+        return over
+
+    def _day_budget(self, spent_today: float) -> None:
+        cap = self.settings.costs.day_usd
+        paused = any(p.kind == BUDGET_PAUSE for p in self.store.load_pauses())
+        if cap > 0 and spent_today >= cap and not paused:
+            now = self.clock()
+            midnight = (now + timedelta(days=1)).replace(hour=0, minute=0, second=0,
+                                                         microsecond=0)
+            self.store.set_pause(Pause(
+                kind=BUDGET_PAUSE, since=now, until=midnight,
+                cause=f"the swarm has spent ${spent_today:.2f} today, costs.day_usd is "
+                      f"${cap:.2f}",
+                fix="raise costs.day_usd, or wait: dispatch resumes at midnight UTC"))
+            log.warning("day_budget_spent", usd=round(spent_today, 2))

@@ -1,0 +1,82 @@
+"""Spend from Claude Code's transcripts (issue 13 item 5): the pure rules."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ralph_dev.core.costs import (
+    CostSettings,
+    Usage,
+    over_budget,
+    price_of,
+    read_transcript,
+    usage_of,
+)
+
+
+def line(message_id: str, model: str = "claude-sonnet-5", **usage: int) -> bytes:
+    return json.dumps({"type": "assistant", "message": {
+        "id": message_id, "role": "assistant", "model": model, "usage": usage}}).encode()
+
+
+@pytest.mark.parametrize(("model", "price"), [
+    ("claude-opus-4-7", (15.0, 75.0, 18.75, 1.50)),
+    ("claude-sonnet-5", (3.0, 15.0, 3.75, 0.30)),
+    ("Claude-Haiku-4-5", (1.0, 5.0, 1.25, 0.10)),
+    ("some-other-model", (0.0, 0.0, 0.0, 0.0)),  # unknown: tokens count, dollars do not
+])
+def test_prices_by_model_family(model: str, price: tuple[float, ...]) -> None:
+    assert price_of(model, CostSettings()) == price
+
+
+def test_config_prices_come_first() -> None:
+    settings = CostSettings(prices={"sonnet-5": (1.0, 2.0, 0.0, 0.0)})
+    assert price_of("claude-sonnet-5", settings) == (1.0, 2.0, 0.0, 0.0)
+    assert price_of("claude-sonnet-4", settings) == (3.0, 15.0, 3.75, 0.30)
+
+
+def test_usage_is_priced_per_million_tokens() -> None:
+    usage = usage_of({"model": "claude-sonnet-5", "usage": {
+        "input_tokens": 1_000_000, "output_tokens": 100_000,
+        "cache_creation_input_tokens": 0, "cache_read_input_tokens": 2_000_000}},
+        CostSettings())
+    assert usage.tokens == 3_100_000
+    assert usage.usd == pytest.approx(3.0 + 1.5 + 0.6)
+
+
+def test_a_message_split_over_lines_is_counted_once_even_across_reads() -> None:
+    settings = CostSettings()
+    first, last = read_transcript([
+        line("msg_1", input_tokens=100, output_tokens=10),
+        line("msg_1", input_tokens=100, output_tokens=10),  # its second content block
+        b'{"type": "user", "message": {"role": "user", "content": "hi"}}',
+        b"not json",
+        line("msg_2", input_tokens=50, output_tokens=5),
+    ], settings, None)
+    assert (first.input, first.output) == (150, 15) and last == "msg_2"
+    more, last = read_transcript([line("msg_2", input_tokens=50, output_tokens=5),
+                                  line("msg_3", output_tokens=1)], settings, last)
+    assert more.tokens == 1 and last == "msg_3"
+
+
+@pytest.mark.parametrize(("spent", "settings", "why"), [
+    (Usage(usd=2.5), CostSettings(issue_usd=2.0), "costs.issue_usd"),
+    (Usage(input=900, output=200), CostSettings(issue_tokens=1000), "costs.issue_tokens"),
+    (Usage(input=900, usd=1.0), CostSettings(issue_usd=2.0, issue_tokens=1000), None),
+    (Usage(input=10**9, usd=10**6), CostSettings(), None),  # no caps set
+])
+def test_over_budget_names_the_cap(spent: Usage, settings: CostSettings,
+                                   why: str | None) -> None:
+    found = over_budget(spent, settings)
+    assert (found is None) == (why is None)
+    if why:
+        assert why in str(found)
+
+
+def test_usage_round_trips_and_survives_garbage() -> None:
+    usage = Usage(1, 2, 3, 4, 0.5)
+    assert Usage.from_json(usage.as_json()) == usage
+    assert Usage.from_json({"input": "x"}) == Usage()
+    assert Usage.from_json(None) == Usage()
