@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+from ralph_dev.control.costs import Spending, ledger_path
+from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.costs import (
     CostSettings,
     Usage,
@@ -14,6 +19,7 @@ from ralph_dev.core.costs import (
     read_transcript,
     usage_of,
 )
+from ralph_dev.core.state import StateStore
 
 
 def line(message_id: str, model: str = "claude-sonnet-5", **usage: int) -> bytes:
@@ -80,3 +86,17 @@ def test_usage_round_trips_and_survives_garbage() -> None:
     assert Usage.from_json(usage.as_json()) == usage
     assert Usage.from_json({"input": "x"}) == Usage()
     assert Usage.from_json(None) == Usage()
+
+
+def test_a_spent_day_pauses_dispatch_until_midnight_utc(xdg: Path, tmp_path: Path) -> None:
+    now = datetime(2026, 11, 23, 15, 30, tzinfo=UTC)
+    settings = ProjectSettings(name="demo", repo=tmp_path)
+    store = StateStore(settings.paths)
+    ledger_path(settings).write_text(json.dumps({"days": {"2026-11-23": 12.5}}))
+    Spending(settings, store, lambda: now).account({})
+    assert not store.load_pauses()  # no day cap set
+    capped = dataclasses.replace(settings, costs=CostSettings(day_usd=10.0))
+    Spending(capped, store, lambda: now).account({})
+    (pause,) = store.load_pauses()
+    assert pause.kind == "budget" and "$12.50" in pause.cause and "costs.day_usd" in pause.cause
+    assert pause.until == datetime(2026, 11, 24, tzinfo=UTC)
