@@ -464,6 +464,11 @@ def test_plugin_has_a_skill_per_role_and_its_hooks() -> None:
         "PostToolUse": ["ralph-dev hook post-tool-use"],
         "Stop": ["ralph-dev hook stop"],
         "StopFailure": ["ralph-dev hook stop-failure"],
+        # what the agent does now (issue 13 item 1): its own account, not the pane's
+        "UserPromptSubmit": ["ralph-dev hook state"],
+        "PreToolUse": ["ralph-dev hook state"],
+        "Notification": ["ralph-dev hook state"],
+        "SessionEnd": ["ralph-dev hook state"],
     }
     assert hooks["PostToolUse"][0]["matcher"] == "Edit|Write|Bash|MultiEdit"
 

@@ -407,6 +407,7 @@ def test_a_usage_limit_pauses_the_swarm_and_the_worker_goes_on_after_the_reset(
         assert pause.until is not None and pause.quiet_workers
         # the text states the reset to the minute (the CLI's rounding): about then
         assert resets_at - 60 <= pause.until.timestamp() <= resets_at + 90
+        assert world.store.load_record(issue).agent_state == "api error: rate_limit"
         refused = len(api.main_messages())
         while any(p.kind == "usage-limit" for p in world.store.load_pauses()):
             assert len(api.main_messages()) == refused  # no call at all while paused
@@ -549,6 +550,9 @@ def test_a_question_asked_in_prose_goes_to_a_person_and_the_answer_to_the_sessio
         assert last_words(render_tail(world.store.log_path(issue))).startswith("● ")
         asked = len(api.main_messages())
         assert asked == 1  # asked once; no continuation pushed it to guess
+        retry_until(lambda: (world.store.load_record(issue).agent_state or "").startswith(
+            "waiting for input: Should the file be called"), 20,
+            what="the agent's own state: waiting for a person's answer")
         for _ in range(4):
             tick()
         assert len(api.main_messages()) == asked  # it waits for the person
@@ -646,6 +650,8 @@ def test_spend_is_counted_from_the_transcript_and_a_budget_stops_the_worker(
                     what="the dear issue held over its budget" + diagnostics(world, api, dear))
         comment = world.tracker.get_sync(dear).comments[-1].body
         assert "over its budget" in comment and "costs.issue_tokens" in comment
+        said = world.store.load_record(dear).agent_state  # from its own hooks, not the pane
+        assert said in ("running Bash", "waiting for the model", "working"), said
         assert not any(w.name == dear and w.alive for w in world.tmux.list_windows())
         calls = len(api.main_messages())
         for _ in range(4):

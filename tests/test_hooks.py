@@ -348,3 +348,22 @@ def test_a_turn_that_ends_with_a_question_is_a_question_for_a_person(
     assert (found is not None) == question
     if question:
         assert found is not None and found.rstrip("*").endswith("?")  # the whole question
+
+
+@pytest.mark.parametrize(("payload", "expected"), [
+    ({"hook_event_name": "UserPromptSubmit", "prompt": "go"}, ("working", True)),
+    ({"hook_event_name": "PreToolUse", "tool_name": "Bash"}, ("running Bash", True)),
+    ({"hook_event_name": "PreToolUse", "tool_name": "mcp__x; rm -rf /"}, ("running a tool", True)),
+    ({"hook_event_name": "Notification", "message": "Claude needs your permission to use Bash"},
+     ("waiting for input: Claude needs your permission to use Bash", False)),
+    ({"hook_event_name": "Notification", "message": "\x1b[31mred\x1b[0m\nsecond line"},
+     ("waiting for input: red second line", False)),
+    ({"hook_event_name": "SessionEnd", "reason": "exit"}, ("session ended", False)),
+    ({"hook_event_name": "PostCompact"}, None),
+    ({}, None),
+])
+def test_agent_state_from_each_hook_event(payload: dict[str, object],
+                                          expected: tuple[str, bool] | None) -> None:
+    from ralph_dev.inpane.hooks import agent_state
+
+    assert agent_state(payload) == expected

@@ -47,6 +47,12 @@ def post_tool_use_cmd() -> None:
     _run("post-tool-use", lambda worker, _payload: hooks.post_tool_use(worker))
 
 
+@hook_group.command("state")
+def state_cmd() -> None:
+    """Tell the controller what the agent does now (prompt, tool, notification, end)."""
+    _run("state", lambda worker, payload: hooks.state(worker, payload))
+
+
 @hook_group.command("stop-failure")
 def stop_failure_cmd() -> None:
     """Record that the agent's turn ended on an API error (the controller pauses)."""

@@ -42,7 +42,6 @@ from ralph_dev.core.errors import RalphError
 from ralph_dev.core.fsutil import atomic_write_text, private_dir
 from ralph_dev.core.groom import GroomRefused
 from ralph_dev.core.model import (
-    SESSION_ID_RE,
     Issue,
     NewIssue,
     Observed,
@@ -324,7 +323,7 @@ class Channel:
                                         exit_code=fields.get("exit_code"),
                                         seconds=fields.get("duration_s"))
             case "session":
-                self.store.update_record(name, last_activity=now, **_session(fields))
+                self.store.update_record(name, last_activity=now, **ch.session_fields(fields))
             case "agent_error":
                 self.store.update_record(
                     name, agent_error=str(fields.get("error", "unknown"))[:40],
@@ -339,8 +338,12 @@ class Channel:
             case "activity":  # a tool call, or the Stop hook sending the agent back
                 count = fields.get("iterations")
                 self.store.update_record(name, last_activity=now, **(
-                    {"iterations": count} if isinstance(count, int) and count >= 0 else {}))
+                    {"iterations": count} if isinstance(count, int) and count >= 0 else {}),
+                    **ch.state_fields(fields, now))
                 await self._snapshot(name)
+            case "state":  # what the agent does now, from its own hooks
+                self.store.update_record(name, **ch.state_fields(fields, now), **(
+                    {"last_activity": now} if fields.get("active") is True else {}))
         return "noted", {}
 
     async def _snapshot(self, name: str) -> None:
@@ -426,16 +429,6 @@ class Channel:
             "text": str(fields.get("text", ""))[:PLAN_TEXT_CHARS]}))  # read for pattern learning
         self.store.append_event("plan_accepted", issue=name, tasks=len(entries))
         return f"the plan's {len(entries)} sub-issue(s) of {name} are being created.", {}
-
-
-def _session(fields: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    session, transcript = fields.get("session_id"), fields.get("transcript_path")
-    if isinstance(session, str) and SESSION_ID_RE.fullmatch(session):
-        out["session_id"] = session
-    if isinstance(transcript, str) and transcript.startswith("/") and "\x00" not in transcript:
-        out["transcript"] = transcript[:1000]
-    return out
 
 
 def record_planned(store: StateStore, name: str) -> bool:

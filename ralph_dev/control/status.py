@@ -296,8 +296,7 @@ def _workers(store: StateStore, windows: Sequence[Window], records: Mapping[str,
             "age_s": age(started, now),
             "last_activity_at": to_iso(active),
             "idle_s": age(active, now),
-            # what the agent itself reports (hooks): not observed yet
-            "agent_state": None,
+            "agent_state": record.agent_state if record else None,  # from its hooks
             **_spend(ledger, window.name),
             "last_output": last_words(render_tail(log_path)),
             "window": window.window_id,

@@ -28,11 +28,13 @@ import socket
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ralph_dev.core.fsutil import atomic_write_text, private_dir
-from ralph_dev.core.model import check_identifier
+from ralph_dev.core.model import SESSION_ID_RE, check_identifier
+from ralph_dev.core.text import strip_ansi
 
 RUN_MOUNT = Path("/run/ralph-dev")
 """Where a sandboxed worker sees its own run directory (and nothing else of ralph-dev)."""
@@ -53,6 +55,7 @@ REPORT_KINDS = frozenset({
     "done", "blocked", "note", "plan",  # the worker's reports (tracker writes)
     "propose", "prioritize", "flag",  # a groom worker's (tracker writes too)
     "verify_failed", "session", "agent_error", "iteration_cap", "activity",  # its news
+    "state",
 })
 
 ANSWER_WAIT = 120.0
@@ -325,3 +328,25 @@ def tell(run_dir: Path, kind: str, fields: Mapping[str, Any]) -> None:
     """A report the worker does not wait for (a hook's news): written, and the
     controller told, in well under a second whatever it is doing."""
     submit(run_dir, kind, fields, wait=0.5)
+
+
+# --- report fields, checked (they come from a worker) ----------------------------------
+
+
+def state_fields(fields: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """A ``state`` report's record fields: what the agent does, cleaned and clipped."""
+    said = fields.get("state")
+    if not isinstance(said, str) or not said.strip():
+        return {}
+    return {"agent_state": " ".join(strip_ansi(said).split())[:160], "agent_state_at": now}
+
+
+def session_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``session`` report's record fields, each checked (they come from a worker)."""
+    out: dict[str, Any] = {}
+    session, transcript = fields.get("session_id"), fields.get("transcript_path")
+    if isinstance(session, str) and SESSION_ID_RE.fullmatch(session):
+        out["session_id"] = session
+    if isinstance(transcript, str) and transcript.startswith("/") and "\x00" not in transcript:
+        out["transcript"] = transcript[:1000]
+    return out

@@ -226,6 +226,10 @@ class WorkerRecord:
     agent_error_at: datetime | None = None
     session_id: str | None = None
     """The agent's conversation (Claude Code's session id): a restart resumes it."""
+    agent_state: str | None = None
+    """What the agent itself last said it is doing, from its hooks ("working", "running
+    Bash", "waiting for the model", "waiting for input: …", "api error: …", "finished")."""
+    agent_state_at: datetime | None = None
     sent_back: str | None = None
     """The verify command's output on this issue's change rebased onto trunk, which
     failed: the change went back to a worker of the issue (its prompt shows this),

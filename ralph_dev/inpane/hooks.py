@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -252,6 +253,7 @@ def session_start(worker: Worker, payload: Mapping[str, Any]) -> str:
     and print the issue's context from the controller's view of it."""
     ch.tell(worker.run_dir, "session", {k: payload.get(k) for k in
                                         ("session_id", "transcript_path")})
+    ch.tell(worker.run_dir, "state", {"state": "working", "active": True})
     text = render_context(worker, worker.view())
     log.info("session_context", chars=len(text))
     return text
@@ -261,8 +263,40 @@ def session_start(worker: Worker, payload: Mapping[str, Any]) -> str:
 
 
 def post_tool_use(worker: Worker) -> None:
-    """The agent is active: the controller notes it and snapshots the workspace with jj."""
-    ch.tell(worker.run_dir, "activity", {})
+    """The agent is active: the controller notes it and snapshots the workspace with jj.
+    The tool's result goes back to the model: the agent now waits for its answer."""
+    ch.tell(worker.run_dir, "activity", {"state": "waiting for the model"})
+
+
+_TOOL = re.compile(r"[A-Za-z0-9_.:-]{1,60}")
+WAITING = "waiting for input"
+
+
+def agent_state(payload: Mapping[str, Any]) -> tuple[str, bool] | None:
+    """(what the agent is doing, whether that is activity) for a hook's event; None for
+    an event that says nothing new. Text from the payload is cleaned and clipped: it
+    may quote the model, which quotes issues."""
+    event = payload.get("hook_event_name")
+    if event == "UserPromptSubmit":
+        return "working", True
+    if event == "PreToolUse":
+        tool = payload.get("tool_name")
+        name = tool if isinstance(tool, str) and _TOOL.fullmatch(tool) else "a tool"
+        return f"running {name}", True
+    if event == "Notification":
+        message = payload.get("message")
+        said = one_line(clean_text(message))[:120] if isinstance(message, str) else ""
+        return (f"{WAITING}: {said}" if said else WAITING), False
+    if event == "SessionEnd":
+        return "session ended", False
+    return None
+
+
+def state(worker: Worker, payload: Mapping[str, Any]) -> None:
+    """UserPromptSubmit, PreToolUse, Notification, SessionEnd: what the agent does now."""
+    found = agent_state(payload)
+    if found is not None:
+        ch.tell(worker.run_dir, "state", {"state": found[0], "active": found[1]})
 
 
 def stop_failure(worker: Worker, payload: Mapping[str, Any]) -> None:
@@ -273,6 +307,9 @@ def stop_failure(worker: Worker, payload: Mapping[str, Any]) -> None:
     ch.tell(worker.run_dir, "agent_error", {
         "error": error[:40] if isinstance(error, str) else "unknown",
         "text": one_line(text)[:300] if isinstance(text, str) else ""})
+    ch.tell(worker.run_dir, "state", {
+        "state": f"api error: {error[:40] if isinstance(error, str) else 'unknown'}",
+        "active": False})
 
 
 # --- Stop ---------------------------------------------------------------------------------
@@ -353,22 +390,30 @@ def stop(worker: Worker, payload: Mapping[str, Any]) -> StopDecision:
     why = reported(worker)
     if why is not None:
         log.info("stop_allowed", why=why)
+        ch.tell(worker.run_dir, "state", {
+            "state": "finished" if why == "done" else f"{WAITING}: asked a person",
+            "active": False})
         return StopDecision(True, "reported", iterations)
     question = asked_question(payload.get("last_assistant_message"))
     if question is not None:
         outcome = blocked(worker, question)
         log.info("stop_allowed", why="asked a person", answer=outcome.message[:200])
+        ch.tell(worker.run_dir, "state", {
+            "state": f"{WAITING}: {one_line(question.splitlines()[-1])[:120]}",
+            "active": False})
         return StopDecision(True, "asked a person", iterations)
     cap = worker.info.iteration_cap
     if iterations >= cap:
         log.warning("stop_allowed", why="iteration_cap", iterations=iterations)
         ch.tell(worker.run_dir, "iteration_cap", {"iterations": iterations})
+        ch.tell(worker.run_dir, "state", {"state": "stopped at the iteration cap",
+                                          "active": False})
         return StopDecision(True, "iteration cap", iterations)
     iterations += 1
     (worker.run_dir / STOP_FILE).write_text(json.dumps({
         "iterations": iterations,
         "since": (worker.run_dir / ch.WORKER_FILE).stat().st_mtime}) + "\n", encoding="utf-8")
-    ch.tell(worker.run_dir, "activity", {"iterations": iterations})
+    ch.tell(worker.run_dir, "activity", {"iterations": iterations, "state": "working"})
     log.info("stop_blocked", iterations=iterations,
              stop_hook_active=bool(payload.get("stop_hook_active")))
     return StopDecision(False, stop_reason(worker, iterations), iterations)
