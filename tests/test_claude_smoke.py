@@ -661,3 +661,129 @@ def test_spend_is_counted_from_the_transcript_and_a_budget_stops_the_worker(
                   if e["event"] == "spawn" and e["issue"] == dear]
         assert len(spawns) == 1
         assert any(e["event"] == "budget_exceeded" for e in world.store.iter_events())
+
+
+# --- the model API misbehaving for a while (issue 13): nobody is charged for it ----------
+
+
+@dataclass
+class Outcome:
+    calls_in_fault: int
+    spawns: int
+    holds: int
+    recovered_after: float
+    """Seconds from the fault's end to the issue Done."""
+
+
+def through_a_fault(world: World, monkeypatch: pytest.MonkeyPatch, fault: Callable[[], Any],
+                    seconds: float, *, timeout: float = 240, **env: str) -> Outcome:
+    """One worker adds ok.txt while the API answers ``fault()`` for its first
+    ``seconds``; the real controller ticks throughout."""
+    from ralph_dev.core.config import Timing
+
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
+    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
+    started: list[float] = []
+    faulted: list[float] = []
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        if not is_main_conversation(request):
+            return [Text("ok")]
+        now = time.time()
+        started.append(now)
+        if now - started[0] < seconds:
+            faulted.append(now)
+            return [fault()]
+        return [Text("Done.")] if tool_uses_so_far(request) else [bash(finish)]
+
+    settings = dataclasses.replace(world.settings, timing=Timing(
+        poll_interval=0.5, stall_timeout=600, restart_timeout=600, outage_wait=5))
+    with FakeAnthropic(brain) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        tick = controller_ticks(world, settings)
+        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
+                             is StateType.COMPLETED)[1], timeout, interval=0.5,
+                    what=f"{issue} done after the fault" + diagnostics(world, api, issue))
+        done_at = time.time()
+    events = list(world.store.iter_events())
+    return Outcome(
+        calls_in_fault=len(faulted),
+        spawns=sum(e["event"] == "spawn" for e in events),
+        holds=sum(e["event"] == "hold" for e in events),
+        recovered_after=done_at - (started[0] + seconds))
+
+
+def test_429_for_a_minute_is_ridden_out_by_the_cli_itself(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ralph_dev.devtools.scripted_model import rate_limited
+
+    out = through_a_fault(world, monkeypatch, lambda: rate_limited(5), 60)
+    assert out.spawns == 1 and out.holds == 0  # no attempt charged, nobody held
+    assert out.calls_in_fault <= 10  # the CLI's own backoff, not a storm
+    assert out.recovered_after < 60
+
+
+def test_529_for_a_while_pauses_the_swarm_with_a_backoff_and_then_goes_on(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI gives up on its retries (capped here so the test is short): the turn
+    ends on `server_error`, the swarm pauses (5 s, doubling), the same session goes on
+    after each pause, and one probe per step is all the API sees meanwhile."""
+    from ralph_dev.devtools.scripted_model import overloaded
+
+    out = through_a_fault(world, monkeypatch, overloaded, 60, CLAUDE_CODE_MAX_RETRIES="2")
+    events = [e["event"] for e in world.store.iter_events()]
+    assert out.spawns == 1 and out.holds == 0
+    assert events.count("worker_continued") >= 2  # each pause ended by continuing
+    continued = events.count("worker_continued")
+    assert out.calls_in_fault <= 3 * (continued + 1)  # 3 per probe: the CLI's own retries
+    assert continued <= 5  # backed off (5, 10, 20, 40 s), not once a tick
+    assert out.recovered_after < 90
+
+
+def test_a_malformed_stream_pauses_and_the_session_goes_on(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ralph_dev.devtools.scripted_model import Malformed
+
+    out = through_a_fault(world, monkeypatch, Malformed, 15)
+    errors = [e for e in world.store.iter_events() if e["event"] == "agent_api_error"]
+    assert errors and errors[0]["error"] == "unknown"  # what this CLI calls it
+    assert errors[0]["text"].startswith("API Error")
+    assert out.spawns == 1 and out.holds == 0
+    assert out.recovered_after < 60
+
+
+def test_a_model_that_never_reports_is_held_with_the_reason(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It keeps saying it is finished without `worker done`: the Stop hook sends it back
+    up to the iteration cap, then stall, restart (an attempt charged: the cause is the
+    issue's), and at max_attempts a hold that says what happened."""
+    from ralph_dev.core.config import Timing
+
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        return [Text("I think this is finished.")] if is_main_conversation(request) \
+            else [Text("ok")]
+
+    settings = dataclasses.replace(
+        world.settings,
+        agent=dataclasses.replace(world.settings.agent, iteration_cap=2),
+        timing=Timing(poll_interval=0.5, stall_timeout=4, restart_timeout=4, max_attempts=2,
+                      retry_base=1, retry_cap=2))
+    with FakeAnthropic(brain) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        tick = controller_ticks(world, settings)
+        retry_until(lambda: (tick(), "user-input-needed"
+                             in world.tracker.get_sync(issue).labels)[1], 150, interval=0.5,
+                    what="the issue held" + diagnostics(world, api, issue))
+        calls = len(api.main_messages())
+    events = list(world.store.iter_events())
+    assert [e["attempt"] for e in events if e["event"] in ("spawn", "restart")] == [1, 2]
+    assert any(e["event"] == "iteration_cap" for e in events)
+    comment = world.tracker.get_sync(issue).comments[-1].body
+    assert "ralph-dev stopped" in comment and "2" in comment
+    assert calls <= 2 * (2 + 1) + 4  # the cap bounds what it spends per attempt

@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import structlog
 
-from ralph_dev.core.agent_faults import API_ACCESS, API_OUTAGE, USAGE_LIMIT, classify_stop_failure
-from ralph_dev.core.model import Pause, Window
+from ralph_dev.core.agent_faults import (
+    API_ACCESS,
+    API_OUTAGE,
+    OUTAGE_WAIT,
+    USAGE_LIMIT,
+    AgentFault,
+    classify_stop_failure,
+)
+from ralph_dev.core.model import Pause, Window, WorkerRecord
 from ralph_dev.core.ports import Panes
 from ralph_dev.core.state import StateStore
 
@@ -30,11 +37,18 @@ CONTINUE = ("The model API is available again (ralph-dev paused the swarm while 
 
 
 class AgentWaits:
-    def __init__(self, *, store: StateStore, tmux: Panes,
-                 clock: Callable[[], datetime]) -> None:
+    def __init__(self, *, store: StateStore, tmux: Panes, clock: Callable[[], datetime],
+                 outage_wait: timedelta = OUTAGE_WAIT) -> None:
         self.store = store
         self.tmux = tmux
         self.clock = clock
+        self.outage_wait = outage_wait
+
+    def _fault(self, record: WorkerRecord) -> AgentFault:
+        assert record.agent_error is not None and record.agent_error_at is not None
+        return classify_stop_failure(record.agent_error, record.agent_error_text or "",
+                                     record.agent_error_at, outage_wait=self.outage_wait,
+                                     streak=record.agent_error_streak)
 
     def pause_for_errors(self) -> None:
         """Turn API errors workers reported since their pause into (longer) pauses."""
@@ -42,8 +56,7 @@ class AgentWaits:
         for record in self.store.load_records().values():
             if record.agent_error is None or record.agent_error_at is None:
                 continue
-            fault = classify_stop_failure(record.agent_error, record.agent_error_text or "",
-                                          record.agent_error_at)
+            fault = self._fault(record)
             if fault.until <= self.clock():
                 continue  # waited out already: this worker is told to go on
             current = pauses.get(fault.kind)
@@ -66,8 +79,7 @@ class AgentWaits:
         for record in self.store.load_records().values():
             if record.agent_error is None or record.agent_error_at is None:
                 continue
-            fault = classify_stop_failure(record.agent_error, record.agent_error_text or "",
-                                          record.agent_error_at)
+            fault = self._fault(record)
             if fault.until > self.clock():
                 continue  # reported after this tick's pauses were set: paused next tick
             due.append(record)

@@ -328,7 +328,8 @@ class Channel:
                 self.store.update_record(
                     name, agent_error=str(fields.get("error", "unknown"))[:40],
                     agent_error_text=str(fields.get("text", ""))[:300],
-                    agent_error_at=now, last_activity=now)
+                    agent_error_at=now, last_activity=now,
+                    agent_error_streak=(record.agent_error_streak if record else 0) + 1)
                 self.store.append_event("agent_api_error", issue=name,
                                         error=str(fields.get("error", "unknown"))[:40],
                                         text=str(fields.get("text", ""))[:300])
@@ -337,7 +338,7 @@ class Channel:
                                         iterations=fields.get("iterations"))
             case "activity":  # a tool call, or the Stop hook sending the agent back
                 count = fields.get("iterations")
-                self.store.update_record(name, last_activity=now, **(
+                self.store.update_record(name, last_activity=now, agent_error_streak=0, **(
                     {"iterations": count} if isinstance(count, int) and count >= 0 else {}),
                     **ch.state_fields(fields, now))
                 await self._snapshot(name)

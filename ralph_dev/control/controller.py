@@ -20,7 +20,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import structlog
@@ -138,7 +138,8 @@ class Controller:
                                 pull_requests=pull_requests, beat=self._beat_while)
         self.failures = FailurePolicy(settings, store=self.store, tracker=tracker, clock=clock,
                                       agent_check=agent_check)
-        self.agent_waits = AgentWaits(store=self.store, tmux=tmux, clock=clock)
+        self.agent_waits = AgentWaits(store=self.store, tmux=tmux, clock=clock,
+                                      outage_wait=timedelta(seconds=settings.timing.outage_wait))
         self.spending = Spending(settings, self.store, clock)
         self.tripwires = Tripwires(settings, self.store, config=config_file(), clock=clock)
         self.channel = Channel(settings, store=self.store, tracker=tracker, jj=jj)

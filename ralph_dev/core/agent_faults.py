@@ -86,8 +86,10 @@ def usage_limit_reset(text: str, now: datetime) -> datetime | None:
     return when.astimezone(UTC)
 
 
-def classify_stop_failure(error: str, text: str, now: datetime) -> AgentFault:
-    """The swarm-wide pause one ``StopFailure`` calls for."""
+def classify_stop_failure(error: str, text: str, now: datetime, *,
+                          outage_wait: timedelta = OUTAGE_WAIT, streak: int = 1) -> AgentFault:
+    """The swarm-wide pause one ``StopFailure`` calls for. An outage's wait doubles with
+    each error in a row (``streak``), up to half an hour."""
     shown = " ".join(text.split())[:200]
     if error == "rate_limit" and _LIMIT.search(text):
         reset = usage_limit_reset(text, now)
@@ -103,6 +105,7 @@ def classify_stop_failure(error: str, text: str, now: datetime) -> AgentFault:
                                       f"{shown}",
                           "check ANTHROPIC_API_KEY or the Claude login and billing; ralph-dev "
                           "tries again every 30 minutes", now + UNKNOWN_RESET_WAIT)
+    wait = min(outage_wait * 2 ** min(max(streak, 1) - 1, 10), UNKNOWN_RESET_WAIT)
     return AgentFault(API_OUTAGE, f"the model API failed ({error or 'unknown'}): {shown}",
                       "nothing: dispatch resumes and waiting workers continue after a wait",
-                      now + OUTAGE_WAIT)
+                      now + wait)

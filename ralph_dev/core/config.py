@@ -111,6 +111,7 @@ class Timing:
     health_interval: float = 180.0
     heartbeat_stale: float = 120.0
     """A controller heartbeat older than this is a dead controller."""
+    outage_wait: float = 120.0  # pause after an agent's API outage; doubles while it lasts
     crash_loop_restarts: int = 5
     crash_loop_window: float = 900.0
 

@@ -224,6 +224,9 @@ class WorkerRecord:
     the controller has it continue after the pause that error caused."""
     agent_error_text: str | None = None
     agent_error_at: datetime | None = None
+    agent_error_streak: int = 0
+    """API errors in a row with no answer from the model between them: each doubles the
+    outage pause (a backoff), so a long outage costs one probe per step."""
     session_id: str | None = None
     """The agent's conversation (Claude Code's session id): a restart resumes it."""
     agent_state: str | None = None

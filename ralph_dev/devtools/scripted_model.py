@@ -72,8 +72,27 @@ class Hang:
     seconds: float = 600.0
 
 
+@dataclass(frozen=True)
+class Malformed:
+    """Answer 200 with a stream that is not one (a proxy or gateway mangling it): the
+    real CLI retries once without streaming, then gives up on the turn ("API returned
+    an empty or malformed response")."""
+
+
+def overloaded() -> Refusal:
+    """The API at capacity: 529 ``overloaded_error``, which the CLI retries by itself."""
+    return Refusal(529, "overloaded_error", "Overloaded")
+
+
+def rate_limited(retry_after: int) -> Refusal:
+    """An API key's request rate limit (not a subscription's usage limit)."""
+    return Refusal(429, "rate_limit_error", "This request would exceed the rate limit for "
+                   "your organization of 50 requests per minute.",
+                   {"retry-after": str(retry_after)})
+
+
 Block = Text | ToolUse
-Brain = Callable[[dict[str, Any]], Sequence[Block | Refusal | Hang]]
+Brain = Callable[[dict[str, Any]], Sequence[Block | Refusal | Hang | Malformed]]
 
 _ids = itertools.count(1)
 
@@ -366,6 +385,15 @@ class FakeAnthropic(LoopbackServer):
             blocks = [Text(f"brain error: {exc}")]
         if any(isinstance(b, Hang) for b in blocks):
             return await self._hang(request, next(b for b in blocks if isinstance(b, Hang)))
+        if any(isinstance(b, Malformed) for b in blocks):
+            if not body.get("stream"):
+                return web.Response(text="<html>not an API answer</html>", status=200,
+                                    content_type="application/json")
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            await response.write(b"event: message_start\ndata: {not json at all\n\n")
+            await response.write_eof()
+            return response
         refused = [b for b in blocks if isinstance(b, Refusal)]
         if refused:
             return web.json_response(
