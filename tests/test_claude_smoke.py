@@ -217,10 +217,17 @@ def test_review_worker_gets_no_edit_tools_from_real_claude(world: World,
                                                            ) -> None:
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Review the README")])
     brain = ScriptedWorker({issue: [
+        bash(f"jj diff; ralph-dev worker diff {issue}", "see the change under review"),
         bash(f"ralph-dev worker done {issue} --summary 'APPROVED: read it'"),
     ]}, final_text="Reviewed.")
     with FakeAnthropic(brain) as api:
+        workspace = world.jj.add_workspace(issue)
+        (workspace / "README").write_text("a change to review\n")  # the execute worker's
         spawn(world, api, issue, Role.REVIEW, monkeypatch)
+        # jj cannot run in the sandbox; `worker diff` shows the change anyway
+        retry_until(lambda: any("+a change to review" in r
+                                for m in api.main_messages() for r in tool_results(m)), 60,
+                    what="the diff in the review worker's hands" + diagnostics(world, api, issue))
         try:
             retry_until(lambda: api.main_messages(), timeout=90, interval=0.5,
                         what="the review worker's first request")

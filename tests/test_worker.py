@@ -719,3 +719,17 @@ def test_the_controller_reads_reports_warily(project: Project, tmp_path: Path) -
     assert len(bodies) == 30 and not any("from a link" in b for b in bodies)
     assert secret.exists()
     assert any(e["event"] == "report_refused" for e in project.store.iter_events())
+
+
+def test_worker_diff_shows_the_change_as_of_now(project: Project) -> None:
+    """jj cannot run inside the sandbox (the repository is read-only there): `worker diff`
+    has the controller snapshot the workspace from outside and print the change."""
+    issue = project.issue("Build it")
+    workspace = project.spawn(issue)
+    empty = project.cli(["worker", "diff", issue], issue)
+    assert empty.exit_code == 0 and "no change yet" in empty.output
+    (workspace / "ok.txt").write_text("the change\n")  # and at once, no hook in between
+    shown = project.cli(["worker", "diff", issue], issue)
+    assert shown.exit_code == 0, shown.output
+    assert "+++ b/ok.txt" in shown.output and "+the change" in shown.output
+    assert "did not answer" not in shown.output

@@ -89,6 +89,13 @@ class JJ(JJWorkspaces):
         text = message.replace("\x00", "")
         self.run("describe", "-r", "@", f"--message={text}", cwd=path).check()
 
+    def change_diff(self, name: str) -> str:
+        """The workspace's change against where it left trunk, as of its last snapshot
+        (git format): what a sandboxed worker, which cannot run jj, reads as its diff."""
+        ws = f"{quote_revset(name)}@"
+        return self._read("diff", "--git", "--from", f"fork_point({self._trunk} | {ws})",
+                          "--to", ws).stdout
+
     def in_trunk(self, name: str) -> bool:
         """True when every non-empty change of the workspace is in trunk (nothing to merge)."""
         path = self._require(name)

@@ -73,6 +73,8 @@ def _role_reports(issue: str, role: Role) -> list[str]:
         "decide.",
         f"  - `ralph-dev worker note {issue} \"…\"`: a non-blocking remark for people.",
         f"  - `ralph-dev worker feedback {issue}`: prints new comments from people.",
+        f"  - `ralph-dev worker diff {issue}`: prints your change so far (jj does not run "
+        "here).",
     ]
     if role is Role.PLAN:
         lines.insert(0, f"  - `ralph-dev worker plan {issue} --file PLAN.toml`: "
@@ -127,13 +129,13 @@ def render_prompt(
     if resumed:
         out.append(
             "This is a continuation of your own earlier session on this issue (it stopped "
-            "before you reported): you know what you did; check the workspace (`jj diff`) "
-            "and continue from there."
+            "before you reported): you know what you did; check the workspace "
+            f"(`ralph-dev worker diff {ident}`) and continue from there."
         )
     elif attempt > 1:
         out.append(
             "Earlier attempts did not finish. Look at what is already in this workspace "
-            "(`jj diff`) and continue from there."
+            f"(`ralph-dev worker diff {ident}`) and continue from there."
         )
     if advice:
         out += ["", advice.strip()]

@@ -83,6 +83,14 @@ def feedback_cmd(cli: CliContext, issue: str, show_all: bool) -> None:
     click.echo(reports.format_comments(comments, issue))
 
 
+@worker_group.command("diff")
+@click.argument("issue")
+@pass_ctx
+def diff_cmd(cli: CliContext, issue: str) -> None:
+    """Print your change against trunk (git format), as of now."""
+    click.echo(reports.diff(w.require_worker(issue)), nl=False)
+
+
 # --- the groom worker's -----------------------------------------------------------------
 
 REASON = click.option("--reason", required=True,

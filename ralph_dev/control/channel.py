@@ -8,10 +8,9 @@ issue, which the worker's SessionStart context and ``worker feedback`` read. It
 listens on every worker's ``run/ctl.sock``; a connection means "my outbox has a
 report". Accepting a report changes ralph-dev's own state at once (the record is
 done, blocked…; an event says so) and queues its tracker writes in the
-``control.relay`` queue, which makes them now if the tracker answers, later if
-not. The issue and the role always come from the controller's own record of the
-worker whose directory the report is in, never from the report.
-"""
+``control.relay`` queue (now if the tracker answers, later if not). The issue and
+the role come from the controller's record of the worker whose directory the report
+is in, never from the report."""
 
 from __future__ import annotations
 
@@ -119,6 +118,7 @@ class Channel:
             review_after_execute=self.settings.review_after_execute))
         self.issues[issue.identifier] = issue
         self._write_view(issue)
+        self.publish_diff(issue.identifier)
         if role is Role.GROOM:
             self._write_backlog(issue.identifier)
         return base
@@ -342,6 +342,9 @@ class Channel:
                     {"iterations": count} if isinstance(count, int) and count >= 0 else {}),
                     **ch.state_fields(fields, now))
                 await self._snapshot(name)
+            case "diff":  # the worker wants its diff now: snapshot it from outside
+                self._snapshotted.pop(name, None)
+                await self._snapshot(name)
             case "state":  # what the agent does now, from its own hooks
                 self.store.update_record(name, **ch.state_fields(fields, now), **(
                     {"last_activity": now} if fields.get("active") is True else {}))
@@ -356,6 +359,12 @@ class Channel:
             await asyncio.to_thread(self.jj.snapshot, name)
         except RalphError as exc:
             log.info("snapshot_failed", issue=name, error=str(exc))
+        await asyncio.to_thread(self.publish_diff, name)
+
+    def publish_diff(self, name: str) -> None:
+        with contextlib.suppress(RalphError, OSError):
+            text = self.jj.change_diff(name)[:ch.DIFF_MAX]
+            atomic_write_text(self.run_dir(name) / ch.DIFF_FILE, text)
 
     async def _done(self, name: str, role: Role, fields: Mapping[str, Any], issue: Issue | None,
                     since: str | None, report_id: str) -> tuple[str, dict[str, Any]]:

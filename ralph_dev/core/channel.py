@@ -46,6 +46,10 @@ sandboxed worker's commands ignore it: only :data:`RUN_MOUNT` counts there."""
 WORKER_FILE = "worker.json"
 ISSUE_FILE = "issue.json"
 BACKLOG_FILE = "backlog.json"
+DIFF_FILE = "change.diff"
+"""The worker's change as the controller last snapshotted it (jj cannot run in the
+sandbox: the workspace's repository is read-only there); ``ralph-dev worker diff``."""
+DIFF_MAX = 2 * 2**20
 """A groom worker's view of the project's issues and recent events."""
 SOCKET = "ctl.sock"
 OUTBOX = "outbox"
@@ -55,7 +59,7 @@ REPORT_KINDS = frozenset({
     "done", "blocked", "note", "plan",  # the worker's reports (tracker writes)
     "propose", "prioritize", "flag",  # a groom worker's (tracker writes too)
     "verify_failed", "session", "agent_error", "iteration_cap", "activity",  # its news
-    "state",
+    "state", "diff",
 })
 
 ANSWER_WAIT = 120.0

@@ -98,6 +98,10 @@ class Workspaces(WorkspaceLister, Protocol):
 
     def snapshot(self, name: str) -> list[str]: ...
 
+    def change_diff(self, name: str) -> str:
+        """The workspace's change against its fork from trunk, in git's diff format."""
+        ...
+
     def describe(self, name: str, message: str, *, require_change: bool = False) -> None:
         """Name the workspace's change, refusing what its merge would refuse (files jj
         left out, conflicts; no change, with ``require_change``)."""

@@ -139,6 +139,21 @@ def plan(w: Worker, path: Path) -> tuple[Outcome, int]:
     return send(w, "plan", fields), len(entries)
 
 
+def diff(w: Worker) -> str:
+    """The worker's change against trunk, as the controller sees it now: jj cannot run in
+    the sandbox (the repository is read-only there), so the controller snapshots the
+    workspace from outside and writes the diff into the worker's run dir."""
+    _report, answer = ch.submit(w.run_dir, "diff", {}, wait=30)
+    try:
+        text = (w.run_dir / ch.DIFF_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise WorkerStateError("no diff yet: ralph-dev's controller has not snapshotted this "
+                               "workspace; try again in a minute") from exc
+    stale = "" if answer is not None and answer.ok else \
+        "(ralph-dev's controller did not answer: this diff may be older than your last edits)\n"
+    return stale + (text or "(no change yet: the workspace matches trunk)\n")
+
+
 def feedback(w: Worker, *, show_all: bool = False) -> list[Comment]:
     """People's comments newer than the worker's start or the last time they were shown
     (from the controller's view of the issue, refreshed every tick)."""
