@@ -193,13 +193,7 @@ class Controller:
                 raise
             if self.failures.tracker_answered(tracker_error):  # a pause began or ended now
                 observed = dataclasses.replace(observed, pauses=self.store.load_pauses())
-            for window in observed.windows:
-                if window.alive and window.name in observed.records:
-                    self.store.rotate_log(window.name)
-            await self._stop_over_budget(observed)
-            held, why = self.tripwires.check(observed)
-            for name in held:
-                await self.failures.hold_for_person(name, why)
+            await self._upkeep(observed)
             if tracker_error is None:
                 self.channel.publish(observed.issues)
                 await self.channel.adopt(observed)
@@ -217,6 +211,20 @@ class Controller:
             return result
         finally:
             structlog.contextvars.unbind_contextvars("tick")
+
+    async def _upkeep(self, observed: Observed) -> None:
+        """Duties beside the plan — logs kept small, spend counted and capped, tripwires
+        watched; a failure in one is logged and never fails the tick."""
+        for window in observed.windows:
+            if window.alive and window.name in observed.records:
+                self.store.rotate_log(window.name)
+        try:
+            await self._stop_over_budget(observed)
+            held, why = self.tripwires.check(observed)
+            for name in held:
+                await self.failures.hold_for_person(name, why)
+        except (RalphError, OSError) as exc:
+            log.warning("upkeep_failed", error=str(exc))
 
     async def _stop_over_budget(self, observed: Observed) -> None:
         """Count what the agents spent since the last tick; stop and hold a worker whose
