@@ -85,6 +85,33 @@ def test_hooks_prepare_and_tidy_workspaces_and_their_outputs_go_with_them(
     assert "[ralph-dev] before_remove hook exited 0" in log
 
 
+def test_a_hook_that_cannot_run_pauses_the_swarm_until_a_restart(swarm: Swarm) -> None:
+    """Issue 9: a missing command (exit 127) fails every spawn the same way: the swarm
+    pauses once with the fix, no issue is charged or held, and the controller that
+    starts with a fixed config lifts the pause and starts the issue."""
+    ctl = set_hooks(swarm, after_create="no-such-installer --frozen")
+    swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
+    first = tick(ctl)
+    assert [a.kind for a, _ in first.failures] == ["spawn"]  # the second never started
+    for _ in range(3):
+        assert not [a for a in tick(ctl).plan.actions if a.kind == "spawn"]
+    paused = [e for e in swarm.events() if e["event"] == "swarm_paused"]
+    assert len(paused) == 1 and "hooks.after_create" in paused[0]["fix"]
+    record = ctl.store.load_record("DEMO-1")
+    assert record is not None and record.attempts == 0 and record.last_failure_at is None
+    assert all(i["state"] == "Todo" for i in swarm.issues())
+    assert not [e for e in swarm.events() if e["event"] == "hold"]
+
+    config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    config.write_text(config.read_text().replace('"no-such-installer --frozen"', '"true"'))
+    fixed = controller_for(load_project(swarm.project))  # a person fixed it and restarted
+    assert not fixed.store.load_pauses()
+    result = tick(fixed)
+    assert sorted(a.issue for a in result.plan.actions if a.kind == "spawn") == [
+        "DEMO-1", "DEMO-2"]
+    assert not result.failures
+
+
 @pytest.mark.parametrize(("command", "retryable"), [
     ("echo 'npm ERR! network timeout' && exit 3", True),
     ("no-such-installer --frozen", False),

@@ -138,6 +138,7 @@ class Controller:
                                 pull_requests=pull_requests, beat=self._beat_while)
         self.failures = FailurePolicy(settings, store=self.store, tracker=tracker, clock=clock,
                                       agent_check=agent_check)
+        self.failures.config_read()
         self.agent_waits = AgentWaits(store=self.store, tmux=tmux, clock=clock,
                                       outage_wait=timedelta(seconds=settings.timing.outage_wait))
         self.spending = Spending(settings, self.store, clock)
@@ -255,10 +256,11 @@ class Controller:
         by_id = {issue.identifier: issue for issue in observed.issues}
         merging = {a.issue for a in plan.actions if isinstance(a, Merge)}
         ordered = sorted(plan.actions, key=lambda a: a.issue in merging)  # stable
+        paused = False  # a failure this tick paused the swarm: start nothing more
         for action in ordered:
             if self.stopping:
                 break
-            if action.issue in failed_issues:
+            if action.issue in failed_issues or (paused and isinstance(action, Spawn | Restart)):
                 continue  # the rest of this issue's chain waits for a later tick
             if isinstance(action, Merge) and self.merges.trunk_red():
                 failed_issues.add(action.issue)  # a merge earlier this tick turned trunk red
@@ -270,6 +272,7 @@ class Controller:
                 failed_issues.add(action.issue)
                 result.failures.append((action, str(exc)))
                 await self.failures.after_failure(action, exc)
+                paused = bool(self.store.load_pauses())
             else:
                 details = {k: v for k, v in action.details().items()
                            if v not in (None, "", False)}

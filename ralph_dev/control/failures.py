@@ -28,7 +28,7 @@ from datetime import datetime
 import structlog
 
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.errors import RalphError, SentBack, TrackerError
+from ralph_dev.core.errors import RalphError, SentBack, TrackerError, WorkspaceHookFailed
 from ralph_dev.core.model import Action, Merge, Pause, Restart, Spawn
 from ralph_dev.core.ports import Tracker
 from ralph_dev.core.state import StateStore
@@ -38,6 +38,9 @@ log = structlog.get_logger(__name__)
 SETUP_PAUSE = "setup"
 REPO_PAUSE = "repository"
 TRACKER_PAUSE = "tracker"
+HOOK_PAUSE = "hook"
+"""The after_create hook cannot run (command missing): ended by a restart, which is
+what reads a fixed config."""
 RepoCheck = Callable[[], None]
 """Raises a :class:`RalphError` naming the fix unless jj can use the repository
 (``JJ.check_repo``)."""
@@ -63,6 +66,13 @@ class FailurePolicy:
         if not self._paused(kind):
             self.store.set_pause(Pause(kind=kind, cause=cause, fix=fix, since=self.clock()))
             log.error("setup_error", kind=kind, error=cause)
+
+    def config_read(self) -> None:
+        """A controller that starts has read the config again: a pause only a config
+        change could end (the hook's) ends here, and is set again if still broken."""
+        if self._paused(HOOK_PAUSE):
+            self.store.clear_pause(HOOK_PAUSE, why="the controller started with its config "
+                                                   "read again")
 
     def check_setup(self) -> None:
         """Pause dispatch while the agent cannot start; lift the pause once it can."""
@@ -125,7 +135,16 @@ class FailurePolicy:
         self.store.append_event(
             "action_failed", issue=action.issue, action=action.kind, reason=action.reason,
             error=str(exc), retryable=retryable)
-        if isinstance(action, Spawn | Restart):
+        if isinstance(action, Spawn | Restart) and isinstance(exc, WorkspaceHookFailed) \
+                and not exc.retryable:
+            # the project's own hook cannot run: every spawn would fail the same way, and
+            # only a config change (which takes a restart) fixes it: nobody's attempt
+            self._hold_swarm(HOOK_PAUSE, f"workspaces cannot be prepared: {exc}",
+                             "fix hooks.after_create in ralph-dev's config, then restart "
+                             "ralph-dev (the pause ends when the controller starts again)")
+            self.store.update_record(action.issue, lost="the after_create hook cannot run",
+                                     last_failure=str(exc)[:500])
+        elif isinstance(action, Spawn | Restart):
             # a half-made spawn counts as a failed attempt: back off before the next
             self.store.update_record(action.issue, last_failure_at=self.clock(),
                                      last_failure=str(exc)[:500], lost=None)
