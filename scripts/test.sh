@@ -12,4 +12,4 @@ export RALPH_DEV_CLAUDE_BIN=${RALPH_DEV_CLAUDE_BIN:-$(ls "$CACHE"/claude-code-*/
 export RALPH_DEV_LINEAR_SCHEMA=${RALPH_DEV_LINEAR_SCHEMA:-$ROOT/../shared/linear/schema.graphql}
 ruff check .
 mypy  # strict on ralph_dev/core, checked everywhere else (pyproject.toml [tool.mypy])
-exec python -m pytest -q "$@"
+exec python -m pytest -q --durations=15 "$@"

@@ -383,7 +383,7 @@ def test_a_usage_limit_pauses_the_swarm_and_the_worker_goes_on_after_the_reset(
     """Issue 13: a subscriber's Claude Code hits its session limit. The controller pauses
     dispatch until the stated reset (no attempt charged, no nudge, no hold, no kill),
     spends no API call meanwhile, and then has the same session continue to done."""
-    from ralph_dev.devtools.scripted_model import usage_limit
+    from ralph_dev.devtools.api_faults import usage_limit
 
     now = time.time()
     resets_at = (int(now) // 60 + 1) * 60
@@ -442,7 +442,7 @@ def test_a_hung_model_call_is_noticed_behind_the_spinner(
     keeps the pane busy, yet the worker's own activity (hooks, transcript) has stopped:
     the controller nudges it after stall_timeout."""
     from ralph_dev.core.config import Timing
-    from ralph_dev.devtools.scripted_model import Hang
+    from ralph_dev.devtools.api_faults import Hang
 
     settings = dataclasses.replace(world.settings, timing=Timing(
         poll_interval=0.5, stall_timeout=8, restart_timeout=600))
@@ -475,7 +475,7 @@ def test_a_crashed_agent_is_resumed_in_its_own_session(
     conversation (``--resume`` of the session its SessionStart hook recorded), and its
     prompt says it is a continuation."""
     from ralph_dev.core.config import Timing
-    from ralph_dev.devtools.scripted_model import Hang
+    from ralph_dev.devtools.api_faults import Hang
 
     settings = dataclasses.replace(world.settings, timing=Timing(
         poll_interval=0.5, retry_base=0.5, retry_cap=1))
@@ -725,7 +725,7 @@ def through_a_fault(world: World, monkeypatch: pytest.MonkeyPatch, fault: Callab
 
 def test_429_for_a_minute_is_ridden_out_by_the_cli_itself(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ralph_dev.devtools.scripted_model import rate_limited
+    from ralph_dev.devtools.api_faults import rate_limited
 
     out = through_a_fault(world, monkeypatch, lambda: rate_limited(5), 60)
     assert out.spawns == 1 and out.holds == 0  # no attempt charged, nobody held
@@ -738,9 +738,9 @@ def test_529_for_a_while_pauses_the_swarm_with_a_backoff_and_then_goes_on(
     """The CLI gives up on its retries (capped here so the test is short): the turn
     ends on `server_error`, the swarm pauses (5 s, doubling), the same session goes on
     after each pause, and one probe per step is all the API sees meanwhile."""
-    from ralph_dev.devtools.scripted_model import overloaded
+    from ralph_dev.devtools.api_faults import overloaded
 
-    out = through_a_fault(world, monkeypatch, overloaded, 60, CLAUDE_CODE_MAX_RETRIES="2")
+    out = through_a_fault(world, monkeypatch, overloaded, 40, CLAUDE_CODE_MAX_RETRIES="2")
     events = [e["event"] for e in world.store.iter_events()]
     assert out.spawns == 1 and out.holds == 0
     assert events.count("worker_continued") >= 2  # each pause ended by continuing
@@ -752,7 +752,7 @@ def test_529_for_a_while_pauses_the_swarm_with_a_backoff_and_then_goes_on(
 
 def test_a_malformed_stream_pauses_and_the_session_goes_on(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ralph_dev.devtools.scripted_model import Malformed
+    from ralph_dev.devtools.api_faults import Malformed
 
     out = through_a_fault(world, monkeypatch, Malformed, 15)
     errors = [e for e in world.store.iter_events() if e["event"] == "agent_api_error"]

@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from ralph_dev.core.model import check_identifier
+from ralph_dev.devtools.api_faults import Hang, Malformed, Refusal
 from ralph_dev.devtools.loopback import LoopbackServer
 
 # --- what a brain answers with ----------------------------------------------------
@@ -40,55 +41,6 @@ class Text:
 class ToolUse:
     name: str
     input: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """The API refusing the request, as the real one does: an HTTP error with its JSON
-    body and headers (a usage limit: 429 with the ``anthropic-ratelimit-unified-*``
-    headers, which a subscriber's Claude Code turns into "You've hit your … limit")."""
-
-    status: int
-    error_type: str
-    message: str
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
-def usage_limit(resets_at: float) -> Refusal:
-    """A claude.ai subscription's five-hour limit, lifting at ``resets_at`` (Unix s)."""
-    return Refusal(429, "rate_limit_error", "This request would exceed your account's rate "
-                   "limit. Please try again later.", {
-                       "anthropic-ratelimit-unified-status": "rejected",
-                       "anthropic-ratelimit-unified-reset": str(int(resets_at)),
-                       "anthropic-ratelimit-unified-representative-claim": "five_hour"})
-
-
-@dataclass(frozen=True)
-class Hang:
-    """Accept the request, start the stream, then say nothing (as a stuck API call
-    does): Claude Code's spinner keeps printing meanwhile. Ends when the client goes
-    or after ``seconds``."""
-
-    seconds: float = 600.0
-
-
-@dataclass(frozen=True)
-class Malformed:
-    """Answer 200 with a stream that is not one (a proxy or gateway mangling it): the
-    real CLI retries once without streaming, then gives up on the turn ("API returned
-    an empty or malformed response")."""
-
-
-def overloaded() -> Refusal:
-    """The API at capacity: 529 ``overloaded_error``, which the CLI retries by itself."""
-    return Refusal(529, "overloaded_error", "Overloaded")
-
-
-def rate_limited(retry_after: int) -> Refusal:
-    """An API key's request rate limit (not a subscription's usage limit)."""
-    return Refusal(429, "rate_limit_error", "This request would exceed the rate limit for "
-                   "your organization of 50 requests per minute.",
-                   {"retry-after": str(retry_after)})
 
 
 Block = Text | ToolUse
