@@ -102,6 +102,8 @@ def test_a_failed_health_check_is_an_event_and_a_traceback(swarm: Swarm) -> None
     restarts = state / "controller-restarts.json"
     restarts.unlink(missing_ok=True)
     restarts.mkdir()  # the restart cannot be recorded: the health check fails
+    # the controller says it started before its first tick writes the heartbeat
+    wait_for((state / "heartbeat.json").exists, 30, "the controller's first heartbeat")
     beat = json.loads((state / "heartbeat.json").read_text())
     os.kill(beat["pid"], signal.SIGKILL)
     try:
