@@ -40,9 +40,7 @@ def main() -> None:
                              timing={"poll_interval": 60, "heartbeat_stale": 300})
         try:
             swarm.start()
-            heartbeat = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo/heartbeat.json"
-            wait_for(lambda: heartbeat.exists() and '"tick": 1' in heartbeat.read_text(), 60,
-                     "the controller's first tick")
+            swarm.wait_first_tick(60)
             for n in range(args.samples):
                 swarm.cli("issue", "add", swarm.project, f"Reaction sample {n}")
                 returned = time.time()

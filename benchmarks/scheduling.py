@@ -83,7 +83,7 @@ def main() -> None:
             wait_for(swarm.all_done, timeout=args.issues * args.duration * 3 + 120,
                      what="all issues done", interval=1)
             daemon_rss = peak_rss_mb(swarm.daemon_pid())
-            controller_pid = _heartbeat_pid(swarm)
+            controller_pid = swarm.heartbeat().get("pid")
             controller_rss = peak_rss_mb(controller_pid)
             events = swarm.events()
             if args.keep_events:
@@ -122,16 +122,6 @@ def main() -> None:
     print(f"peak RSS: daemon {daemon_rss or float('nan'):.1f} MB, controller "
           f"{controller_rss or float('nan'):.1f} MB, together "
           f"{(daemon_rss or 0) + (controller_rss or 0):.1f} MB")
-
-
-def _heartbeat_pid(swarm: Swarm) -> int | None:
-    import json
-
-    path = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev" / swarm.project / "heartbeat.json"
-    try:
-        return int(json.loads(path.read_text())["pid"])
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 if __name__ == "__main__":

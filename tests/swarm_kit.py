@@ -288,8 +288,29 @@ class Swarm:
     def status(self) -> dict[str, Any]:
         return json.loads(self.cli("status", self.project, "--json").stdout)
 
+    @property
+    def state_dir(self) -> Path:
+        """ralph-dev's state of this project: events, heartbeat, logs, records."""
+        return Path(self.env["XDG_STATE_HOME"]) / "ralph-dev" / self.project
+
+    def heartbeat(self) -> dict[str, Any]:
+        """The controller's last heartbeat ({} before its first tick wrote one)."""
+        try:
+            beat = json.loads((self.state_dir / "heartbeat.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return beat if isinstance(beat, dict) else {}
+
+    def ticks(self) -> int:
+        """Ticks the running controller has made (0 before its first)."""
+        return int(self.heartbeat().get("tick", 0))
+
+    def wait_first_tick(self, timeout: float = 30) -> None:
+        """``controller_started`` is written before the first tick: wait for the tick."""
+        wait_for(lambda: self.ticks() >= 1, timeout, "the controller's first tick")
+
     def events(self) -> list[dict[str, Any]]:
-        path = Path(self.env["XDG_STATE_HOME"]) / "ralph-dev" / self.project / "events.jsonl"
+        path = self.state_dir / "events.jsonl"
         if not path.exists():
             return []
         out = []
@@ -329,7 +350,7 @@ class Swarm:
         return [w for w in out.split() if w and w != "default" and not w.startswith("ralph-")]
 
     def daemon_pid(self) -> int | None:
-        path = Path(self.env["XDG_STATE_HOME"]) / "ralph-dev" / self.project / "daemon.pid"
+        path = self.state_dir / "daemon.pid"
         try:
             text = path.read_text().strip()
         except OSError:

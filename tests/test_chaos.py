@@ -41,7 +41,7 @@ def swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[Swarm]:
 
 
 def state_dir(swarm: Swarm) -> Path:
-    return Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev" / swarm.project
+    return swarm.state_dir
 
 
 def pane_pids(swarm: Swarm) -> dict[str, int]:

@@ -133,7 +133,7 @@ def test_red_trunk_stops_merges_until_a_person_fixes_it(tmp_path: Path, jj_bin: 
         config.write_text(config.read_text() + "\n[projects.demo.merge]\nverify_trunk = true\n")
         swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
         swarm.start()
-        red = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo/trunk-red.json"
+        red = swarm.state_dir / "trunk-red.json"
         wait_for(red.exists, 120, "trunk to turn red after DEMO-1's merge")
         assert json.loads(red.read_text())["exit_code"] != 0
         comments = swarm.issue("DEMO-1")["comments"]
@@ -180,7 +180,7 @@ def test_one_controller_per_project(xdg: Path, tmp_path: Path) -> None:
 
 
 def test_second_controller_process_exits_with_a_clear_message(swarm: Swarm) -> None:
-    lock = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo/controller.lock"
+    lock = swarm.state_dir / "controller.lock"
     first = subprocess.Popen([sys.executable, "-m", "ralph_dev", "controller", swarm.project],
                              env=swarm.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              text=True)

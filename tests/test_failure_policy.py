@@ -194,9 +194,7 @@ def test_a_persons_tracker_write_wakes_the_controller(
                          timing={"poll_interval": 60, "heartbeat_stale": 300})
     try:
         swarm.start()
-        heartbeat = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo/heartbeat.json"
-        wait_for(lambda: heartbeat.exists() and '"tick": 1' in heartbeat.read_text(), 30,
-                 "the controller's first tick (the next poll is a minute away)")
+        swarm.wait_first_tick()  # the next poll is a minute away
         swarm.cli("issue", "add", swarm.project, "Started at once")
         wait_for(lambda: any(e["event"] == "spawn" for e in swarm.events()), 5,
                  "the spawn, long before the next poll")

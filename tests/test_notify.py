@@ -280,7 +280,7 @@ def test_the_daemon_tells_when_a_worker_asks(tmp_path: Path, jj_bin: str, tmux_s
         assert "Pick a database" in held["message"] and "http://127.0.0.1:" in held["message"]
         wait_for(lambda: swarm.issue("DEMO-2")["state_type"] == "completed", 120, "DEMO-2")
         assert len(receiver.messages) == 1  # merges are not told unless on_merge
-        state = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo"
+        state = swarm.state_dir
         for path in [*(state / "logs").iterdir(), state / "events.jsonl", state / "notify.json"]:
             assert SECRET not in path.read_text(errors="replace"), path
     finally:

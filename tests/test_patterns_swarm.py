@@ -43,7 +43,7 @@ def _patterns(swarm: Swarm) -> dict[str, dict[str, Any]]:
 
 
 def _prompt(swarm: Swarm, name: str) -> str | None:
-    path = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev" / swarm.project / "prompts" / name
+    path = swarm.state_dir / "prompts" / name
     return path.read_text() if path.exists() else None
 
 

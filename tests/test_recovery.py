@@ -78,10 +78,9 @@ def test_a_frozen_controller_holding_the_lock_is_killed_and_replaced(swarm: Swar
     swarm.import_plan(TASKS)
     swarm.script = {"*": "work:2"}
     swarm.write_script()
-    beat = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo/heartbeat.json"
     swarm.start()
-    wait_for(beat.exists, 30, "a controller's heartbeat")
-    frozen = json.loads(beat.read_text())["pid"]
+    swarm.wait_first_tick()
+    frozen = swarm.heartbeat()["pid"]
     thaw = freeze(frozen)  # alive, holding its lock, doing nothing, deaf to SIGTERM
     try:
         wait_for(lambda: events(swarm, "controller_killed"), 90, "the frozen controller killed")
@@ -98,13 +97,12 @@ def test_a_failed_health_check_is_an_event_and_a_traceback(swarm: Swarm) -> None
     """The daemon's log keeps the traceback; the event log says what failed."""
     swarm.start()
     wait_for(lambda: events(swarm, "controller_started"), 30, "a controller")
-    state = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo"
-    restarts = state / "controller-restarts.json"
+    restarts = swarm.state_dir / "controller-restarts.json"
     restarts.unlink(missing_ok=True)
     restarts.mkdir()  # the restart cannot be recorded: the health check fails
     # the controller says it started before its first tick writes the heartbeat
-    wait_for((state / "heartbeat.json").exists, 30, "the controller's first heartbeat")
-    beat = json.loads((state / "heartbeat.json").read_text())
+    swarm.wait_first_tick()
+    beat = swarm.heartbeat()
     os.kill(beat["pid"], signal.SIGKILL)
     try:
         wait_for(lambda: events(swarm, "health_check_failed"), 30,
@@ -113,7 +111,7 @@ def test_a_failed_health_check_is_an_event_and_a_traceback(swarm: Swarm) -> None
         restarts.rmdir()
     failed = events(swarm, "health_check_failed")[0]
     assert "IsADirectoryError" in failed["error"] or "Errno" in failed["error"]
-    log = state / "logs" / "daemon.jsonl"
+    log = swarm.state_dir / "logs" / "daemon.jsonl"
     entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     traced = [e for e in entries if e.get("event") == "health_check_failed"]
     assert traced and "Traceback" in traced[0]["exception"]

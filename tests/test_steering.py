@@ -66,16 +66,8 @@ def _trunk_text(swarm: Swarm, path: str) -> str:
 
 
 def _log(swarm: Swarm, ident: str) -> str:
-    path = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev" / swarm.project / "logs" / f"{ident}.log"
+    path = swarm.state_dir / "logs" / f"{ident}.log"
     return path.read_text(errors="replace") if path.exists() else ""
-
-
-def _tick(swarm: Swarm) -> int:
-    path = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev" / swarm.project / "heartbeat.json"
-    try:
-        return int(json.loads(path.read_text()).get("tick", 0))
-    except (OSError, ValueError):
-        return 0
 
 
 def _wait_held(swarm: Swarm, ident: str) -> None:
@@ -110,8 +102,8 @@ def test_question_answered_by_a_person_resumes_with_the_feedback(swarm: Swarm) -
 
     # held: while nobody answers, no second worker starts (a respawn after the
     # 0.5 s backoff would show within these ticks)
-    held_at = _tick(swarm)
-    wait_for(lambda: _tick(swarm) >= held_at + 6, 20, "six more controller ticks")
+    held_at = swarm.ticks()
+    wait_for(lambda: swarm.ticks() >= held_at + 6, 20, "six more controller ticks")
     assert len(_events(swarm, "spawn", ident)) == 1
     assert asked["state_type"] != "completed"
 

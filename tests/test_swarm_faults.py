@@ -65,7 +65,7 @@ def test_controller_killed_is_restarted_by_daemon(swarm: Swarm) -> None:
     # no event (events are written once an action completes) but its worker was adopted
     assert len(spawns) == len(set(spawns)) >= 3
     assert len(_events(swarm, "worker_done")) == 4
-    logs = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo/logs"
+    logs = swarm.state_dir / "logs"
     for n in range(1, 5):  # each pane log shows exactly one agent start
         text = (logs / f"DEMO-{n}.log").read_text(errors="replace")
         assert text.count("ralph-dev: starting") == 1, f"DEMO-{n}"
@@ -91,7 +91,7 @@ def test_issue_marked_done_by_hand_is_merged_then_killed(swarm: Swarm) -> None:
     swarm.script = {"*": "work:0.3", "DEMO-2": "write-hang"}
     swarm.write_script()
     swarm.start()
-    log = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo/logs/DEMO-2.log"
+    log = swarm.state_dir / "logs/DEMO-2.log"
     wait_for(lambda: log.exists() and "now hangs" in log.read_text(errors="replace"), 60,
              "DEMO-2 to write its change")
     swarm.cli("issue", "state", "DEMO-2", "Done")

@@ -49,3 +49,74 @@ def test_a_write_into_the_main_working_copy_is_caught(
         assert "planted.txt" in comment and 'agent.sandbox = "off"' in comment
     finally:
         swarm.teardown()
+
+
+def test_a_file_planted_in_a_finished_workspace_is_never_merged_as_its_work(
+        tmp_path: Path, jj_bin: str, tmux_socket: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12 finding 1: a file one worker dropped into another's workspace reached
+    trunk inside THAT issue's commit. DEMO-1 is done and waits for its merge (trunk is
+    red) when DEMO-2, unconfined, writes into DEMO-1's workspace: the controller notices
+    the workspace changing while it had no worker, holds both issues, and once trunk is
+    green again DEMO-1 is not merged with the planted file."""
+    swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=1)
+    try:
+        config = config_path(swarm)
+        config.write_text(config.read_text().replace(
+            "shared_paths =", 'sandbox = "off"\nshared_paths ='))
+        swarm.import_plan('[[task]]\ntitle = "A"\n\n[[task]]\ntitle = "B"\n')
+        ctl = in_process(swarm, monkeypatch)
+        planted = ctl.settings.workspaces / "DEMO-1" / "planted.txt"
+        swarm.script = {"DEMO-1": "work:0.1", "DEMO-2": f"escape:{planted}"}
+        swarm.write_script()
+        monkeypatch.setattr("ralph_dev.control.tripwires.CHECK_EVERY", timedelta(0))
+        red = ctl.store.paths.trunk_red_file
+        red.write_text('{"ok": false, "output": "red on purpose", "commit": null}\n')
+        wait_for(lambda: (tick(ctl), swarm.issue("DEMO-1")["state"] == "Done")[1], 30,
+                 "DEMO-1 done, its merge waiting for a green trunk")
+        wait_for(lambda: (tick(ctl), planted.exists())[1], 30, "DEMO-2's hostile write")
+        wait_for(lambda: (tick(ctl), "user-input-needed" in labels(swarm, "DEMO-1"))[1], 30,
+                 "DEMO-1 held")
+        event = next(e for e in swarm.events()
+                     if e["event"] == "tripwire" and e.get("workspace") == "DEMO-1")
+        assert event["files"] == ["planted.txt"] and event["held"] == ["DEMO-1", "DEMO-2"]
+        assert "user-input-needed" in labels(swarm, "DEMO-2")
+        comment = swarm.issue("DEMO-1")["comments"][-1]["body"]
+        assert "planted.txt" in comment and "worker diff DEMO-1" in comment
+        red.unlink()
+        for _ in range(5):
+            tick(ctl)
+        assert "planted.txt" not in swarm.trunk_files()
+        assert "DEMO-1" in swarm.workspaces()  # its work waits for a person, not lost
+    finally:
+        swarm.teardown()
+
+
+def test_the_controllers_own_merges_trip_nothing(
+        tmp_path: Path, jj_bin: str, tmux_socket: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch on resting workspaces must not cry wolf: unconfined, three issues
+    finish together and wait their turn in the verified merge lane, each rebased and
+    verified in its workspace (the verify writes there), DEMO-2 sent back once by a red
+    verify; nothing trips and nothing is held."""
+    once = tmp_path / "sent-back-once"
+    verify = ('touch verified-here && if [ -e changes/DEMO-1.txt ] && [ -e changes/DEMO-2.txt ]'
+              f' && [ ! -e {once} ]; then touch {once}; exit 1; fi')  # red together, once
+    swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=3, verify=verify)
+    try:
+        config = config_path(swarm)
+        config.write_text(config.read_text().replace(
+            "shared_paths =", 'sandbox = "off"\nshared_paths ='))
+        swarm.import_plan("".join(f'[[task]]\ntitle = "T{n}"\n\n' for n in range(3)))
+        swarm.script = {"*": "work:0.2"}
+        swarm.write_script()
+        ctl = in_process(swarm, monkeypatch)
+        monkeypatch.setattr("ralph_dev.control.tripwires.CHECK_EVERY", timedelta(0))
+        wanted = {f"changes/DEMO-{n}.txt" for n in (1, 2, 3)}
+        wait_for(lambda: (tick(ctl), wanted <= set(swarm.trunk_files()))[1], 60,
+                 "all three merged")
+        assert once.exists() and [e for e in swarm.events() if e["event"] == "merge_sent_back"]
+        assert not [e for e in swarm.events() if e["event"] == "tripwire"]
+        assert not any("user-input-needed" in labels(swarm, f"DEMO-{n}") for n in (1, 2, 3))
+    finally:
+        swarm.teardown()

@@ -44,7 +44,7 @@ def swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[Swarm]:
 
 
 def _web_json(swarm: Swarm) -> dict[str, Any]:
-    path = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev" / swarm.project / "web.json"
+    path = swarm.state_dir / "web.json"
 
     def read() -> dict[str, Any] | None:
         try:

@@ -293,14 +293,6 @@ def controller_proc(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[d
         swarm.tmux("kill-server")
 
 
-def _heartbeat_tick(swarm: Any) -> int:
-    path = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo/heartbeat.json"
-    try:
-        return int(json.loads(path.read_text()).get("tick", 0))
-    except (OSError, ValueError):
-        return 0
-
-
 def _listening_port(swarm: Any) -> int | None:
     for event in swarm.events():
         if event.get("event") == "webhook_listening":
@@ -312,7 +304,7 @@ def _listening_port(swarm: Any) -> int | None:
 def test_controller_process_ticks_on_a_signed_webhook(controller_proc: dict[str, Any]) -> None:
     swarm, proc = controller_proc["swarm"], controller_proc["proc"]
     port = retry_until(lambda: _listening_port(swarm), 20, 0.1, "the webhook listener")
-    retry_until(lambda: _heartbeat_tick(swarm) >= 1, 20, 0.1, "the first tick")
+    retry_until(lambda: swarm.ticks() >= 1, 20, 0.1, "the first tick")
 
     url = f"http://127.0.0.1:{port}{PATH}"
 
@@ -330,15 +322,15 @@ def test_controller_process_ticks_on_a_signed_webhook(controller_proc: dict[str,
     now = time.time()
     forged = payload(at=now)
     assert post(forged, headers(forged, "e2e-0", secret="wrong")) == 401
-    log_file = Path(swarm.env["XDG_STATE_HOME"]) / "ralph-dev/demo/logs/controller.jsonl"
+    log_file = swarm.state_dir / "logs/controller.jsonl"
     retry_until(lambda: "webhook_rejected" in log_file.read_text(), 30, 0.1,
                 "the controller to log the rejected delivery")
     # neither the forged delivery nor the poll (every 60 s) ticked again
-    assert _heartbeat_tick(swarm) == 1
+    assert swarm.ticks() == 1
 
     body = payload(at=now)
     assert post(body, headers(body, "e2e-1")) == 200
-    retry_until(lambda: _heartbeat_tick(swarm) >= 2, 30, 0.1, "a tick woken by the webhook")
+    retry_until(lambda: swarm.ticks() >= 2, 30, 0.1, "a tick woken by the webhook")
     assert proc.poll() is None
     logged = log_file.read_text()
     assert '"webhook"' in logged and SECRET not in logged

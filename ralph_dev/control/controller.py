@@ -221,8 +221,7 @@ class Controller:
                 self.store.rotate_log(window.name)
         try:
             await self._stop_over_budget(observed)
-            held, why = self.tripwires.check(observed)
-            for name in held:
+            for name, why in self.tripwires.check(observed).items():
                 await self.failures.hold_for_person(name, why)
         except (RalphError, OSError) as exc:
             log.warning("upkeep_failed", error=str(exc))
@@ -267,6 +266,7 @@ class Controller:
                 continue
             try:
                 self.write_heartbeat(observed, plan, acting=action.kind)
+                self.tripwires.controller_acted(action.issue)
                 await self.act(action, by_id.get(action.issue), observed)
             except (RalphError, OSError) as exc:
                 failed_issues.add(action.issue)

@@ -58,6 +58,8 @@ def issue_spend(data: Mapping[str, Any], issue: str) -> Usage:
 
 def _read_new(path: Path, offset: int) -> tuple[list[bytes], int]:
     try:
+        if path.stat().st_size <= offset:
+            return [], offset  # nothing new: most transcripts, most ticks (no open)
         with path.open("rb") as handle:
             handle.seek(offset)
             chunk = handle.read(READ_AT_MOST)

@@ -9,8 +9,13 @@ comment. Under the sandbox no worker can write there, so the change was a person
 the event only. A changed config also says that the running controller still uses
 the config it started with.
 
-What a worker writes into another worker's workspace is not detected here: under the
-sandbox other workspaces are hidden; unconfined, it would show in that issue's merge.
+Other workers' workspaces are watched while their issue has no live worker (done and
+waiting for its merge, held for a person, waiting for a slot): nothing but the
+controller may change them then, and the controller says when it acts on one
+(``controller_acted``). A file planted there would be merged as that issue's work, so
+unconfined, that issue is held too. A write into a workspace whose own worker is live
+is not told apart from that worker's own work: under the sandbox it cannot happen
+(other workspaces are hidden), unconfined it is merged with that issue's change.
 Checked at most every ``CHECK_EVERY`` seconds: a walk of file metadata, no reads.
 """
 
@@ -83,32 +88,90 @@ class Tripwires:
         self.config = config
         self.clock = clock
         self.last: dict[str, Stamp] | None = None
+        self.resting: dict[str, dict[str, Stamp]] = {}
+        """Each workspace whose issue has no live worker, as it was at the last check."""
+        self.acted_on: set[str] = set()
         self.checked_at: datetime | None = None
 
-    def check(self, observed: Observed) -> tuple[list[str], str]:
-        """(issues to hold, why) when watched files changed since the last check."""
+    def controller_acted(self, issue: str) -> None:
+        """The controller's own actions change workspaces (a merge rebases and verifies
+        in one, a restart hands it to a new worker): that workspace's watch starts over."""
+        self.acted_on.add(issue)
+
+    def check(self, observed: Observed) -> dict[str, str]:
+        """Issues to hold, each with why, when watched files changed since the last check."""
         now = self.clock()
         if self.checked_at is not None and now - self.checked_at < CHECK_EVERY:
-            return [], ""
+            return {}
         self.checked_at = now
+        live = sorted({w.name for w in observed.windows if w.alive and w.name in observed.records})
+        held = self._check_shared(live)
+        working = [name for name in live if not observed.records[name].done]
+        for name, files in self._check_workspaces(observed, working).items():
+            held.update(self._trip_workspace(name, files, working))
+        return held
+
+    def _check_shared(self, live: list[str]) -> dict[str, str]:
         current = fingerprint(self.settings, self.config)
         before, self.last = self.last, current
-        if before is None:
-            return [], ""
-        files = changed(before, current)
+        files = changed(before, current) if before is not None else []
         if not files:
-            return [], ""
-        live = sorted({w.name for w in observed.windows if w.alive and w.name in observed.records})
+            return {}
         unconfined = self.settings.agent.sandbox == "off"
         shown = [f.removeprefix("repo:") if f != "config" else str(self.config) for f in files]
         self.store.append_event("tripwire", files=shown[:20], live_workers=live,
                                 held=live if unconfined else [])
         log.warning("tripwire", files=shown[:20], live_workers=live)
-        if not unconfined or not live:
-            return [], ""
-        where = ", ".join(shown[:10]) + (" …" if len(shown) > 10 else "")
+        if not unconfined:
+            return {}
         why = (f"files no worker may change were changed while workers ran unconfined "
-               f"(agent.sandbox = \"off\"): {where}. Look at them (the main working copy "
-               f"in {self.settings.repo}, ralph-dev's config); if a worker did it, its "
+               f"(agent.sandbox = \"off\"): {_listed(shown)}. Look at them (the main working "
+               f"copy in {self.settings.repo}, ralph-dev's config); if a worker did it, its "
                "issue text may have told it to")
-        return live, why
+        return dict.fromkeys(live, why)
+
+    def _check_workspaces(self, observed: Observed, working: list[str]) -> dict[str, list[str]]:
+        """What changed in each workspace whose issue had no working worker (none live,
+        or it reported done) at this check and the last one, unless the controller
+        acted on it in between (it is seen afresh now)."""
+        root = self.settings.workspaces.resolve()
+        resting: dict[str, dict[str, Stamp]] = {}
+        for workspace in observed.workspaces:
+            name = workspace.name
+            path = (root / name).resolve()
+            if (name in observed.records and name not in working and path.parent == root
+                    and path.is_dir()):
+                resting[name] = dict(_walk(path, None))
+        before, self.resting = self.resting, resting
+        acted_on, self.acted_on = self.acted_on, set()
+        found = {name: changed(before[name], stamps) for name, stamps in resting.items()
+                 if name in before and name not in acted_on}
+        return {name: files for name, files in found.items() if files}
+
+    def _trip_workspace(self, name: str, files: list[str], working: list[str]) -> dict[str, str]:
+        """Files in a workspace whose issue has no worker changed. Under the sandbox no
+        worker can reach it (a person did it): the event only. Unconfined, a live worker
+        may have planted them, to be merged as that issue's work: the issue is held (a
+        held issue is not merged) and so is every live worker's."""
+        unconfined = self.settings.agent.sandbox == "off"
+        suspects = [n for n in working if n != name]
+        held = [name, *suspects] if unconfined else []
+        self.store.append_event("tripwire", workspace=name, files=files[:20],
+                                live_workers=working, held=held)
+        log.warning("tripwire", workspace=name, files=files[:20], live_workers=working)
+        if not unconfined:
+            return {}
+        where = self.settings.workspaces / name
+        own = (f"files in {name}'s workspace ({where}) changed while it had no worker, and "
+               f"other workers ran unconfined (agent.sandbox = \"off\"): {_listed(files)}. "
+               f"They may not be {name}'s work, so it is not merged until a person looks "
+               f"(`ralph-dev worker diff {name}`; remove what is not its work)")
+        other = (f"files in {name}'s workspace ({where}), which this worker may not touch, "
+                 f"changed while it ran unconfined (agent.sandbox = \"off\"): "
+                 f"{_listed(files)}; nothing tells which worker did it. If this one did, "
+                 "its issue text may have told it to")
+        return {name: own, **dict.fromkeys(suspects, other)}
+
+
+def _listed(files: list[str]) -> str:
+    return ", ".join(files[:10]) + (" …" if len(files) > 10 else "")
