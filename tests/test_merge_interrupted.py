@@ -90,6 +90,13 @@ def merged_exactly(jj: JJ, expected: dict[str, str]) -> None:
     assert set(parents) == {"1"}
 
 
+def git_branch(jj: JJ, branch: str) -> str:
+    """Where the person's git has ``branch`` (colocated repositories)."""
+    return subprocess.run(["git", "-C", str(jj.repo), "rev-parse", f"refs/heads/{branch}"],
+                          check=True, capture_output=True, text=True,
+                          env={"PATH": jj.child_path()}).stdout.strip()
+
+
 @pytest.fixture(params=["colocated", "plain"])
 def repo_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -139,6 +146,8 @@ def test_a_merge_killed_at_every_step_is_finished_by_the_next_attempt(
                 merged_exactly(jj, {"one.txt": "one\n"})
                 continue
             merged_exactly(jj, {"one.txt": "one\n", "two.txt": "two\n"})
+            if repo_kind == "colocated":  # and the person's git was told, whenever it was killed
+                assert git_branch(jj, "main") == jj.trunk_commit()
             assert jj.intents.load("ENG-2") is None  # the merge ended: its intent is gone
             assert not jj.merge("ENG-2").merged  # nothing left to merge, nothing repeated
     # every interrupted merge was completed: a refusal here would need a person
