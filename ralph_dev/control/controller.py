@@ -221,7 +221,7 @@ class Controller:
                 self.store.rotate_log(window.name)
         try:
             await self._stop_over_budget(observed)
-            for name, why in self.tripwires.check(observed).items():
+            for name, why in (await self.tripwires.check(observed)).items():
                 await self.failures.hold_for_person(name, why)
         except (RalphError, OSError) as exc:
             log.warning("upkeep_failed", error=str(exc))
