@@ -13,13 +13,15 @@ from click.testing import CliRunner, Result
 from ralph_dev.cli import main
 from ralph_dev.core.config import load_project
 from ralph_dev.core.errors import ConfigError
-from ralph_dev.core.model import StateType
+from ralph_dev.core.model import Issue, Observed, StateType
 from ralph_dev.core.pattern_store import (
     Ledger,
     PendingPhase,
     ledger_path,
     load_ledger,
+    remember_plan,
     save_ledger,
+    settle_phases,
 )
 from ralph_dev.core.patterns import (
     Lifecycle,
@@ -34,6 +36,7 @@ from ralph_dev.core.patterns import (
     strategies_in,
     vocabulary,
 )
+from ralph_dev.core.state import StateStore
 
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
 DONE = SubIssueOutcome(StateType.COMPLETED)
@@ -176,3 +179,28 @@ def test_patterns_command_shows_and_resets(xdg: Path) -> None:
     assert after.phases["DEMO-9"].strategies == ("split-by-component",)  # nor counted later
     assert [r["name"] for r in json.loads(cli("--json").output)["patterns"]] == [
         "split-by-component", "maximize-parallelization"]
+
+
+def test_a_hold_written_just_before_the_events_log_rotated_still_counts(
+        xdg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The phase's events are read from where the plan was applied; the log rotating in
+    between (64 MiB) must not hide a sub-issue's hold and turn a harmful phase helpful."""
+    monkeypatch.setattr("ralph_dev.core.state.EVENTS_CAP", 2000)
+    config = xdg / "config" / "ralph-dev" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'[projects.demo]\nrepo = "{xdg / "repo"}"\ntrunk = "main"\n')
+    settings = load_project("demo", path=config)
+    store = StateStore(settings.paths)
+    for n in range(7):
+        store.append_event("spawn", issue=f"DEMO-{n}", reason="before the plan " + "x" * 150)
+    found = remember_plan(settings, store, "DEMO-1", "Put shared types first.",
+                          ["DEMO-2", "DEMO-3"], NOW)
+    assert found == ("shared-types-first",)
+    store.append_event("hold", issue="DEMO-2", reason="DEMO-2 asked a person")
+    for _ in range(4):
+        store.append_event("spawn", issue="DEMO-3", reason="after the hold " + "x" * 150)
+    rotated = store.paths.events_file.with_name("events.jsonl.1").read_text()
+    assert '"event": "hold"' in rotated  # the hold is in the old log, after the offset
+    done = [Issue(f"DEMO-{n}", "t", "Done", StateType.COMPLETED) for n in (2, 3)]
+    verdicts = settle_phases(settings, store, Observed(issues=tuple(done)), NOW)
+    assert verdicts == {"DEMO-1": Verdict.HARMFUL}

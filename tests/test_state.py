@@ -241,15 +241,21 @@ def test_a_pane_log_over_its_cap_is_rotated_in_place(store: StateStore) -> None:
     assert log.with_name(log.name + ".1").read_bytes() == b"x" * 2000
 
 
-def test_the_events_log_rotates_and_offset_readers_start_over(
-        store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("max_bytes", [4 << 20, 300])
+def test_the_events_log_rotates_and_offset_readers_miss_nothing(
+        store: StateStore, monkeypatch: pytest.MonkeyPatch, max_bytes: int) -> None:
+    """A reader from before the rotation (the notifier, metrics, pattern learning) gets
+    what it had not read of the old log, then the new one: no event falls between."""
     monkeypatch.setattr("ralph_dev.core.state.EVENTS_CAP", 600)
-    for n in range(5):
+    for n in range(3):
         store.append_event("spawn", issue=f"DEMO-{n}", reason="x" * 100)
     _, offset = store.read_events_from(0)
-    for n in range(5, 12):
+    for n in range(3, 6):  # DEMO-4 starts the new log
         store.append_event("spawn", issue=f"DEMO-{n}", reason="x" * 100)
     assert store.paths.events_file.with_name("events.jsonl.1").exists()
-    assert store.paths.events_file.stat().st_size <= 600 + 200
-    events, _ = store.read_events_from(offset)  # a reader from before the rotation
-    assert events and events[-1]["issue"] == "DEMO-11"
+    assert store.paths.events_file.stat().st_size < offset  # the log shrank under the reader
+    seen: list[str] = []
+    for _ in range(20):
+        events, offset = store.read_events_from(offset, max_bytes=max_bytes)
+        seen += [e["issue"] for e in events]
+    assert seen == [f"DEMO-{n}" for n in range(3, 6)]

@@ -192,7 +192,7 @@ def _child_facts(store: StateStore, offset: int) -> dict[str, dict[str, bool]]:
                 seen["exhausted"] = True
             if kind in ("spawn", "restart") and event.get("role") == Role.RESOLVE.value:
                 seen["resolved_conflict"] = True
-        if next_offset <= offset or not events:
+        if next_offset == offset:  # read to the end (after a rotation it went back to 0)
             return facts
         offset = next_offset
 

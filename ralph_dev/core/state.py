@@ -241,28 +241,25 @@ class StateStore:
                          ) -> tuple[list[dict[str, Any]], int]:
         """Events appended since byte ``offset``, and the offset to continue from.
 
-        Long-lived readers (the daemon's metrics, notifier and dashboard, ``events -f``)
-        poll with this instead of re-reading the whole log. A line still being
-        written (no newline yet) is left for the next call; a log that shrank
-        (replaced or truncated) is read again from its start. At most ``max_bytes``
-        are read per call, so catching up on a long history never holds it all.
+        Long-lived readers (the daemon's metrics, notifier and dashboard, ``events -f``,
+        pattern learning) poll with this instead of re-reading the whole log. A line
+        still being written (no newline yet) is left for the next call. A log that
+        shrank under the reader was rotated: what it had not read of the old log
+        (``events.jsonl.1``) comes first, then the new log from its start. At most
+        ``max_bytes`` are read per call, so catching up never holds it all.
         """
+        current = self.paths.events_file
         try:
-            handle = self.paths.events_file.open("rb")
+            size = current.stat().st_size
         except FileNotFoundError:
             return [], 0
-        with handle:
-            size = os.fstat(handle.fileno()).st_size
-            if offset > size:
-                offset = 0
-            handle.seek(offset)
-            chunk = handle.read(max_bytes)
-        end = chunk.rfind(b"\n") + 1
-        if end == 0 and len(chunk) == max_bytes:
-            return [], offset + len(chunk)  # one absurdly long line: skip it, never stall
-        events = [entry for line in chunk[:end].decode("utf-8", "replace").splitlines()
-                  if (entry := _event_from_line(line)) is not None]
-        return events, offset + end
+        if offset > size:
+            events, after = _read_lines(current.with_name(current.name + ".1"), offset,
+                                        max_bytes)
+            if after > offset:
+                return events, after  # still in the old log while the new one is shorter
+            offset = 0
+        return _read_lines(current, offset, max_bytes)
 
     # -- swarm-wide pauses --
 
@@ -351,6 +348,22 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, tuple | list | set | frozenset):
         return [_jsonable(v) for v in value]
     return value
+
+
+def _read_lines(path: Path, offset: int, max_bytes: int) -> tuple[list[dict[str, Any]], int]:
+    """The whole event lines from ``offset`` on (at most ``max_bytes``), and where they end."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            chunk = handle.read(max_bytes)
+    except FileNotFoundError:
+        return [], offset
+    end = chunk.rfind(b"\n") + 1
+    if end == 0 and len(chunk) == max_bytes:
+        return [], offset + len(chunk)  # one absurdly long line: skip it, never stall
+    events = [entry for line in chunk[:end].decode("utf-8", "replace").splitlines()
+              if (entry := _event_from_line(line)) is not None]
+    return events, offset + end
 
 
 def _event_from_line(line: str) -> dict[str, Any] | None:
