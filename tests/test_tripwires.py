@@ -47,6 +47,7 @@ def test_a_write_into_the_main_working_copy_is_caught(
         assert event["files"] == ["planted.txt"] and event["held"] == ["DEMO-1"]
         comment = swarm.issue("DEMO-1")["comments"][-1]["body"]
         assert "planted.txt" in comment and 'agent.sandbox = "off"' in comment
+        assert "DEMO-1" not in swarm.worker_windows()  # stopped: it may be the one
     finally:
         swarm.teardown()
 
@@ -81,6 +82,7 @@ def test_a_file_planted_in_a_finished_workspace_is_never_merged_as_its_work(
                      if e["event"] == "tripwire" and e.get("workspace") == "DEMO-1")
         assert event["files"] == ["planted.txt"] and event["held"] == ["DEMO-1", "DEMO-2"]
         assert "user-input-needed" in labels(swarm, "DEMO-2")
+        assert "DEMO-2" not in swarm.worker_windows()  # the suspect was stopped
         comment = swarm.issue("DEMO-1")["comments"][-1]["body"]
         assert "planted.txt" in comment and "worker diff DEMO-1" in comment
         red.unlink()
@@ -88,6 +90,21 @@ def test_a_file_planted_in_a_finished_workspace_is_never_merged_as_its_work(
             tick(ctl)
         assert "planted.txt" not in swarm.trunk_files()
         assert "DEMO-1" in swarm.workspaces()  # its work waits for a person, not lost
+
+        # the person looks, removes the planted file and lets DEMO-1 go on: their edit in
+        # a held issue's workspace is theirs (an event, nobody held again), and DEMO-1
+        # merges with its own work only
+        planted.unlink()
+        tick(ctl)
+        tick(ctl)
+        again = [e for e in swarm.events() if e["event"] == "tripwire"][1:]
+        assert [(e["files"], e["held"], e["persons_hands"]) for e in again] == [
+            (["planted.txt"], [], True)]
+        swarm.cli("issue", "label", "DEMO-1", "+user-feedback-given")
+        wait_for(lambda: (tick(ctl), "changes/DEMO-1.txt" in swarm.trunk_files())[1], 30,
+                 "DEMO-1 merged once a person let it go on")
+        assert "planted.txt" not in swarm.trunk_files()
+        assert "user-input-needed" not in labels(swarm, "DEMO-1")
     finally:
         swarm.teardown()
 

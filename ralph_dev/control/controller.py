@@ -222,6 +222,7 @@ class Controller:
         try:
             await self._stop_over_budget(observed)
             for name, why in (await self.tripwires.check(observed)).items():
+                self._kill_windows(name, observed)  # a suspect stops: it may be the one
                 await self.failures.hold_for_person(name, why)
         except (RalphError, OSError) as exc:
             log.warning("upkeep_failed", error=str(exc))

@@ -5,17 +5,19 @@ read-only for workers (``agent.sandbox``). If either changes anyway while worker
 the controller says so (a ``tripwire`` event naming the files). When workers run
 unconfined (``agent.sandbox = "off"``) one of them may have done it, and nothing tells
 which: every issue whose worker was live is held for a person, with the files in the
-comment. Under the sandbox no worker can write there, so the change was a person's:
-the event only. A changed config also says that the running controller still uses
-the config it started with.
+comment, and its worker stopped (its work stays in its workspace). Under the sandbox
+no worker can write there, so the change was a person's: the event only. A changed
+config also says that the running controller still uses the config it started with.
 
 Other workers' workspaces are watched while their issue has no live worker (done and
-waiting for its merge, held for a person, waiting for a slot): nothing but the
-controller may change them then, and the controller says when it acts on one
-(``controller_acted``). A file planted there would be merged as that issue's work, so
-unconfined, that issue is held too. A write into a workspace whose own worker is live
-is not told apart from that worker's own work: under the sandbox it cannot happen
-(other workspaces are hidden), unconfined it is merged with that issue's change.
+waiting for its merge, waiting for a slot): nothing but the controller may change them
+then, and the controller says when it acts on one (``controller_acted``). A file
+planted there would be merged as that issue's work, so unconfined, that issue is held
+too. A held issue's workspace is in a person's hands: a change there is the event only.
+A write into a workspace whose own worker is live is not told apart from that worker's
+own work: under the sandbox it cannot happen (other workspaces are hidden), unconfined
+it is merged with that issue's change.
+
 Checked at most every ``CHECK_EVERY`` seconds: a walk of file metadata, no reads.
 """
 
@@ -109,8 +111,12 @@ class Tripwires:
         working = [name for name in live if not observed.records[name].done]
         shared, resting = await asyncio.to_thread(self._look, observed, working)
         held = self._check_shared(shared, live)
+        labels = self.settings.labels
+        persons = {i.identifier for i in observed.issues
+                   if {labels.hold.casefold(), labels.user_input_needed.casefold()}
+                   & {label.casefold() for label in i.labels}}
         for name, files in self._check_workspaces(resting).items():
-            held.update(self._trip_workspace(name, files, working))
+            held.update(self._trip_workspace(name, files, working, persons))
         return held
 
     def _look(self, observed: Observed, working: list[str]
@@ -141,9 +147,10 @@ class Tripwires:
         if not unconfined:
             return {}
         why = (f"files no worker may change were changed while workers ran unconfined "
-               f"(agent.sandbox = \"off\"): {_listed(shown)}. Look at them (the main working "
-               f"copy in {self.settings.repo}, ralph-dev's config); if a worker did it, its "
-               "issue text may have told it to")
+               f"(agent.sandbox = \"off\"): {_listed(shown)}. Nothing tells which worker "
+               f"did it, so every working one was stopped (its work stays in its workspace). "
+               f"Look at them (the main working copy in {self.settings.repo}, ralph-dev's "
+               "config); if a worker did it, its issue text may have told it to")
         return dict.fromkeys(live, why)
 
     def _check_workspaces(self, resting: dict[str, dict[str, Stamp]]) -> dict[str, list[str]]:
@@ -155,16 +162,20 @@ class Tripwires:
                  if name in before and name not in acted_on}
         return {name: files for name, files in found.items() if files}
 
-    def _trip_workspace(self, name: str, files: list[str], working: list[str]) -> dict[str, str]:
+    def _trip_workspace(self, name: str, files: list[str], working: list[str],
+                        persons: set[str]) -> dict[str, str]:
         """Files in a workspace whose issue has no worker changed. Under the sandbox no
-        worker can reach it (a person did it): the event only. Unconfined, a live worker
-        may have planted them, to be merged as that issue's work: the issue is held (a
-        held issue is not merged) and so is every live worker's."""
-        unconfined = self.settings.agent.sandbox == "off"
+        worker can reach it, and a held issue is in a person's hands (they may fix its
+        workspace; holding every worker for that would punish them): the event only.
+        Unconfined, a live worker may have planted them, to be merged as that issue's
+        work: the issue is held (a held issue is not merged) and so is every live
+        worker's."""
+        unconfined = self.settings.agent.sandbox == "off" and name not in persons
         suspects = [n for n in working if n != name]
         held = [name, *suspects] if unconfined else []
         self.store.append_event("tripwire", workspace=name, files=files[:20],
-                                live_workers=working, held=held)
+                                live_workers=working, held=held,
+                                persons_hands=name in persons)
         log.warning("tripwire", workspace=name, files=files[:20], live_workers=working)
         if not unconfined:
             return {}
@@ -175,8 +186,9 @@ class Tripwires:
                f"(`ralph-dev worker diff {name}`; remove what is not its work)")
         other = (f"files in {name}'s workspace ({where}), which this worker may not touch, "
                  f"changed while it ran unconfined (agent.sandbox = \"off\"): "
-                 f"{_listed(files)}; nothing tells which worker did it. If this one did, "
-                 "its issue text may have told it to")
+                 f"{_listed(files)}. Nothing tells which worker did it, so every working "
+                 "one was stopped (its work stays in its workspace). If this one did, its "
+                 "issue text may have told it to")
         return {name: own, **dict.fromkeys(suspects, other)}
 
 
