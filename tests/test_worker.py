@@ -461,9 +461,13 @@ def test_done_refuses_a_conflicted_change_until_the_markers_are_gone(project: Pr
     jj_in(project, repo, "bookmark", "set", "main", "-r", "@")
     jj_in(project, workspace, "rebase", "-b", "@", "-o", "main")  # the conflict is here now
     refused = done(project, issue)
-    assert refused.exit_code != 0 and "hold conflicts" in refused.stderr
+    assert refused.exit_code != 0 and "hold conflicts, in: ok.txt" in refused.stderr
     assert "<<<<<<<" in (workspace / "ok.txt").read_text()
+    # jj cannot run in the sandbox: `worker diff` says what is still conflicted
+    shown = project.cli(["worker", "diff", issue], issue).output
+    assert shown.startswith("# Still conflicted: ok.txt."), shown
     (workspace / "ok.txt").write_text("mine and theirs\n")  # the fix: no markers
+    assert "Still conflicted" not in project.cli(["worker", "diff", issue], issue).output
     assert done(project, issue).exit_code == 0, "resolved in the conflicted change itself"
 
 

@@ -11,6 +11,7 @@ a resolve worker can fix it there.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -73,11 +74,12 @@ class JJ(JJWorkspaces):
         work = f"{self._trunk}..@"
         conflicted = self._count(path, f"conflicts() & ({work})")
         if conflicted:
+            files = ", ".join(self.conflicted_files(name)[:20]) or "see `worker diff`"
             raise UnmergeableWork(
                 f"refusing to finish workspace {name}: {conflicted} of its change(s) hold "
-                "conflicts (files with conflict markers such as `<<<<<<<`, `%%%%%%%`, "
-                "`+++++++`, `>>>>>>>`); edit each conflicted file to the content you intend, "
-                "removing the markers, then report done again")
+                f"conflicts, in: {files} (files with conflict markers such as `<<<<<<<`, "
+                "`%%%%%%%`, `+++++++`, `>>>>>>>`); edit each conflicted file to the content "
+                "you intend, removing the markers, then report done again")
         if require_change and not self._count(path, f"({work}) ~ empty()"):
             raise UnmergeableWork(
                 f"refusing to finish workspace {name}: it holds no change ({self.trunk} already "
@@ -88,6 +90,15 @@ class JJ(JJWorkspaces):
         # NUL cannot pass through argv at all.
         text = message.replace("\x00", "")
         self.run("describe", "-r", "@", f"--message={text}", cwd=path).check()
+
+    def conflicted_files(self, name: str) -> list[str]:
+        """Files still conflicted in the workspace's change as of its last snapshot: what
+        a sandboxed resolve worker, which cannot run jj, has left to do."""
+        listed = self.run("--ignore-working-copy", "resolve", "--list", "-r",
+                          f"{quote_revset(name)}@")
+        if not listed.ok:  # "No conflicts found at this revision" (exit 2)
+            return []
+        return [re.split(r"\s{2,}", line.strip())[0] for line in listed.lines() if line.strip()]
 
     def change_diff(self, name: str) -> str:
         """The workspace's change against where it left trunk, as of its last snapshot

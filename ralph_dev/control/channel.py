@@ -363,7 +363,7 @@ class Channel:
 
     def publish_diff(self, name: str) -> None:
         with contextlib.suppress(RalphError, OSError):
-            text = self.jj.change_diff(name)[:ch.DIFF_MAX]
+            text = ch.diff_report(self.jj.change_diff(name), self.jj.conflicted_files(name))
             atomic_write_text(self.run_dir(name) / ch.DIFF_FILE, text)
 
     async def _done(self, name: str, role: Role, fields: Mapping[str, Any], issue: Issue | None,

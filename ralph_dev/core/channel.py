@@ -46,14 +46,23 @@ sandboxed worker's commands ignore it: only :data:`RUN_MOUNT` counts there."""
 WORKER_FILE = "worker.json"
 ISSUE_FILE = "issue.json"
 BACKLOG_FILE = "backlog.json"
+"""A groom worker's view of the project's issues and recent events."""
 DIFF_FILE = "change.diff"
 """The worker's change as the controller last snapshotted it (jj cannot run in the
 sandbox: the workspace's repository is read-only there); ``ralph-dev worker diff``."""
 DIFF_MAX = 2 * 2**20
-"""A groom worker's view of the project's issues and recent events."""
+"""Bytes of the change kept in ``DIFF_FILE``: enough to read, never a disk filler."""
 SOCKET = "ctl.sock"
 OUTBOX = "outbox"
 ANSWERS = "answers"
+
+
+def diff_report(diff: str, conflicted: list[str]) -> str:
+    """What ``worker diff`` shows: the files still conflicted first (a sandboxed resolve
+    worker cannot ask jj), then the change."""
+    head = (f"# Still conflicted: {', '.join(conflicted[:50])}. Edit each to the content "
+            "you intend, removing every conflict marker.\n") if conflicted else ""
+    return head + diff[:DIFF_MAX]
 
 REPORT_KINDS = frozenset({
     "done", "blocked", "note", "plan",  # the worker's reports (tracker writes)

@@ -102,6 +102,10 @@ class Workspaces(WorkspaceLister, Protocol):
         """The workspace's change against its fork from trunk, in git's diff format."""
         ...
 
+    def conflicted_files(self, name: str) -> list[str]:
+        """Files still conflicted in the workspace's change (as of its last snapshot)."""
+        ...
+
     def describe(self, name: str, message: str, *, require_change: bool = False) -> None:
         """Name the workspace's change, refusing what its merge would refuse (files jj
         left out, conflicts; no change, with ``require_change``)."""
