@@ -242,6 +242,47 @@ def test_review_worker_gets_no_edit_tools_from_real_claude(world: World,
         assert f"you are the review worker for {issue}" in text
 
 
+def test_a_sandboxed_resolve_worker_finds_and_clears_its_conflicts(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """jj cannot run inside the sandbox, and the resolve skill once told workers to run
+    `jj status`/`jj resolve --list`: `worker diff` says what is still conflicted."""
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Resolve ok.txt")])
+    env = {**os.environ, "JJ_USER": "t", "JJ_EMAIL": "t@example.com",
+           "PATH": world.jj.child_path()}
+
+    def jj(cwd: Path, *args: str) -> None:
+        subprocess.run([world.jj_bin, *args], cwd=cwd, check=True, capture_output=True, env=env)
+
+    workspace = world.jj.add_workspace(issue)
+    (workspace / "ok.txt").write_text("mine\n")
+    jj(workspace, "describe", "-m", "mine")
+    repo = world.settings.repo  # meanwhile trunk got its own ok.txt
+    jj(repo, "new", "main")
+    (repo / "ok.txt").write_text("theirs\n")
+    jj(repo, "bookmark", "set", "main", "-r", "@")
+    jj(workspace, "rebase", "-b", "@", "-o", "main")  # the conflict the merge hit
+    brain = ScriptedWorker({issue: [
+        bash(f"ralph-dev worker diff {issue}", "what is still conflicted"),
+        bash("printf 'ok\\n' > ok.txt", "resolve it"),
+        bash(f"ralph-dev worker diff {issue}", "check"),
+        bash(f"ralph-dev worker done {issue} --summary 'kept both sides: ok'"),
+    ]}, final_text="Resolved.")
+    with FakeAnthropic(brain) as api:
+        spawn(world, api, issue, Role.RESOLVE, monkeypatch)
+        try:
+            retry_until(lambda: (r := world.store.load_record(issue)) is not None and r.done,
+                        timeout=120, interval=0.5, what="the resolve worker done")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{diagnostics(world, api, issue)}") from None
+        results = [r for m in api.main_messages() for r in tool_results(m)]
+        diffs = [r for r in results if "ok.txt" in r and "diff --git" in r]
+        assert diffs and diffs[0].startswith("# Still conflicted: ok.txt.")
+        assert not diffs[-1].startswith("# Still conflicted")
+    assert (workspace / "ok.txt").read_text() == "ok\n"
+    assert world.jj_out("log", "--no-graph", "-r", f"conflicts() & ::{issue}@",
+                        "-T", "commit_id") == ""
+
+
 def test_two_workers_at_once_each_finish_their_own_issue(world: World,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     issues = world.tracker.create_issues_sync([NewIssue(title="First"), NewIssue(title="Second")])
