@@ -92,7 +92,7 @@ class Tripwires:
         self.clock = clock
         self.last: dict[str, Stamp] | None = None
         self.resting: dict[str, dict[str, Stamp]] = {}
-        """Each workspace whose issue has no live worker, as it was at the last check."""
+        """Each workspace whose issue has no working worker, as it was at the last check."""
         self.acted_on: set[str] = set()
         self.checked_at: datetime | None = None
 
