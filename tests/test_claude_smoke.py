@@ -77,6 +77,25 @@ class World:
                               check=True).stdout
 
 
+def working_in(workspace: Path) -> list[int]:
+    """Processes whose current directory is in the workspace (the agent, its shells)."""
+    workspace, found = workspace.resolve(), []
+    for proc in Path("/proc").iterdir():
+        try:
+            cwd = (proc / "cwd").readlink()
+        except OSError:
+            continue
+        if proc.name.isdigit() and (cwd == workspace or workspace in cwd.parents):
+            found.append(int(proc.name))
+    return found
+
+
+def files_of(workspace: Path) -> dict[str, tuple[int, int]]:
+    """Size and mtime of each file of a workspace (jj's own directory left out)."""
+    return {str(path.relative_to(workspace)): (path.stat().st_size, path.stat().st_mtime_ns)
+            for path in workspace.rglob("*") if path.is_file() and ".jj" not in path.parts}
+
+
 @pytest.fixture
 def world(xdg: Path, jj_bin: str, tmux_socket: str, claude_bin: str,
           monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
@@ -169,6 +188,7 @@ def test_one_worker_end_to_end_with_real_claude(world: World, tmp_path: Path,
         try:
             retry_until(lambda: world.tracker.get_sync(issue).state_type is StateType.COMPLETED,
                         timeout=90, interval=0.5, what=f"{issue} Done in the tracker")
+            at_done = files_of(workspace)
             retry_until(lambda: api.answered("All done, reported."), timeout=60, interval=0.5,
                         what="the final turn")
         except AssertionError as exc:
@@ -208,6 +228,15 @@ def test_one_worker_end_to_end_with_real_claude(world: World, tmp_path: Path,
         retry_until(lambda: len(api.main_messages()) == settled, timeout=5, what="quiet")
         assert len(api.main_messages()) == settled
         assert api.errors == []
+        # once done, Claude Code leaves the workspace alone, even as its window is closed:
+        # the tripwires take any later change of a resting workspace for a foreign hand
+        assert working_in(workspace)  # Claude Code still runs there, idle
+        for window in world.tmux.list_windows():
+            if window.name == issue:
+                world.tmux.kill_window(window.window_id)
+        retry_until(lambda: not working_in(workspace), timeout=20,
+                    what="every process of the worker gone")
+        assert files_of(workspace) == at_done
     # nothing from the issue was ever executed
     assert not list(tmp_path.glob("pwned*"))
 
