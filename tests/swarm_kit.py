@@ -193,6 +193,9 @@ class Swarm:
     script: dict[str, str] = field(default_factory=dict)
     python: str = sys.executable
     """The interpreter whose ``ralph_dev`` the CLI calls run (an installed release)."""
+    tripwires_expected: bool = False
+    """Every swarm walks its tripwires each tick; a trip no test caused is a false alarm
+    (a test planting files says so here)."""
 
     # -- setup --------------------------------------------------------------
 
@@ -225,7 +228,7 @@ class Swarm:
         swarm.share([str(swarm.shared)])  # the demo agent's script and locks
         swarm.set_timing({"poll_interval": 0.3, "stall_timeout": 60, "restart_timeout": 60,
                           "retry_base": 0.5, "retry_cap": 2, "health_interval": 1,
-                          "heartbeat_stale": 10, **(timing or {})})
+                          "heartbeat_stale": 10, "tripwire_interval": 0, **(timing or {})})
         swarm.env["RALPH_DEV_DEMO_SCRIPT"] = str(swarm.shared / "agent-script.json")
         swarm.script = {"*": f"work:{agent_seconds}"}
         swarm.write_script()
@@ -369,6 +372,8 @@ class Swarm:
     def teardown(self) -> None:
         self.stop(workers=True)
         self.tmux("kill-server")
+        tripped = [e for e in self.events() if e["event"] == "tripwire"]
+        assert self.tripwires_expected or not tripped, f"tripwires with no foreign hand: {tripped}"
 
 
 def attach_fake_linear(swarm: Swarm, root: Path, *, project: str = "Alpha",

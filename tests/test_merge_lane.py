@@ -11,7 +11,6 @@ the controller's own config) rebased onto trunk.
 from __future__ import annotations
 
 import subprocess
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,6 @@ def test_green_alone_red_together_the_second_goes_back_and_trunk_stays_green(
         assert allow.parent == swarm.shared  # visible inside every worker's sandbox
         swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
         ctl = in_process(swarm, monkeypatch)
-        monkeypatch.setattr("ralph_dev.control.tripwires.CHECK_EVERY", timedelta(0))
         first = tick(ctl)
         assert [a.kind for a in first.plan.actions] == ["spawn", "spawn"]  # both alone
 

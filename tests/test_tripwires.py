@@ -4,7 +4,6 @@ workers run; unconfined, the live workers' issues are held for a person."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ def test_a_write_into_the_main_working_copy_is_caught(
     """Issue 12 item 2, the second line: unconfined, a worker's write into the main
     working copy is noticed, recorded and its issue held; confined, it cannot happen."""
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=1)
+    swarm.tripwires_expected = sandbox == "off"
     try:
         config = config_path(swarm)
         config.write_text(config.read_text().replace(
@@ -30,7 +30,6 @@ def test_a_write_into_the_main_working_copy_is_caught(
         swarm.script = {"*": f"escape:{escaped}"}
         swarm.write_script()
         ctl = in_process(swarm, monkeypatch)
-        monkeypatch.setattr("ralph_dev.control.tripwires.CHECK_EVERY", timedelta(0))
         tick(ctl)
         if sandbox == "bwrap":
             log = ctl.store.log_path("DEMO-1")
@@ -61,6 +60,7 @@ def test_a_file_planted_in_a_finished_workspace_is_never_merged_as_its_work(
     the workspace changing while it had no worker, holds both issues, and once trunk is
     green again DEMO-1 is not merged with the planted file."""
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=1)
+    swarm.tripwires_expected = True
     try:
         config = config_path(swarm)
         config.write_text(config.read_text().replace(
@@ -70,7 +70,6 @@ def test_a_file_planted_in_a_finished_workspace_is_never_merged_as_its_work(
         planted = ctl.settings.workspaces / "DEMO-1" / "planted.txt"
         swarm.script = {"DEMO-1": "work:0.1", "DEMO-2": f"escape:{planted}"}
         swarm.write_script()
-        monkeypatch.setattr("ralph_dev.control.tripwires.CHECK_EVERY", timedelta(0))
         red = ctl.store.paths.trunk_red_file
         red.write_text('{"ok": false, "output": "red on purpose", "commit": null}\n')
         wait_for(lambda: (tick(ctl), swarm.issue("DEMO-1")["state"] == "Done")[1], 30,
@@ -128,7 +127,6 @@ def test_the_controllers_own_merges_trip_nothing(
         swarm.script = {"*": "work:0.2"}
         swarm.write_script()
         ctl = in_process(swarm, monkeypatch)
-        monkeypatch.setattr("ralph_dev.control.tripwires.CHECK_EVERY", timedelta(0))
         wanted = {f"changes/DEMO-{n}.txt" for n in (1, 2, 3)}
         wait_for(lambda: (tick(ctl), wanted <= set(swarm.trunk_files()))[1], 60,
                  "all three merged")

@@ -93,7 +93,8 @@ def test_a_swarm_started_before_an_upgrade_is_adopted_after_it(
     old_command = next(line for line in text.splitlines() if line.startswith("command = "))
     shared = next(line for line in text.splitlines() if line.startswith("shared_paths = "))
     config.write_text(text.replace(old_command, "command = " + json.dumps(
-        f"{python} {agent} {{issue}}")).replace(shared + "\n", ""))  # the old release's config
+        f"{python} {agent} {{issue}}")).replace(shared + "\n", "")  # the old release's config
+        .replace("tripwire_interval = 0\n", ""))
     try:
         flat = subprocess.run([str(python), "-c", "import ralph_dev.controller, os; "
                                "print(os.path.realpath(ralph_dev.controller.__file__))"],

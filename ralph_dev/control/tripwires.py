@@ -18,7 +18,7 @@ A write into a workspace whose own worker is live is not told apart from that wo
 own work: under the sandbox it cannot happen (other workspaces are hidden), unconfined
 it is merged with that issue's change.
 
-Checked at most every ``CHECK_EVERY`` seconds: a walk of file metadata, no reads.
+Checked at most every ``timing.tripwire_interval`` seconds: a walk of file metadata.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from ralph_dev.core.state import StateStore
 
 log = structlog.get_logger(__name__)
 
-CHECK_EVERY = timedelta(seconds=30)
 SKIPPED = frozenset({".git", ".jj"})
 """Version control's own directories: jj and git write there for ralph-dev's merges."""
 
@@ -104,7 +103,8 @@ class Tripwires:
     async def check(self, observed: Observed) -> dict[str, str]:
         """Issues to hold, each with why, when watched files changed since the last check."""
         now = self.clock()
-        if self.checked_at is not None and now - self.checked_at < CHECK_EVERY:
+        every = timedelta(seconds=self.settings.timing.tripwire_interval)
+        if self.checked_at is not None and now - self.checked_at < every:
             return {}
         self.checked_at = now
         live = sorted({w.name for w in observed.windows if w.alive and w.name in observed.records})

@@ -90,8 +90,7 @@ class Limits:
     """The most issues one plan worker's plan may create."""
     plan_issues_per_hour: int = 200
     """The most issues plan workers may create in any hour, all plans together."""
-    # no new worker below these (control/admission.py); a Claude Code worker takes ~300 MB
-    min_free_memory_mb: int = 1024
+    min_free_memory_mb: int = 1024  # no new worker below these (control/admission.py)
     min_free_disk_mb: int = 1024  # free on the workspaces' filesystem
     max_load_per_cpu: float = 4.0  # 1-minute load average per CPU; 0: no limit
 
@@ -112,6 +111,7 @@ class Timing:
     heartbeat_stale: float = 120.0
     """A controller heartbeat older than this is a dead controller."""
     outage_wait: float = 120.0  # pause after an agent's API outage; doubles while it lasts
+    tripwire_interval: float = 30.0  # between walks of files no worker may change
     crash_loop_restarts: int = 5
     crash_loop_window: float = 900.0
 

@@ -62,6 +62,8 @@ def validate(settings: ProjectSettings, where: str) -> None:
                 "retry_cap", "health_interval", "heartbeat_stale", "crash_loop_window"):
         if getattr(t, key) <= 0:
             raise bad(f"timing.{key}", "must be greater than 0")
+    if t.tripwire_interval < 0:
+        raise bad("timing.tripwire_interval", "must not be negative (0: every tick)")
     if settings.hooks.timeout <= 0:
         raise bad("hooks.timeout", "must be greater than 0")
     g = settings.groom
