@@ -164,6 +164,12 @@ def test_red_trunk_stops_merges_until_a_person_fixes_it(tmp_path: Path, jj_bin: 
         wait_for(lambda: "DEMO-2" in merges(), 120, "DEMO-2 to merge after the fix")
         assert any(e["event"] == "trunk_green" for e in swarm.events())
         assert "changes/DEMO-2.txt" in swarm.trunk_files()
+        # the person's fix changed the main working copy while DEMO-2's window was still
+        # open: under the sandbox that is said (a tripwire event), never held
+        swarm.tripwires_expected = True
+        tripped = [e for e in swarm.events() if e["event"] == "tripwire"]
+        assert all(e["held"] == [] for e in tripped)
+        assert all("FIXED" in e["files"] for e in tripped)
     finally:
         swarm.teardown()
 

@@ -65,10 +65,10 @@ def test_a_file_planted_in_a_finished_workspace_is_never_merged_as_its_work(
         config = config_path(swarm)
         config.write_text(config.read_text().replace(
             "shared_paths =", 'sandbox = "off"\nshared_paths ='))
-        swarm.import_plan('[[task]]\ntitle = "A"\n\n[[task]]\ntitle = "B"\n')
+        swarm.import_plan("".join(f'[[task]]\ntitle = "{t}"\n\n' for t in "ABC"))
         ctl = in_process(swarm, monkeypatch)
         planted = ctl.settings.workspaces / "DEMO-1" / "planted.txt"
-        swarm.script = {"DEMO-1": "work:0.1", "DEMO-2": f"escape:{planted}"}
+        swarm.script = {"DEMO-1": "work:0.1", "DEMO-2": f"escape:{planted}", "DEMO-3": "hang"}
         swarm.write_script()
         red = ctl.store.paths.trunk_red_file
         red.write_text('{"ok": false, "output": "red on purpose", "commit": null}\n')
@@ -90,9 +90,11 @@ def test_a_file_planted_in_a_finished_workspace_is_never_merged_as_its_work(
         assert "planted.txt" not in swarm.trunk_files()
         assert "DEMO-1" in swarm.workspaces()  # its work waits for a person, not lost
 
-        # the person looks, removes the planted file and lets DEMO-1 go on: their edit in
-        # a held issue's workspace is theirs (an event, nobody held again), and DEMO-1
-        # merges with its own work only
+        # the person looks, removes the planted file and lets DEMO-1 go on while DEMO-3
+        # works: their edit in a held issue's workspace is theirs (an event, nobody held
+        # again), and DEMO-1 merges with its own work only
+        wait_for(lambda: (tick(ctl), "DEMO-3" in swarm.worker_windows())[1], 30,
+                 "DEMO-3 working in the freed slot")
         planted.unlink()
         tick(ctl)
         tick(ctl)

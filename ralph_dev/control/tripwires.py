@@ -6,8 +6,10 @@ the controller says so (a ``tripwire`` event naming the files). When workers run
 unconfined (``agent.sandbox = "off"``) one of them may have done it, and nothing tells
 which: every issue whose worker was live is held for a person, with the files in the
 comment, and its worker stopped (its work stays in its workspace). Under the sandbox
-no worker can write there, so the change was a person's: the event only. A changed
-config also says that the running controller still uses the config it started with.
+no worker can write there, so the change was a person's: the event only. With no
+worker live at this check or the last, it was a person's too: nothing is said. A
+changed config also says that the running controller still uses the config it started
+with.
 
 Other workers' workspaces are watched while their issue has no live worker (done and
 waiting for its merge, waiting for a slot): nothing but the controller may change them
@@ -93,6 +95,7 @@ class Tripwires:
         self.resting: dict[str, dict[str, Stamp]] = {}
         """Each workspace whose issue has no working worker, as it was at the last check."""
         self.acted_on: set[str] = set()
+        self.live_before: set[str] = set()
         self.checked_at: datetime | None = None
 
     def controller_acted(self, issue: str) -> None:
@@ -107,19 +110,23 @@ class Tripwires:
         if self.checked_at is not None and now - self.checked_at < every:
             return {}
         self.checked_at = now
-        live = sorted({w.name for w in observed.windows if w.alive and w.name in observed.records})
-        working = [name for name in live if not observed.records[name].done]
-        shared, resting = await asyncio.to_thread(self._look, observed, working)
+        live_now = {w.name for w in observed.windows if w.alive and w.name in observed.records}
+        working_now = {name for name in live_now if not observed.records[name].done}
+        shared, resting = await asyncio.to_thread(self._look, observed, working_now)
+        # a worker that wrote and ended since the last check is as suspect as a live one;
+        # with none either time, the change was a person's and not worth an event
+        live = sorted(live_now | self.live_before)
+        self.live_before = live_now
         held = self._check_shared(shared, live)
         labels = self.settings.labels
         persons = {i.identifier for i in observed.issues
                    if {labels.hold.casefold(), labels.user_input_needed.casefold()}
                    & {label.casefold() for label in i.labels}}
         for name, files in self._check_workspaces(resting).items():
-            held.update(self._trip_workspace(name, files, working, persons))
+            held.update(self._trip_workspace(name, files, live, persons))
         return held
 
-    def _look(self, observed: Observed, working: list[str]
+    def _look(self, observed: Observed, working: set[str]
               ) -> tuple[dict[str, Stamp], dict[str, dict[str, Stamp]]]:
         """The walks: the config and main working copy, and each workspace whose issue has
         no working worker (none live, or it reported done). About 0.7 s per 100,000 files
@@ -137,7 +144,7 @@ class Tripwires:
     def _check_shared(self, current: dict[str, Stamp], live: list[str]) -> dict[str, str]:
         before, self.last = self.last, current
         files = changed(before, current) if before is not None else []
-        if not files:
+        if not files or not live:
             return {}
         unconfined = self.settings.agent.sandbox == "off"
         shown = [f.removeprefix("repo:") if f != "config" else str(self.config) for f in files]
@@ -148,7 +155,7 @@ class Tripwires:
             return {}
         why = (f"files no worker may change were changed while workers ran unconfined "
                f"(agent.sandbox = \"off\"): {_listed(shown)}. Nothing tells which worker "
-               f"did it, so every working one was stopped (its work stays in its workspace). "
+               f"did it, so every live one was stopped (its work stays in its workspace). "
                f"Look at them (the main working copy in {self.settings.repo}, ralph-dev's "
                "config); if a worker did it, its issue text may have told it to")
         return dict.fromkeys(live, why)
@@ -162,7 +169,7 @@ class Tripwires:
                  if name in before and name not in acted_on}
         return {name: files for name, files in found.items() if files}
 
-    def _trip_workspace(self, name: str, files: list[str], working: list[str],
+    def _trip_workspace(self, name: str, files: list[str], live: list[str],
                         persons: set[str]) -> dict[str, str]:
         """Files in a workspace whose issue has no worker changed. Under the sandbox no
         worker can reach it, and a held issue is in a person's hands (they may fix its
@@ -170,13 +177,15 @@ class Tripwires:
         Unconfined, a live worker may have planted them, to be merged as that issue's
         work: the issue is held (a held issue is not merged) and so is every live
         worker's."""
+        suspects = [n for n in live if n != name]
+        if not suspects:
+            return {}  # no other worker ran since the last check: a person's change
         unconfined = self.settings.agent.sandbox == "off" and name not in persons
-        suspects = [n for n in working if n != name]
         held = [name, *suspects] if unconfined else []
         self.store.append_event("tripwire", workspace=name, files=files[:20],
-                                live_workers=working, held=held,
+                                live_workers=suspects, held=held,
                                 persons_hands=name in persons)
-        log.warning("tripwire", workspace=name, files=files[:20], live_workers=working)
+        log.warning("tripwire", workspace=name, files=files[:20], live_workers=suspects)
         if not unconfined:
             return {}
         where = self.settings.workspaces / name
@@ -186,7 +195,7 @@ class Tripwires:
                f"(`ralph-dev worker diff {name}`; remove what is not its work)")
         other = (f"files in {name}'s workspace ({where}), which this worker may not touch, "
                  f"changed while it ran unconfined (agent.sandbox = \"off\"): "
-                 f"{_listed(files)}. Nothing tells which worker did it, so every working "
+                 f"{_listed(files)}. Nothing tells which worker did it, so every live "
                  "one was stopped (its work stays in its workspace). If this one did, its "
                  "issue text may have told it to")
         return {name: own, **dict.fromkeys(suspects, other)}
