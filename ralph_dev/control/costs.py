@@ -20,7 +20,7 @@ import structlog
 
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.costs import Usage, over_budget, read_transcript
-from ralph_dev.core.fsutil import atomic_write_text
+from ralph_dev.core.fsutil import atomic_write_text, read_lines_from
 from ralph_dev.core.model import Pause, WorkerRecord
 from ralph_dev.core.state import StateStore
 
@@ -56,19 +56,6 @@ def issue_spend(data: Mapping[str, Any], issue: str) -> Usage:
     return total
 
 
-def _read_new(path: Path, offset: int) -> tuple[list[bytes], int]:
-    try:
-        if path.stat().st_size <= offset:
-            return [], offset  # nothing new: most transcripts, most ticks (no open)
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            chunk = handle.read(READ_AT_MOST)
-    except OSError:
-        return [], offset
-    end = chunk.rfind(b"\n") + 1  # a line still being written waits for the next tick
-    return chunk[:end].splitlines(), offset + end
-
-
 class Spending:
     def __init__(self, settings: ProjectSettings, store: StateStore,
                  clock: Callable[[], datetime]) -> None:
@@ -88,7 +75,7 @@ class Spending:
             seen = data["read"].get(name) or {}
             offset = int(seen.get("offset", 0)) if seen.get("transcript") == record.transcript \
                 else 0
-            lines, offset = _read_new(Path(record.transcript), offset)
+            lines, offset = read_lines_from(Path(record.transcript), offset, READ_AT_MOST)
             if not lines:
                 continue
             spent, last_id = read_transcript(lines, costs, seen.get("last_id"))

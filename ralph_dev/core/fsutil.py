@@ -105,3 +105,22 @@ def read_owner_only_file(path: Path, what: str, setting: str) -> str:
     if not value:
         raise ConfigError(f"{what} {path} is empty; put the secret in it")
     return value
+
+
+def read_lines_from(path: Path, offset: int, max_bytes: int) -> tuple[list[bytes], int]:
+    """The whole lines of an append-only file from byte ``offset`` on (at most
+    ``max_bytes``), and the offset after them. A line still being written waits for
+    the next call; a single line longer than ``max_bytes`` is skipped, never a stall.
+    A missing file, or one not grown past ``offset``, reads as nothing (no open)."""
+    try:
+        if path.stat().st_size <= offset:
+            return [], offset
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            chunk = handle.read(max_bytes)
+    except OSError:
+        return [], offset
+    end = chunk.rfind(b"\n") + 1
+    if end == 0 and len(chunk) == max_bytes:
+        return [], offset + len(chunk)
+    return chunk[:end].splitlines(), offset + end

@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from ralph_dev.core.fsutil import atomic_write_text
+from ralph_dev.core.fsutil import atomic_write_text, read_lines_from
 from ralph_dev.core.model import Pause, Role, WorkerRecord, check_identifier
 from ralph_dev.core.paths import ProjectPaths
 
@@ -172,8 +172,8 @@ class StateStore:
         path = self.paths.events_file
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):
-            if path.stat().st_size > EVENTS_CAP:  # readers by offset see it shrink and
-                path.replace(path.with_name(path.name + ".1"))  # start over
+            if path.stat().st_size > EVENTS_CAP:  # offset readers finish the old log first
+                path.replace(path.with_name(path.name + ".1"))
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line.encode("utf-8"))
@@ -352,18 +352,9 @@ def _jsonable(value: Any) -> Any:
 
 def _read_lines(path: Path, offset: int, max_bytes: int) -> tuple[list[dict[str, Any]], int]:
     """The whole event lines from ``offset`` on (at most ``max_bytes``), and where they end."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            chunk = handle.read(max_bytes)
-    except FileNotFoundError:
-        return [], offset
-    end = chunk.rfind(b"\n") + 1
-    if end == 0 and len(chunk) == max_bytes:
-        return [], offset + len(chunk)  # one absurdly long line: skip it, never stall
-    events = [entry for line in chunk[:end].decode("utf-8", "replace").splitlines()
-              if (entry := _event_from_line(line)) is not None]
-    return events, offset + end
+    lines, end = read_lines_from(path, offset, max_bytes)
+    return [entry for line in lines
+            if (entry := _event_from_line(line.decode("utf-8", "replace"))) is not None], end
 
 
 def _event_from_line(line: str) -> dict[str, Any] | None:
