@@ -222,8 +222,7 @@ class Controller:
         try:
             await self._stop_over_budget(observed)
             for name, why in (await self.tripwires.check(observed)).items():
-                self._kill_windows(name, observed)  # a suspect stops: it may be the one
-                await self.failures.hold_for_person(name, why)
+                await self._stop_and_hold(name, why, observed)  # a suspect: it may be the one
         except (RalphError, OSError) as exc:
             log.warning("upkeep_failed", error=str(exc))
 
@@ -235,11 +234,17 @@ class Controller:
         for name, why in self.spending.account(observed.records):
             if held in labels.get(name, {held}):
                 continue
-            self._kill_windows(name, observed)
             self.store.append_event("budget_exceeded", issue=name, why=why)
-            await self.failures.hold_for_person(
+            await self._stop_and_hold(
                 name, f"{name} is over its budget: {why}. Its worker was stopped; its work "
-                      "stays in its workspace. Raise the budget in ralph-dev's config first")
+                      "stays in its workspace. Raise the budget in ralph-dev's config first",
+                observed)
+
+    async def _stop_and_hold(self, name: str, why: str, observed: Observed) -> None:
+        """Stop the issue's worker (its work stays in its workspace) and hold it for a
+        person, saying why."""
+        self._kill_windows(name, observed)
+        await self.failures.hold_for_person(name, why)
 
     def _idle_tick(self) -> TickResult:
         """A tick that cannot see the repository acts on nothing (a workspace jj cannot

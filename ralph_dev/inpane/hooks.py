@@ -253,7 +253,7 @@ def session_start(worker: Worker, payload: Mapping[str, Any]) -> str:
     and print the issue's context from the controller's view of it."""
     ch.tell(worker.run_dir, "session", {k: payload.get(k) for k in
                                         ("session_id", "transcript_path")})
-    ch.tell(worker.run_dir, "state", {"state": "working", "active": True})
+    _say(worker, "working", active=True)
     text = render_context(worker, worker.view())
     log.info("session_context", chars=len(text))
     return text
@@ -292,11 +292,16 @@ def agent_state(payload: Mapping[str, Any]) -> tuple[str, bool] | None:
     return None
 
 
+def _say(worker: Worker, doing: str, *, active: bool = False) -> None:
+    """Tell the controller what the agent does now (``agent_state``; active: it works)."""
+    ch.tell(worker.run_dir, "state", {"state": doing, "active": active})
+
+
 def state(worker: Worker, payload: Mapping[str, Any]) -> None:
     """UserPromptSubmit, PreToolUse, Notification, SessionEnd: what the agent does now."""
     found = agent_state(payload)
     if found is not None:
-        ch.tell(worker.run_dir, "state", {"state": found[0], "active": found[1]})
+        _say(worker, found[0], active=found[1])
 
 
 def stop_failure(worker: Worker, payload: Mapping[str, Any]) -> None:
@@ -307,9 +312,7 @@ def stop_failure(worker: Worker, payload: Mapping[str, Any]) -> None:
     ch.tell(worker.run_dir, "agent_error", {
         "error": error[:40] if isinstance(error, str) else "unknown",
         "text": one_line(text)[:300] if isinstance(text, str) else ""})
-    ch.tell(worker.run_dir, "state", {
-        "state": f"api error: {error[:40] if isinstance(error, str) else 'unknown'}",
-        "active": False})
+    _say(worker, f"api error: {error[:40] if isinstance(error, str) else 'unknown'}")
 
 
 # --- Stop ---------------------------------------------------------------------------------
@@ -390,24 +393,19 @@ def stop(worker: Worker, payload: Mapping[str, Any]) -> StopDecision:
     why = reported(worker)
     if why is not None:
         log.info("stop_allowed", why=why)
-        ch.tell(worker.run_dir, "state", {
-            "state": "finished" if why == "done" else f"{WAITING}: asked a person",
-            "active": False})
+        _say(worker, "finished" if why == "done" else f"{WAITING}: asked a person")
         return StopDecision(True, "reported", iterations)
     question = asked_question(payload.get("last_assistant_message"))
     if question is not None:
         outcome = blocked(worker, question)
         log.info("stop_allowed", why="asked a person", answer=outcome.message[:200])
-        ch.tell(worker.run_dir, "state", {
-            "state": f"{WAITING}: {one_line(question.splitlines()[-1])[:120]}",
-            "active": False})
+        _say(worker, f"{WAITING}: {one_line(question.splitlines()[-1])[:120]}")
         return StopDecision(True, "asked a person", iterations)
     cap = worker.info.iteration_cap
     if iterations >= cap:
         log.warning("stop_allowed", why="iteration_cap", iterations=iterations)
         ch.tell(worker.run_dir, "iteration_cap", {"iterations": iterations})
-        ch.tell(worker.run_dir, "state", {"state": "stopped at the iteration cap",
-                                          "active": False})
+        _say(worker, "stopped at the iteration cap")
         return StopDecision(True, "iteration cap", iterations)
     iterations += 1
     (worker.run_dir / STOP_FILE).write_text(json.dumps({
