@@ -627,9 +627,11 @@ def test_a_question_asked_in_prose_goes_to_a_person_and_the_answer_to_the_sessio
         assert last_words(render_tail(world.store.log_path(issue))).startswith("● ")
         asked = len(api.main_messages())
         assert asked == 1  # asked once; no continuation pushed it to guess
-        retry_until(lambda: (world.store.load_record(issue).agent_state or "").startswith(
-            "waiting for input: Should the file be called"), 20,
-            what="the agent's own state: waiting for a person's answer")
+        # the controller applies the hook's state report: it must be running (a tick that
+        # ends mid-reply leaves the report for the next one)
+        retry_until(lambda: (tick(), world.store.load_record(issue).agent_state or "")[1]
+                    .startswith("waiting for input: Should the file be called"), 20,
+                    what="the agent's own state: waiting for a person's answer")
         for _ in range(4):
             tick()
         assert len(api.main_messages()) == asked  # it waits for the person
