@@ -253,15 +253,27 @@ class Swarm:
         agent's script, and the locks that catch two agents on one issue."""
         return self.root / "shared"
 
+    @property
+    def config_file(self) -> Path:
+        """ralph-dev's config file (every project's), as the CLI and daemon read it."""
+        return Path(self.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+
     def share(self, paths: list[str]) -> None:
         """Let sandboxed workers reach ``paths`` too (``agent.shared_paths``)."""
-        config = Path(self.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+        self._add_agent_line(f"shared_paths = {json.dumps(paths)}")
+
+    def set_sandbox(self, sandbox: str) -> None:
+        """``agent.sandbox``: "off" lets the demo agent's hostile scripts reach anything."""
+        self._add_agent_line(f"sandbox = {json.dumps(sandbox)}")
+
+    def _add_agent_line(self, line: str) -> None:
+        config = self.config_file
         text = config.read_text()
-        command = next(line for line in text.splitlines() if line.startswith("command = "))
-        config.write_text(text.replace(command, f"{command}\nshared_paths = {json.dumps(paths)}"))
+        command = next(c for c in text.splitlines() if c.startswith("command = "))
+        config.write_text(text.replace(command, f"{command}\n{line}", 1))
 
     def set_timing(self, timing: dict[str, float]) -> None:
-        config = Path(self.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+        config = self.config_file
         lines = [f"\n[projects.{self.project}.timing]"]
         lines += [f"{k} = {v}" for k, v in timing.items()]
         config.write_text(config.read_text() + "\n".join(lines) + "\n")
@@ -392,7 +404,7 @@ def attach_fake_linear(swarm: Swarm, root: Path, *, project: str = "Alpha",
     key_file = root / "linear.key"
     key_file.write_text(fake.api_key + "\n")
     key_file.chmod(0o600)
-    config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    config = swarm.config_file
     text = config.read_text()
     table = f'[projects.{swarm.project}.tracker]\nkey = "DEMO"\n'
     assert table in text

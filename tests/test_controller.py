@@ -129,7 +129,7 @@ def test_red_trunk_stops_merges_until_a_person_fixes_it(tmp_path: Path, jj_bin: 
                          # only once a person has committed FIXED to trunk
                          verify='test "$(basename "$PWD")" != .ralph-trunk || test -e FIXED')
     try:
-        config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+        config = swarm.config_file
         config.write_text(config.read_text() + "\n[projects.demo.merge]\nverify_trunk = true\n")
         swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
         swarm.start()
@@ -244,7 +244,7 @@ def test_doctor_names_what_to_fix(swarm: Swarm, tmp_path: Path) -> None:
     plain.mkdir()
     refused = swarm.cli("init", "other", "--repo", str(plain), check=False)
     assert refused.returncode != 0 and "not a repository" in refused.stderr
-    config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    config = swarm.config_file
     config.write_text(config.read_text() + f'[projects.other]\nrepo = "{plain}"\n')
     doctor = swarm.cli("doctor", "other", check=False)
     assert doctor.returncode != 0

@@ -45,10 +45,6 @@ def swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[Swarm]:
     s.teardown()
 
 
-def config_path(swarm: Swarm) -> Path:
-    return Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
-
-
 def in_process(swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> Controller:
     """The controller as the daemon wires it (with its agent check), in this process."""
     for key, value in swarm.env.items():
@@ -77,7 +73,7 @@ def test_a_missing_agent_pauses_dispatch_and_charges_nobody(
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     swarm.env["PATH"] = f"{bin_dir}:{swarm.env['PATH']}"
-    config = config_path(swarm)
+    config = swarm.config_file
     text = config.read_text()
     demo_agent = f"{shlex.quote(sys.executable)} -m ralph_dev.devtools.demo_agent"
     assert demo_agent in text
@@ -108,7 +104,7 @@ def test_a_failing_merge_backs_off_and_does_not_block_the_next_one(
         tmp_path: Path, jj_bin: str, tmux_socket: str, monkeypatch: pytest.MonkeyPatch) -> None:
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=2, verify="true")
     try:
-        config = config_path(swarm)
+        config = swarm.config_file
         config.write_text(config.read_text() + "\n[projects.demo.merge]\nverify_trunk = true\n")
         swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
         ctl = in_process(swarm, monkeypatch)

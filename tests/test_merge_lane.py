@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from swarm_kit import Swarm, wait_for
-from test_failure_policy import config_path, in_process, labels, tick
+from test_failure_policy import in_process, labels, tick
 
 pytestmark = pytest.mark.slow
 
@@ -120,7 +120,7 @@ def test_without_the_lane_trunk_moves_unverified(
     verify = "test ! -e changes/DEMO-1.txt || test ! -e changes/DEMO-2.txt"
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=2, verify=verify)
     try:
-        config = config_path(swarm)
+        config = swarm.config_file
         config.write_text(config.read_text() + "\n[projects.demo.merge]\nverified = false\n")
         swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
         ctl = in_process(swarm, monkeypatch)
@@ -140,7 +140,7 @@ def test_the_controllers_verify_runs_workers_code_in_their_sandbox(
     verify = f"test ! -e {config} && ! touch {escaped} 2>/dev/null"
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=1, verify=verify)
     try:
-        assert config_path(swarm) == config and config.exists()
+        assert swarm.config_file == config and config.exists()
         swarm.import_plan('[[task]]\ntitle = "A"\n')
         ctl = in_process(swarm, monkeypatch)
         wait_for(lambda: (tick(ctl), "changes/DEMO-1.txt" in swarm.trunk_files())[1], 90,

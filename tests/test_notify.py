@@ -265,7 +265,7 @@ def test_the_daemon_tells_when_a_worker_asks(tmp_path: Path, jj_bin: str, tmux_s
 
     swarm = Swarm.create(tmp_path / "swarm", jj_bin, tmux_socket)
     try:
-        config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+        config = swarm.config_file
         config.write_text(config.read_text() + (
             f'\n[projects.demo.notify]\nurls = ["json://ralph:{SECRET}@127.0.0.1:'
             f'{receiver.port}/notify"]\n'))

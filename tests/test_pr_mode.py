@@ -39,7 +39,7 @@ def test_pr_mode_pushes_the_bookmark_and_opens_a_pull_request(swarm: Swarm,
     gh = tmp_path / "gh"
     gh.write_text(FAKE_GH.format(record=record))
     gh.chmod(0o755)
-    config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    config = swarm.config_file
     config.write_text(config.read_text()
                       + f'\n[projects.demo.merge]\nmode = "pr"\ngh_bin = "{gh}"\n')
     swarm.import_plan('[[task]]\ntitle = "Add the widget"\n')

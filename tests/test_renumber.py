@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 def linear_swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[tuple[Swarm, Any]]:
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=2, agent_seconds=6)
     fake, team, project = attach_fake_linear(swarm, tmp_path)
-    config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    config = swarm.config_file
     config.write_text(config.read_text().replace(  # Linear read every half second
         'kind = "linear"\n', 'kind = "linear"\nlinear_poll_interval = 0.5\n'))
     ops = fake.add_team("OPS")

@@ -31,7 +31,7 @@ ANSWER = "Use PostgreSQL 16 with the pgvector extension."
 
 def _pass_prompt_file(s: Swarm) -> None:
     """Hand the scripted agent its prompt file, as a real agent gets it."""
-    config = Path(s.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    config = s.config_file
     text = config.read_text()
     assert "{issue} {role}\"" in text
     config.write_text(text.replace("{issue} {role}\"",

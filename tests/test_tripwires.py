@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from swarm_kit import Swarm, wait_for
-from test_failure_policy import config_path, in_process, labels, tick
+from test_failure_policy import in_process, labels, tick
 
 pytestmark = pytest.mark.slow
 
@@ -22,9 +22,7 @@ def test_a_write_into_the_main_working_copy_is_caught(
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=1)
     swarm.tripwires_expected = sandbox == "off"
     try:
-        config = config_path(swarm)
-        config.write_text(config.read_text().replace(
-            "shared_paths =", f'sandbox = "{sandbox}"\nshared_paths ='))
+        swarm.set_sandbox(sandbox)
         swarm.import_plan('[[task]]\ntitle = "A"\n')
         escaped = swarm.repo / "planted.txt"
         swarm.script = {"*": f"escape:{escaped}"}
@@ -62,9 +60,7 @@ def test_a_file_planted_in_a_finished_workspace_is_never_merged_as_its_work(
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=1)
     swarm.tripwires_expected = True
     try:
-        config = config_path(swarm)
-        config.write_text(config.read_text().replace(
-            "shared_paths =", 'sandbox = "off"\nshared_paths ='))
+        swarm.set_sandbox("off")
         swarm.import_plan("".join(f'[[task]]\ntitle = "{t}"\n\n' for t in "ABC"))
         ctl = in_process(swarm, monkeypatch)
         planted = ctl.settings.workspaces / "DEMO-1" / "planted.txt"
@@ -122,9 +118,7 @@ def test_the_controllers_own_merges_trip_nothing(
               f' && [ ! -e {once} ]; then touch {once}; exit 1; fi')  # red together, once
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=3, verify=verify)
     try:
-        config = config_path(swarm)
-        config.write_text(config.read_text().replace(
-            "shared_paths =", 'sandbox = "off"\nshared_paths ='))
+        swarm.set_sandbox("off")
         swarm.import_plan("".join(f'[[task]]\ntitle = "T{n}"\n\n' for n in range(3)))
         swarm.script = {"*": "work:0.2"}
         swarm.write_script()

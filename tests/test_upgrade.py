@@ -88,7 +88,7 @@ def test_a_swarm_started_before_an_upgrade_is_adopted_after_it(
     swarm.env.update(UPGRADE_LOCKS=str(locks), UPGRADE_AGENT_SECONDS="10",
                      PATH=f"{python.parent}:{swarm.env['PATH']}")
     swarm.python = str(python)  # every `ralph-dev` the test runs is the installed one
-    config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    config = swarm.config_file
     text = config.read_text()
     old_command = next(line for line in text.splitlines() if line.startswith("command = "))
     shared = next(line for line in text.splitlines() if line.startswith("shared_paths = "))

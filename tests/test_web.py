@@ -213,7 +213,7 @@ def services_env(swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> Swarm:
 
 
 def _configure_web(swarm: Swarm, table: str) -> None:
-    config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    config = swarm.config_file
     config.write_text(config.read_text() + f"\n[projects.{swarm.project}.web]\n{table}\n")
 
 

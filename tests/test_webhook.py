@@ -273,7 +273,7 @@ def controller_proc(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[d
 
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=1,
                          timing={"poll_interval": 60})
-    config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    config = swarm.config_file
     text = config.read_text()
     assert 'key = "DEMO"\n' in text
     config.write_text(text.replace('key = "DEMO"\n', 'key = "DEMO"\nwebhook_port = 0\n'))

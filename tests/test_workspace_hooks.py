@@ -38,7 +38,7 @@ def swarm(tmp_path: Path, jj_bin: str, tmux_socket: str,
 
 
 def set_hooks(swarm: Swarm, **hooks: str) -> Controller:
-    config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    config = swarm.config_file
     lines = [f"\n[projects.{swarm.project}.hooks]"]
     lines += [f"{key} = {json.dumps(value)}" for key, value in hooks.items()]
     config.write_text(config.read_text() + "\n".join(lines) + "\n")
@@ -102,7 +102,7 @@ def test_a_hook_that_cannot_run_pauses_the_swarm_until_a_restart(swarm: Swarm) -
     assert all(i["state"] == "Todo" for i in swarm.issues())
     assert not [e for e in swarm.events() if e["event"] == "hold"]
 
-    config = Path(swarm.env["XDG_CONFIG_HOME"]) / "ralph-dev/config.toml"
+    config = swarm.config_file
     config.write_text(config.read_text().replace('"no-such-installer --frozen"', '"true"'))
     fixed = controller_for(load_project(swarm.project))  # a person fixed it and restarted
     assert not fixed.store.load_pauses()

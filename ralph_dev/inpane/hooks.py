@@ -307,12 +307,11 @@ def state(worker: Worker, payload: Mapping[str, Any]) -> None:
 def stop_failure(worker: Worker, payload: Mapping[str, Any]) -> None:
     """The agent's turn ended on an API error (a usage limit, an overload): the controller
     pauses the swarm and has this worker continue afterwards."""
-    error = payload.get("error")
-    text = payload.get("last_assistant_message")
+    said, text = payload.get("error"), payload.get("last_assistant_message")
+    error = said[:40] if isinstance(said, str) else "unknown"
     ch.tell(worker.run_dir, "agent_error", {
-        "error": error[:40] if isinstance(error, str) else "unknown",
-        "text": one_line(text)[:300] if isinstance(text, str) else ""})
-    _say(worker, f"api error: {error[:40] if isinstance(error, str) else 'unknown'}")
+        "error": error, "text": one_line(text)[:300] if isinstance(text, str) else ""})
+    _say(worker, f"api error: {error}")
 
 
 # --- Stop ---------------------------------------------------------------------------------
