@@ -186,25 +186,14 @@ class TrackerDb:
             )
         try:
             self.db_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if not self.db_path.exists():  # issue text: private (SQLite's -wal/-shm follow)
-                os.close(os.open(self.db_path, os.O_WRONLY | os.O_CREAT, 0o600))
         except OSError as exc:
             raise TrackerDatabaseError(
                 f"cannot create the tracker directory {self.db_path.parent}: {exc.strerror}"
             ) from exc
+        if not self.db_path.exists():
+            self._create_fresh()
+        conn = self._open(self.db_path)
         try:
-            conn = sqlite3.connect(
-                str(self.db_path),
-                timeout=BUSY_TIMEOUT_MS / 1000,
-                isolation_level=None,  # we issue BEGIN IMMEDIATE ourselves
-                check_same_thread=False,
-            )
-        except sqlite3.Error as exc:
-            raise self._fail(exc, "opening it") from exc
-        conn.row_factory = sqlite3.Row
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA foreign_keys = ON")
             if not self._ready:
                 self._prepare(conn)
                 self._ready = True
@@ -215,6 +204,52 @@ class TrackerDb:
             conn.close()
             raise
         return conn
+
+    def _open(self, path: Path) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                str(path),
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,  # we issue BEGIN IMMEDIATE ourselves
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise self._fail(exc, "opening it") from exc
+        conn.row_factory = sqlite3.Row
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise self._fail(exc, "opening it") from exc
+        return conn
+
+    def _create_fresh(self) -> None:
+        """Build a new tracker whole in a private file, then link it into place.
+
+        Processes that find no database at once each build their own and the first
+        link wins; the others drop theirs. Nobody ever sees a half-made file, and the
+        switch to WAL (which needs the file to itself) never races a reader.
+        """
+        draft = self.db_path.with_name(f".{self.db_path.name}.{os.getpid()}.new")
+        try:
+            draft.unlink(missing_ok=True)
+            os.close(os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # issue text
+            conn = self._open(draft)
+            try:
+                self._prepare(conn)
+            except sqlite3.Error as exc:
+                raise self._fail(exc, "creating it") from exc
+            finally:
+                conn.close()
+            with contextlib.suppress(FileExistsError):  # another process was first: use theirs
+                os.link(draft, self.db_path)
+        except OSError as exc:
+            raise TrackerDatabaseError(
+                f"cannot create the tracker database {self.db_path}: {exc.strerror}"
+            ) from exc
+        finally:
+            draft.unlink(missing_ok=True)
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
         """Create or check the schema, once per tracker object.
