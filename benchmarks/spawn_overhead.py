@@ -29,18 +29,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spawns", type=int, default=20)
     args = parser.parse_args()
+    from ralph_dev.adapters import logs
+    from ralph_dev.adapters.config_file import write_project
     from ralph_dev.adapters.gh import Gh
     from ralph_dev.adapters.jj import JJ
     from ralph_dev.adapters.jj_cli import find_jj
+    from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.tmux import Tmux
     from ralph_dev.adapters.tracker import open_tracker
     from ralph_dev.control.controller import Controller
     from ralph_dev.control.wiring import launcher_for
-    from ralph_dev.core import logs
     from ralph_dev.core.config import build_project
-    from ralph_dev.core.config_write import write_project
     from ralph_dev.core.model import NewIssue, Role, Spawn
-    from ralph_dev.core.state import StateStore
 
     logs.configure("WARNING")
     jj_bin = find_jj()

@@ -55,15 +55,15 @@ async def populate(settings, n_issues: int) -> list[str]:
 
 
 def run_case(n_issues: int, n_windows: int, ticks: int) -> dict[str, float]:
+    from ralph_dev.adapters.config_file import write_project
     from ralph_dev.adapters.jj import JJ
     from ralph_dev.adapters.jj_cli import find_jj
+    from ralph_dev.adapters.store import StateStore, utcnow
     from ralph_dev.adapters.tmux import Tmux
     from ralph_dev.adapters.tracker import open_tracker
     from ralph_dev.control.observe import observe
     from ralph_dev.core.config import build_project
-    from ralph_dev.core.config_write import write_project
     from ralph_dev.core.decide import decide
-    from ralph_dev.core.state import StateStore, utcnow
 
     jj_bin = find_jj()
     if jj_bin is None:
@@ -142,7 +142,7 @@ def run_case(n_issues: int, n_windows: int, ticks: int) -> dict[str, float]:
 
 
 def main() -> None:
-    from ralph_dev.core import logs
+    from ralph_dev.adapters import logs
 
     logs.configure("WARNING")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

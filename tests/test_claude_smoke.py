@@ -25,6 +25,7 @@ from claude_env import ClaudeUnavailable, find_claude
 from conftest import retry_until
 
 from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.terminal import last_words, render_tail
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker.local import LocalTracker
@@ -32,7 +33,6 @@ from ralph_dev.agent.launch import build_launch
 from ralph_dev.control.channel import Channel
 from ralph_dev.core.config import load_project
 from ralph_dev.core.model import NewIssue, Role, StateType
-from ralph_dev.core.state import StateStore, utcnow
 from ralph_dev.devtools.scripted_model import (
     FakeAnthropic,
     ScriptedWorker,

@@ -18,6 +18,7 @@ from swarm_kit import Swarm, run_cli, wait_for
 
 from ralph_dev.adapters.gh import Gh
 from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
 from ralph_dev.control.controller import Controller
@@ -26,7 +27,6 @@ from ralph_dev.control.wiring import launcher_for
 from ralph_dev.core.config import load_project
 from ralph_dev.core.errors import TrackerUnavailable
 from ralph_dev.core.model import Issue
-from ralph_dev.core.state import StateStore
 
 pytestmark = pytest.mark.slow
 

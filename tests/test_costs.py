@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.control.costs import Spending, ledger_path
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.costs import (
@@ -19,7 +20,6 @@ from ralph_dev.core.costs import (
     read_transcript,
     usage_of,
 )
-from ralph_dev.core.state import StateStore
 
 
 def line(message_id: str, model: str = "claude-sonnet-5", **usage: int) -> bytes:

@@ -114,3 +114,16 @@ def test_the_pane_entry_point_is_stable() -> None:
     for name in imported(PACKAGE / "inpane" / "launcher.py"):
         assert name.split(".")[0] in {"__future__", "contextlib", "json", "os", "sys",
                                       "pathlib", "collections"}, name
+
+
+CORE_NEVER_IMPORTS = {"subprocess", "socket", "sqlite3", "fcntl", "signal", "aiohttp", "libtmux",
+                      "gql", "asyncio", "shutil", "tempfile", "structlog", "logging"}
+"""core/ is the decision core and its data: what it needs from outside comes through
+the ports, so none of the modules that reach processes, sockets, files' locks, the
+event loop or the log may be imported there."""
+
+
+def test_core_is_pure() -> None:
+    found = [f"{rel(path)} imports {name}" for path in (PACKAGE / "core").rglob("*.py")
+             for name in imported(path) if name.split(".")[0] in CORE_NEVER_IMPORTS]
+    assert not found, found

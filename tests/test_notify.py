@@ -21,11 +21,11 @@ import pytest
 from aiohttp import web
 
 from ralph_dev.adapters.notify import Message, deliver, scrub, secret_parts
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.control.notifier import CAUSES, Notifier
 from ralph_dev.core.config import ConfigError, ProjectSettings, build_project
 from ralph_dev.core.model import NewIssue
-from ralph_dev.core.state import StateStore
 from ralph_dev.devtools.loopback import LoopbackServer
 
 SECRET = "S3cretPassw0rd"

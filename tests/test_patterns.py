@@ -10,11 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from ralph_dev.cli import main
-from ralph_dev.core.config import load_project
-from ralph_dev.core.errors import ConfigError
-from ralph_dev.core.model import Issue, Observed, StateType
-from ralph_dev.core.pattern_store import (
+from ralph_dev.adapters.pattern_store import (
     Ledger,
     PendingPhase,
     ledger_path,
@@ -23,6 +19,11 @@ from ralph_dev.core.pattern_store import (
     save_ledger,
     settle_phases,
 )
+from ralph_dev.adapters.store import StateStore
+from ralph_dev.cli import main
+from ralph_dev.core.config import load_project
+from ralph_dev.core.errors import ConfigError
+from ralph_dev.core.model import Issue, Observed, StateType
 from ralph_dev.core.patterns import (
     Lifecycle,
     Observation,
@@ -36,7 +37,6 @@ from ralph_dev.core.patterns import (
     strategies_in,
     vocabulary,
 )
-from ralph_dev.core.state import StateStore
 
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
 DONE = SubIssueOutcome(StateType.COMPLETED)
@@ -185,7 +185,7 @@ def test_a_hold_written_just_before_the_events_log_rotated_still_counts(
         xdg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The phase's events are read from where the plan was applied; the log rotating in
     between (64 MiB) must not hide a sub-issue's hold and turn a harmful phase helpful."""
-    monkeypatch.setattr("ralph_dev.core.state.EVENTS_CAP", 2000)
+    monkeypatch.setattr("ralph_dev.adapters.store.EVENTS_CAP", 2000)
     config = xdg / "config" / "ralph-dev" / "config.toml"
     config.parent.mkdir(parents=True)
     config.write_text(f'[projects.demo]\nrepo = "{xdg / "repo"}"\ntrunk = "main"\n')

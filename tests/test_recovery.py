@@ -17,9 +17,9 @@ import structlog
 from swarm_kit import Swarm, wait_for
 from test_jj import make_repo
 
+from ralph_dev.adapters import logs
 from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.jj_cli import JJInterrupted
-from ralph_dev.core import logs
 
 pytestmark = pytest.mark.slow
 

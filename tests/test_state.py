@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.core.model import Role, WorkerRecord
 from ralph_dev.core.paths import ProjectPaths
-from ralph_dev.core.state import StateStore
 
 
 @pytest.fixture
@@ -246,7 +246,7 @@ def test_the_events_log_rotates_and_offset_readers_miss_nothing(
         store: StateStore, monkeypatch: pytest.MonkeyPatch, max_bytes: int) -> None:
     """A reader from before the rotation (the notifier, metrics, pattern learning) gets
     what it had not read of the old log, then the new one: no event falls between."""
-    monkeypatch.setattr("ralph_dev.core.state.EVENTS_CAP", 600)
+    monkeypatch.setattr("ralph_dev.adapters.store.EVENTS_CAP", 600)
     for n in range(3):
         store.append_event("spawn", issue=f"DEMO-{n}", reason="x" * 100)
     _, offset = store.read_events_from(0)

@@ -22,12 +22,12 @@ import pytest
 from conftest import make_jj_repo
 from swarm_kit import Swarm, wait_for
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.control.status import SCHEMA_VERSION, held_question, load_schema
 from ralph_dev.control.status_text import local_time
 from ralph_dev.core.config import load_project
 from ralph_dev.core.model import Comment, Issue, StateType
-from ralph_dev.core.state import StateStore
 
 QUESTION = "Which database should this use: Postgres or SQLite?"
 
@@ -44,10 +44,10 @@ def _ask(swarm: Swarm, issue: str, question: str, monkeypatch: pytest.MonkeyPatc
     relayed by the controller's end of the channel."""
     import asyncio
 
+    from ralph_dev.adapters import mailbox as ch
     from ralph_dev.adapters.jj import JJ
     from ralph_dev.adapters.tracker import open_tracker
     from ralph_dev.control.channel import Channel
-    from ralph_dev.core import channel as ch
     from ralph_dev.core.model import Role
 
     store = _store(swarm, monkeypatch)

@@ -20,11 +20,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from swarm_kit import REPO_ROOT, Swarm, wait_for
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.control.services import DaemonServices
 from ralph_dev.control.status import load_schema
 from ralph_dev.core.config import load_project
-from ralph_dev.core.state import StateStore
 
 TOKEN = "test-token-0123456789abcdef"
 QUESTION = "Which database should this use? (scripted question)"

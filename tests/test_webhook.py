@@ -22,6 +22,7 @@ import pytest
 import structlog
 from conftest import retry_until
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.adapters.webhook import (
     PATH,
@@ -35,7 +36,6 @@ from ralph_dev.adapters.webhook import (
 )
 from ralph_dev.control.channel import Channel
 from ralph_dev.control.loop import run_with_webhooks
-from ralph_dev.core.state import StateStore
 
 SECRET = "whsec-test-5f1c9a0e77d24b3e"
 NOW = 1_790_000_000.0

@@ -16,15 +16,15 @@ from channel_kit import ControllerEnd
 from click.testing import CliRunner, Result
 
 from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.mailbox import RUN_DIR_VAR
+from ralph_dev.adapters.pattern_store import ledger_path, load_ledger
+from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.cli import main
 from ralph_dev.control.channel import Channel
 from ralph_dev.control.relay import RelayItem
-from ralph_dev.core.channel import RUN_DIR_VAR
 from ralph_dev.core.config import ProjectSettings, load_project
 from ralph_dev.core.model import NewIssue, Role, StateType
-from ralph_dev.core.pattern_store import ledger_path, load_ledger
-from ralph_dev.core.state import StateStore, utcnow
 
 VERIFY = (
     "echo checking; test -f ok.txt || { echo 'ok.txt is missing' >&2; exit 3; }; echo verify-ok"
@@ -656,7 +656,7 @@ def test_reports_wait_for_a_controller_that_is_not_running(project: Project) -> 
 
 def test_a_report_cannot_name_another_issue_or_role(project: Project) -> None:
     """Issue 12 item 3: the issue and role are those of the run dir the report lies in."""
-    from ralph_dev.core import channel as ch
+    from ralph_dev.adapters import mailbox as ch
 
     mine, other = project.issue("mine"), project.issue("other")
     project.spawn(mine, Role.RESEARCH, listen=False)
@@ -703,7 +703,7 @@ def test_peoples_commands_refuse_inside_a_worker(project: Project) -> None:
 def test_the_controller_reads_reports_warily(project: Project, tmp_path: Path) -> None:
     """The outbox is the worker's: a link to a file its sandbox hides is not followed,
     and a flood of reports is heard a few at a time."""
-    from ralph_dev.core import channel as ch
+    from ralph_dev.adapters import mailbox as ch
 
     issue = project.issue()
     project.spawn(issue, listen=False)

@@ -22,8 +22,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.jj_cli import JJError
-from ralph_dev.core.fsutil import atomic_write_text
 
 INTENTS_DIR = ".ralph-merge"
 """Under the workspace root: the dot keeps it apart from every worker workspace."""

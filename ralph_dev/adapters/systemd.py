@@ -16,9 +16,9 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.process import CommandFailed, CommandResult, run_command
 from ralph_dev.core.errors import ConfigError, RalphError
-from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.paths import config_file
 
 UNIT_NAME = "ralph-dev@.service"

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ralph_dev.adapters.store import utcnow
 from ralph_dev.core.environment import public_env
-from ralph_dev.core.state import utcnow
 from ralph_dev.core.text import file_tail
 
 TAIL_LINES = 40

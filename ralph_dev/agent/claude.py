@@ -28,11 +28,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.process import CommandResult, run_command
 from ralph_dev.agent.fence import tool_fence
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
-from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.model import Role
 from ralph_dev.core.paths import data_home
 

@@ -36,7 +36,11 @@ from typing import Any
 
 import structlog
 
+from ralph_dev.adapters.files import atomic_write_text, private_dir
 from ralph_dev.adapters.jj_cli import child_path
+from ralph_dev.adapters.mailbox import RUN_DIR_VAR
+from ralph_dev.adapters.pattern_store import plan_advice
+from ralph_dev.adapters.store import utcnow
 from ralph_dev.agent.claude import (
     AgentError,
     claude_argv,
@@ -46,7 +50,6 @@ from ralph_dev.agent.claude import (
 )
 from ralph_dev.agent.prompt import render_prompt, write_prompt
 from ralph_dev.agent.sandbox import bwrap_path, sandbox_args, write_filter
-from ralph_dev.core.channel import RUN_DIR_VAR
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import (
     NESTED_CLAUDE_VARS,
@@ -54,10 +57,7 @@ from ralph_dev.core.environment import (
     split_secrets,
 )
 from ralph_dev.core.errors import ConfigError
-from ralph_dev.core.fsutil import atomic_write_text, private_dir
 from ralph_dev.core.model import Issue, Launch, Role, check_identifier
-from ralph_dev.core.pattern_store import plan_advice
-from ralph_dev.core.state import utcnow
 
 log = structlog.get_logger(__name__)
 
@@ -145,7 +145,7 @@ def worker_env(
 ) -> dict[str, str]:
     """The agent environment plus who the worker is, for the agent's own use (its skills
     name ``$RALPH_DEV_ISSUE``). ``ralph-dev worker …`` and the hooks do not trust these:
-    they know the worker by its run directory (``core.channel``)."""
+    they know the worker by its run directory (``adapters.mailbox``)."""
     env = agent_env(settings, home=home, config_path=config_path, environ=environ)
     env.update({
         "RALPH_DEV_ISSUE": check_identifier(identifier),

@@ -12,9 +12,9 @@ import os
 import re
 from pathlib import Path
 
+from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.agent.claude import skill_name
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.model import Issue, Role, check_identifier
 
 MAX_TITLE_CHARS = 500

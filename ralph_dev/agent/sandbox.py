@@ -8,7 +8,7 @@ hostile. ``agent.sandbox = "bwrap"`` (the default) starts it inside bubblewrap
   ``/tmp`` (``workers/ISSUE/tmp``), its agent HOME (``isolated``: its own
   ``workers/ISSUE/home``; ``user``: the person's ``~/.claude`` and ``~/.claude.json``,
   which Claude Code keeps its sessions in) and its run directory at
-  ``/run/ralph-dev`` (its reports: ``core.channel``);
+  ``/run/ralph-dev`` (its reports: ``adapters.mailbox``);
 * **hidden** (an empty tmpfs over them): ralph-dev's config, state and data dirs (every
   project's tracker, records, events, other workers' run dirs and workspaces), the
   workspace root when it lies elsewhere, the host's ``/run`` (tmux's, systemd's and
@@ -34,11 +34,11 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
+from ralph_dev.adapters.files import atomic_write_bytes
+from ralph_dev.adapters.mailbox import RUN_MOUNT
 from ralph_dev.adapters.process import run_command
 from ralph_dev.agent.claude import AgentError
-from ralph_dev.core.channel import RUN_MOUNT
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.fsutil import atomic_write_bytes
 from ralph_dev.core.paths import config_home, data_home, state_home
 
 CREDENTIALS = (".ssh", ".aws", ".azure", ".gnupg", ".docker", ".kube", ".config/gh",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import structlog
 
+from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.agent.claude import plugin_dir, prepare_claude, skill_name
 from ralph_dev.agent.fence import (
     EDIT_TOOLS,
@@ -25,7 +26,6 @@ from ralph_dev.agent.fence import (
 from ralph_dev.agent.launch import agent_env, agent_home, launch_via_spec
 from ralph_dev.agent.prompt import MAX_DESCRIPTION_BYTES, cap, fence_token, visible
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.model import Launch
 
 log = structlog.get_logger(__name__)

@@ -101,7 +101,7 @@ class RalphGroup(click.Group):
 @click.pass_context
 def main(ctx: click.Context, config_path: Path | None, log_level: str) -> None:
     """Run a swarm of coding agents on a project, steered from an issue tracker."""
-    from ralph_dev.core import logs
+    from ralph_dev.adapters import logs
 
     logs.configure(log_level)
     if ctx.invoked_subcommand not in WORKERS_COMMANDS:
@@ -164,9 +164,9 @@ def init(
     force: bool,
 ) -> None:
     """Add PROJECT to the config (refuses to replace one without --force)."""
+    from ralph_dev.adapters.config_file import check_can_write, write_project
     from ralph_dev.control.repo_setup import prepare_repo
     from ralph_dev.core.config import build_project
-    from ralph_dev.core.config_write import check_can_write, write_project
 
     check_project_name(project)
     repo = repo.expanduser().resolve()

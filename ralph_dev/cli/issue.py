@@ -14,14 +14,14 @@ from typing import Any
 
 import click
 
+from ralph_dev.adapters import wake
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tracker import open_tracker
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, project_argument, run
-from ralph_dev.core import wake
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import TrackerInputError
 from ralph_dev.core.model import Issue, NewIssue, check_identifier
 from ralph_dev.core.ports import Tracker
-from ralph_dev.core.state import StateStore
 
 
 def _issue_json(issue: Issue) -> dict[str, Any]:

@@ -6,16 +6,16 @@ from typing import Any
 
 import click
 
-from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, project_argument
-from ralph_dev.core.errors import RalphError
-from ralph_dev.core.pattern_store import (
+from ralph_dev.adapters.pattern_store import (
     known_patterns,
     ledger_path,
     load_ledger,
     reset_pattern,
 )
+from ralph_dev.adapters.store import utcnow
+from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, project_argument
+from ralph_dev.core.errors import RalphError
 from ralph_dev.core.patterns import STRATEGY_NAME_RE, Standing, vocabulary
-from ralph_dev.core.state import utcnow
 
 
 def _row(s: Standing) -> dict[str, Any]:

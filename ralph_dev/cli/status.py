@@ -93,8 +93,8 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
     """Print a worker's pane as the terminal showed it (its log replayed through a
     terminal emulator: lines that scrolled by, then the last screen). --follow prints
     lines as they scroll; `ralph-dev attach` shows the live screen."""
+    from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.terminal import Replay
-    from ralph_dev.core.state import StateStore
 
     if issue == "controller":
         settings = cli.project(project or _only_project(cli))
@@ -185,8 +185,8 @@ def events(cli: CliContext, project: str, issue: str | None, since: str | None,
     """The project's event log: what ralph-dev did and why (times local, zone shown)."""
     import json
 
+    from ralph_dev.adapters.store import StateStore, from_iso
     from ralph_dev.control.status_text import format_event
-    from ralph_dev.core.state import StateStore, from_iso
 
     settings = cli.project(project)
     if issue:

@@ -22,9 +22,9 @@ def controller(cli: CliContext, project: str, once: bool) -> None:
     """Run PROJECT's controller loop (normally inside the daemon's tmux window)."""
     import structlog
 
+    from ralph_dev.adapters import logs
     from ralph_dev.control.loop import controller_lock, run_with_webhooks
     from ralph_dev.control.wiring import controller_for
-    from ralph_dev.core import logs
 
     settings = cli.project(project)
     logs.configure("INFO", json_file=settings.paths.logs_dir / "controller.jsonl")
@@ -54,7 +54,7 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
         socket = f" -L {settings.tmux_socket}" if settings.tmux_socket else ""
         click.echo(f"  attach: tmux{socket} attach -t {settings.session_name}")
         return
-    from ralph_dev.core import logs
+    from ralph_dev.adapters import logs
 
     logs.configure("INFO", json_file=settings.paths.logs_dir / "daemon.jsonl")
     daemon = Daemon(settings, tmux=tmux_for(settings))
@@ -68,10 +68,10 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
 @pass_ctx
 def stop(cli: CliContext, project: str, workers: bool) -> None:
     """Stop PROJECT's daemon and controller; workers keep running unless --workers."""
+    from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.systemd import stop_unit_if_active
     from ralph_dev.control.processes import stop_controller_window, stop_daemon
     from ralph_dev.control.wiring import jj_for, tmux_for
-    from ralph_dev.core.state import StateStore
 
     settings = cli.project(project)
     if stop_unit_if_active(project):  # under systemd, Restart=always would undo a SIGTERM
@@ -108,11 +108,11 @@ class _NoWorkspaces:
 
 async def preview(settings: ProjectSettings) -> tuple[Plan, list[str]]:
     """What decide would do now, observing but never acting."""
+    from ralph_dev.adapters.store import StateStore, utcnow
     from ralph_dev.adapters.tracker import open_tracker
     from ralph_dev.control.observe import observe
     from ralph_dev.control.wiring import jj_for, tmux_for
     from ralph_dev.core.decide import decide
-    from ralph_dev.core.state import StateStore, utcnow
 
     notes: list[str] = []
     repo = jj_for(settings)

@@ -1,7 +1,7 @@
 """``ralph-dev worker …``: how a worker agent reports back (its skill says which command).
 
 Each command checks that it runs inside the worker of exactly the issue it
-names (its run directory says which: ``core.channel``), hands its report to
+names (its run directory says which: ``adapters.mailbox``), hands its report to
 the controller and says what became of it in plain words the agent can act
 on. No config file is read and no environment variable counts.
 """

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.core.config import Limits, ProjectSettings
 from ralph_dev.core.model import Pause
-from ralph_dev.core.state import StateStore
 
 RESOURCES_PAUSE = "resources"
 MARGIN = 1.1

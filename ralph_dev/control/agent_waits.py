@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.core.agent_faults import (
     API_ACCESS,
     API_OUTAGE,
@@ -26,7 +27,6 @@ from ralph_dev.core.agent_faults import (
 )
 from ralph_dev.core.model import Pause, Window, WorkerRecord
 from ralph_dev.core.ports import Panes
-from ralph_dev.core.state import StateStore
 
 log = structlog.get_logger(__name__)
 

@@ -1,4 +1,4 @@
-"""The controller's end of the worker channel (``core.channel``): run dirs, sockets,
+"""The controller's end of the worker channel (``adapters.mailbox``): run dirs, sockets,
 and accepting workers' reports.
 
 At each spawn the controller prepares the worker's own directory
@@ -25,7 +25,10 @@ from typing import Any
 
 import structlog
 
+from ralph_dev.adapters import mailbox as ch
+from ralph_dev.adapters.files import atomic_write_text, private_dir
 from ralph_dev.adapters.jj_workspaces import UnmergeableWork
+from ralph_dev.adapters.store import StateStore, from_iso, to_iso, utcnow
 from ralph_dev.control import costs as spending
 from ralph_dev.control import groom
 from ralph_dev.control.relay import (
@@ -35,10 +38,8 @@ from ralph_dev.control.relay import (
     RelayQueue,
     created_by_runs_since,
 )
-from ralph_dev.core import channel as ch
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
-from ralph_dev.core.fsutil import atomic_write_text, private_dir
 from ralph_dev.core.groom import GroomRefused
 from ralph_dev.core.model import (
     Issue,
@@ -51,7 +52,6 @@ from ralph_dev.core.model import (
 from ralph_dev.core.patterns import PLAN_TEXT_CHARS
 from ralph_dev.core.plan_admission import PlanRefused, admit_plan
 from ralph_dev.core.ports import Tracker, Workspaces
-from ralph_dev.core.state import StateStore, from_iso, to_iso, utcnow
 from ralph_dev.core.text import strip_ansi
 
 log = structlog.get_logger(__name__)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import structlog
 
+from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.control import admission, groom, patterns, workspace_hooks
 from ralph_dev.control.agent_waits import AgentWaits
 from ralph_dev.control.beating import while_beating
@@ -66,7 +67,6 @@ from ralph_dev.core.ports import (
     Repository,
     Tracker,
 )
-from ralph_dev.core.state import StateStore, utcnow
 
 log = structlog.get_logger(__name__)
 

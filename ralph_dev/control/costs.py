@@ -18,11 +18,11 @@ from typing import Any
 
 import structlog
 
+from ralph_dev.adapters.files import atomic_write_text, read_lines_from
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.costs import Usage, over_budget, read_transcript
-from ralph_dev.core.fsutil import atomic_write_text, read_lines_from
 from ralph_dev.core.model import Pause, WorkerRecord
-from ralph_dev.core.state import StateStore
 
 log = structlog.get_logger(__name__)
 

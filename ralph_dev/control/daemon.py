@@ -20,8 +20,10 @@ from pathlib import Path
 
 import structlog
 
+from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.jj_cli import child_path
 from ralph_dev.adapters.sd_notify import Notifier
+from ralph_dev.adapters.store import StateStore, from_iso, utcnow
 from ralph_dev.agent.launch import launch_via_spec
 from ralph_dev.agent.supervisor import start_supervisor
 from ralph_dev.control.processes import (
@@ -32,11 +34,9 @@ from ralph_dev.control.processes import (
 )
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import controller_environment, public_env
-from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.model import CONTROLLER_WINDOW, Window
 from ralph_dev.core.paths import config_file
 from ralph_dev.core.ports import Session
-from ralph_dev.core.state import StateStore, from_iso, utcnow
 
 log = structlog.get_logger(__name__)
 

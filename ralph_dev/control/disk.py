@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.fsutil import atomic_write_text
 
 MEASURE_EVERY = 300.0
 """Seconds a measurement is reused before the workspaces are walked again."""

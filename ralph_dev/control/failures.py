@@ -27,11 +27,11 @@ from datetime import datetime
 
 import structlog
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError, SentBack, TrackerError, WorkspaceHookFailed
 from ralph_dev.core.model import Action, Merge, Pause, Restart, Spawn
 from ralph_dev.core.ports import Tracker
-from ralph_dev.core.state import StateStore
 
 log = structlog.get_logger(__name__)
 

@@ -21,11 +21,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from ralph_dev.adapters import mailbox as ch
+from ralph_dev.adapters.files import atomic_write_text
+from ralph_dev.adapters.store import StateStore, from_iso, to_iso, utcnow
 from ralph_dev.control.relay import RelayItem, RelayQueue, created_by_runs_since
-from ralph_dev.core import channel as ch
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
-from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.groom import (
     GroomRefused,
     admit_proposal,
@@ -34,7 +35,6 @@ from ralph_dev.core.groom import (
 )
 from ralph_dev.core.model import IDENTIFIER_RE, Issue, NewIssue, Role
 from ralph_dev.core.ports import TrackerWriter
-from ralph_dev.core.state import StateStore, from_iso, to_iso, utcnow
 from ralph_dev.core.text import strip_ansi
 
 GROOM_KINDS = frozenset({"propose", "prioritize", "flag"})

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.groom import PRIORITY_NAMES
 from ralph_dev.core.model import NewIssue, StateType
 from ralph_dev.core.ports import Tracker
-from ralph_dev.core.state import StateStore
 
 if TYPE_CHECKING:
     from ralph_dev.control.relay import RelayItem

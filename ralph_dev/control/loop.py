@@ -19,12 +19,12 @@ from typing import Any
 
 import structlog
 
+from ralph_dev.adapters import wake as wake_protocol
+from ralph_dev.adapters.files import pid_lock
 from ralph_dev.adapters.verify import kill_running
 from ralph_dev.adapters.webhook import WebhookError, WebhookListener, secret_from_env
 from ralph_dev.control.controller import Controller
-from ralph_dev.core import wake as wake_protocol
 from ralph_dev.core.errors import RalphError
-from ralph_dev.core.fsutil import pid_lock
 
 log = structlog.get_logger(__name__)
 

@@ -22,16 +22,16 @@ from pathlib import Path
 
 import structlog
 
+from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.verify import VerifyOutcome, run_verify
 from ralph_dev.agent.sandbox import verify_wrapper
 from ralph_dev.control.beating import while_beating
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError, SentBack, TrackerError
-from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.model import Issue, Merge, MergeResult, Role
 from ralph_dev.core.ports import PullRequests, Repository, Tracker
-from ralph_dev.core.state import StateStore, utcnow
 from ralph_dev.core.text import output_block
 
 log = structlog.get_logger(__name__)

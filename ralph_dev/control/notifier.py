@@ -28,10 +28,10 @@ from typing import Any
 
 import structlog
 
+from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.notify import Message
+from ralph_dev.adapters.store import StateStore, from_iso, utcnow
 from ralph_dev.core.config import NotifySettings, ProjectSettings
-from ralph_dev.core.fsutil import atomic_write_text
-from ralph_dev.core.state import StateStore, from_iso, utcnow
 
 log = structlog.get_logger(__name__)
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import structlog
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.core.errors import TrackerError
 from ralph_dev.core.model import Issue, Observed, Window, WorkerRecord
 from ralph_dev.core.ports import TrackerReader, WindowLister, WorkspaceLister
 from ralph_dev.core.renumber import keep_local_names, local_aliases
-from ralph_dev.core.state import StateStore
 
 log = structlog.get_logger(__name__)
 

@@ -1,4 +1,4 @@
-"""The controller's two moments of pattern learning (``core.pattern_store``), made safe.
+"""The controller's two moments of pattern learning (``adapters.pattern_store``), made safe.
 
 Learning is advice: a ledger that cannot be read or written (disk full, a bad
 permission) is logged (and, for a plan, said in the events), and the relay item
@@ -12,11 +12,11 @@ from datetime import datetime
 
 import structlog
 
+from ralph_dev.adapters.pattern_store import remember_plan, settle_phases
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
 from ralph_dev.core.model import Observed
-from ralph_dev.core.pattern_store import remember_plan, settle_phases
-from ralph_dev.core.state import StateStore
 
 log = structlog.get_logger(__name__)
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import structlog
 
+from ralph_dev.adapters.files import pid_lock
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
-from ralph_dev.core.fsutil import pid_lock
 from ralph_dev.core.model import CONTROLLER_WINDOW
 from ralph_dev.core.paths import config_file
 from ralph_dev.core.ports import Panes

@@ -22,14 +22,14 @@ from typing import Any
 
 import structlog
 
+from ralph_dev.adapters.files import atomic_write_text, private_dir
+from ralph_dev.adapters.store import StateStore, from_iso, to_iso, utcnow
 from ralph_dev.control import groom_relay, patterns
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import TrackerError
-from ralph_dev.core.fsutil import atomic_write_text, private_dir
 from ralph_dev.core.model import Comment, Issue, NewIssue, Role, StateType, check_identifier
 from ralph_dev.core.patterns import plan_text
 from ralph_dev.core.ports import Tracker
-from ralph_dev.core.state import StateStore, from_iso, to_iso, utcnow
 from ralph_dev.core.text import output_block, strip_ansi
 
 log = structlog.get_logger(__name__)

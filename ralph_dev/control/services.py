@@ -21,12 +21,12 @@ from typing import Any
 
 import structlog
 
+from ralph_dev.adapters.files import atomic_write_text
+from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.control.metrics import EventCounts, render_metrics
 from ralph_dev.control.state_sources import StateSources
 from ralph_dev.control.status import heartbeat_health, snapshot, tracker_ttl
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.fsutil import atomic_write_text
-from ralph_dev.core.state import StateStore, utcnow
 
 log = structlog.get_logger(__name__)
 

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError, TrackerError
 from ralph_dev.core.model import Issue
-from ralph_dev.core.state import StateStore
 
 MERGES_SHOWN = 10
 """Trunk changes the state document lists."""

@@ -24,6 +24,7 @@ from datetime import datetime
 from importlib import resources
 from typing import Any
 
+from ralph_dev.adapters.store import StateStore, to_iso, utcnow
 from ralph_dev.adapters.terminal import last_words, render_tail
 from ralph_dev.control import costs as spending
 from ralph_dev.control.disk import workspace_sizes
@@ -31,7 +32,6 @@ from ralph_dev.control.processes import lock_holder
 from ralph_dev.control.state_sources import StateSources
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import CONTROLLER_WINDOW, Issue, Observed, Window, worker_windows
-from ralph_dev.core.state import StateStore, to_iso, utcnow
 from ralph_dev.core.text import strip_ansi
 
 SCHEMA_VERSION = 1

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from ralph_dev.adapters.store import from_iso, utcnow
 from ralph_dev.control.disk import human_bytes
 from ralph_dev.control.status import ON_HOLD_SHOWN, age
-from ralph_dev.core.state import from_iso, utcnow
 
 
 def local_time(value: Any, *, now: datetime | None = None) -> str:

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import structlog
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import Observed
-from ralph_dev.core.state import StateStore
 
 log = structlog.get_logger(__name__)
 

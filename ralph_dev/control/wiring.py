@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ralph_dev.adapters.gh import Gh
 from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
 from ralph_dev.agent.launch import build_launch, check_agent
@@ -18,7 +19,6 @@ from ralph_dev.control.controller import Controller
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import Issue, Launch, Role
 from ralph_dev.core.ports import AgentLauncher, PullRequests, Repository, Session
-from ralph_dev.core.state import StateStore
 
 
 def tmux_for(settings: ProjectSettings) -> Tmux:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import structlog
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.verify import VerifyOutcome, run_verify
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import WorkspaceHookFailed
-from ralph_dev.core.state import StateStore
 
 log = structlog.get_logger(__name__)
 

@@ -1,7 +1,7 @@
 """Typed, validated settings: defaults → config.toml → environment → CLI flags.
 
 Where the files are is ``core.paths``; writing a project's table (``init``) is
-``core.config_write``. Errors name the file, the key and what is wrong, because a person fixing a
+``adapters.config_file``. Errors name the file, the key and what is wrong, because a person fixing a
 config at 2 a.m. should not have to guess which of three tables is meant.
 """
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ralph_dev.core.errors import ConfigError
-from ralph_dev.core.fsutil import private_dir
 
 PROJECT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
 
@@ -70,10 +69,9 @@ class ProjectPaths:
 
     project: str
 
-    def make_private(self) -> None:
+    def private_roots(self) -> tuple[Path, ...]:
         """ralph-dev's state and data roots and this project's dirs: owner only (0700)."""
-        for directory in (state_home(), data_home(), self.state_dir, self.data_dir):
-            private_dir(directory)
+        return (state_home(), data_home(), self.state_dir, self.data_dir)
 
     @property
     def state_dir(self) -> Path:
@@ -128,7 +126,7 @@ class ProjectPaths:
     @property
     def workers_dir(self) -> Path:
         """One directory per worker (``WORKER/run``, ``home``, ``tmp``): all its sandbox
-        may see of ralph-dev (``core.channel``)."""
+        may see of ralph-dev (``adapters.mailbox``)."""
         return self.state_dir / "workers"
 
     def worker_dir(self, issue: str) -> Path:

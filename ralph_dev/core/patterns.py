@@ -9,7 +9,7 @@ state, and the states feed the next plan workers' prompts ("Proven patterns",
 "Avoid"). No embeddings and no model calls: a person can read every number.
 
 Everything here is pure (the clock is an argument); storage and the hooks
-into workers and the controller are ``core.pattern_store``.
+into workers and the controller are ``adapters.pattern_store``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any
 
-from ralph_dev.core import channel as ch
+from ralph_dev.adapters import mailbox as ch
 from ralph_dev.inpane.reports import Outcome, send
 from ralph_dev.inpane.worker import Worker, WorkerStateError, clean_text, one_line
 

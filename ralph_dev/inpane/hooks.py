@@ -9,7 +9,7 @@
   reported done or blocked, or the iteration cap is reached.
 
 Hooks run inside the worker's sandbox, like the agent: they read only the
-worker's run directory (``core.channel``; the issue as the controller last saw
+worker's run directory (``adapters.mailbox``; the issue as the controller last saw
 it) and send news through it; they touch no tracker, jj or state file. A hook
 sits in the agent's critical path, so each one is fast and can never wedge its
 agent: outside a ralph-dev worker it does nothing, and any failure inside is
@@ -30,7 +30,7 @@ from typing import IO, Any
 
 import structlog
 
-from ralph_dev.core import channel as ch
+from ralph_dev.adapters import mailbox as ch
 from ralph_dev.core.jsonsafe import parse_json
 from ralph_dev.core.model import Role
 from ralph_dev.core.paths import state_home
@@ -79,7 +79,7 @@ def hook_log_path(environ: Mapping[str, str] | None = None) -> Path:
 
 def configure_logging(path: Path) -> None:
     """Send every log record to ``path`` only: a hook's stdout and stderr belong to Claude."""
-    from ralph_dev.core import logs
+    from ralph_dev.adapters import logs
 
     root = logging.getLogger()
     try:

@@ -1,7 +1,7 @@
 """The reports a worker makes: ``done``, ``blocked``, ``note``, ``plan``, ``feedback``.
 
 Each becomes a report in the worker's run directory that the controller applies
-(``core.channel``, ``control.channel``): the worker writes no tracker, jj or
+(``adapters.mailbox``, ``control.channel``): the worker writes no tracker, jj or
 state file itself. ``done`` is evidence-gated: the verify command the controller
 wrote into ``worker.json`` (from its own config, never from an issue, the
 environment or ``--config``) must pass in the workspace first, and its evidence
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ralph_dev.adapters import mailbox as ch
 from ralph_dev.adapters.verify import VerifyOutcome, run_verify
-from ralph_dev.core import channel as ch
 from ralph_dev.core.model import Comment, Role, StateType
 from ralph_dev.core.patterns import PLAN_TEXT_CHARS
 from ralph_dev.inpane.worker import (
@@ -170,7 +170,7 @@ def feedback(w: Worker, *, show_all: bool = False) -> list[Comment]:
 
 
 def _seen(path: Path) -> Any:
-    from ralph_dev.core.state import from_iso
+    from ralph_dev.adapters.store import from_iso
 
     try:
         return from_iso(json.loads(path.read_text(encoding="utf-8")).get("until"))

@@ -2,7 +2,7 @@
 
 A worker talks to ralph-dev only through these commands (its skill tells it
 which one ends its turn). Who it is comes from its run directory
-(``core.channel``): inside its sandbox that is ``/run/ralph-dev``, the one
+(``adapters.mailbox``): inside its sandbox that is ``/run/ralph-dev``, the one
 directory of ralph-dev's it can see, prepared by the controller. The
 environment, ``--config`` and the config file play no part: a worker command
 reads nothing but its run directory and its workspace, and the controller
@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ralph_dev.core import channel as ch
+from ralph_dev.adapters import mailbox as ch
+from ralph_dev.adapters.store import from_iso
 from ralph_dev.core.errors import RalphError
 from ralph_dev.core.model import Comment, Role, StateType, check_identifier
-from ralph_dev.core.state import from_iso
 from ralph_dev.core.text import strip_ansi
 
 TAIL_LINES = 40

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import web
 
+from ralph_dev.adapters.files import read_owner_only_file
 from ralph_dev.core.config import WebSettings
 from ralph_dev.core.errors import ConfigError, RalphError
-from ralph_dev.core.fsutil import read_owner_only_file
 from ralph_dev.core.model import check_identifier
 from ralph_dev.core.text import strip_ansi
 

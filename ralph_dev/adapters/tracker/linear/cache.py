@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.tracker.linear.parse import (
     Entry,
     LinearLabel,
     LinearProject,
     parse_time,
 )
-from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.model import IDENTIFIER_RE, Comment, Issue
 
 if TYPE_CHECKING:
@@ -325,7 +325,7 @@ class SharedState:
     def update(self, **changes: Any) -> None:
         if self.path is None:
             return
-        from ralph_dev.core.fsutil import atomic_write_text
+        from ralph_dev.adapters.files import atomic_write_text
 
         data = {**self.read(), **changes}
         try:

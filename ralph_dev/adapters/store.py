@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from ralph_dev.core.fsutil import atomic_write_text, read_lines_from
+from ralph_dev.adapters.files import atomic_write_text, private_dir, read_lines_from
 from ralph_dev.core.model import Pause, Role, WorkerRecord, check_identifier
 from ralph_dev.core.paths import ProjectPaths
 
@@ -101,7 +101,8 @@ class StateStore:
 
     def __init__(self, paths: ProjectPaths) -> None:
         self.paths = paths
-        paths.make_private()
+        for directory in paths.private_roots():
+            private_dir(directory)
 
     # -- worker records --
 

@@ -3,7 +3,7 @@
 The controller's heartbeat names its pid; a wake-up is SIGUSR1 to that pid.
 Both sides live here so the protocol is in one place: ``poke`` (called by a
 person's tracker write; workers tell the controller through their own socket,
-``core.channel``) and ``install`` (called by the
+``adapters.mailbox``) and ``install`` (called by the
 controller's run loop). Best effort: a missing or stale controller just means
 the next poll picks the change up.
 """
@@ -16,7 +16,7 @@ import os
 import signal
 from pathlib import Path
 
-from ralph_dev.core.state import StateStore
+from ralph_dev.adapters.store import StateStore
 
 WAKE_SIGNAL = signal.SIGUSR1
 

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.core.config import ProjectSettings, project_names
 from ralph_dev.core.errors import ConfigError
-from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.paths import config_file
 
 

@@ -29,8 +29,9 @@ from typing import Any
 
 import structlog
 
+from ralph_dev.adapters.files import atomic_write_text
+from ralph_dev.adapters.store import StateStore, from_iso, to_iso
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.fsutil import atomic_write_text
 from ralph_dev.core.model import Observed, Role
 from ralph_dev.core.patterns import (
     STRATEGY_NAME_RE,
@@ -44,7 +45,6 @@ from ralph_dev.core.patterns import (
     strategies_in,
     vocabulary,
 )
-from ralph_dev.core.state import StateStore, from_iso, to_iso
 
 log = structlog.get_logger(__name__)
 

@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ralph_dev.core.fsutil import atomic_write_text, private_dir
+from ralph_dev.adapters.files import atomic_write_text, private_dir
 from ralph_dev.core.model import SESSION_ID_RE, check_identifier
 from ralph_dev.core.text import strip_ansi
 
@@ -204,7 +204,7 @@ def new_report_id() -> str:
 def write_report(run_dir: Path, kind: str, fields: Mapping[str, Any],
                  report_id: str | None = None) -> Report:
     """Durably record a report (atomic; 0600) in the outbox; returns it."""
-    from ralph_dev.core.state import utcnow
+    from ralph_dev.adapters.store import utcnow
 
     if kind not in REPORT_KINDS:
         raise ValueError(f"unknown report kind {kind!r}")
