@@ -39,8 +39,9 @@ def main() -> None:
     from ralph_dev.adapters.tracker import open_tracker
     from ralph_dev.control.controller import Controller
     from ralph_dev.control.wiring import launcher_for
+    from ralph_dev.core.actions import Spawn
     from ralph_dev.core.config import build_project
-    from ralph_dev.core.model import NewIssue, Role, Spawn
+    from ralph_dev.core.model import NewIssue, Role
 
     logs.configure("WARNING")
     jj_bin = find_jj()
@@ -75,7 +76,7 @@ def main() -> None:
             samples = []
             for ident in ids:
                 t0 = time.perf_counter()
-                await ctl.act(Spawn(ident, "bench", role=Role.EXECUTE, attempt=1),
+                await ctl.actuator.act(Spawn(ident, "bench", role=Role.EXECUTE, attempt=1),
                               issues[ident], None)  # type: ignore[arg-type]
                 pid = next(w.pid for w in tmux.list_windows() if w.name == ident)
                 while "-c" not in _cmdline(pid):  # exec'd into the agent (python -c …)

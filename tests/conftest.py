@@ -21,6 +21,11 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# The suite runs several swarms at once on a small machine: its load per CPU says nothing
+# about whether a test's host can carry one more worker, so admission by load is off for
+# every test (tests/test_admission.py turns the floors it checks on again itself).
+os.environ["RALPH_DEV_LIMITS_MAX_LOAD_PER_CPU"] = "0"
+
 
 @pytest.fixture
 def xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -209,6 +209,8 @@ class Swarm:
         env["RALPH_DEV_TMUX_SOCKET"] = tmux_socket
         env["RALPH_DEV_JJ"] = jj_bin
         env["RALPH_DEV_LOG_LEVEL"] = "INFO"
+        # the suite's own load says nothing about this swarm's room (tests/conftest.py)
+        env["RALPH_DEV_LIMITS_MAX_LOAD_PER_CPU"] = "0"
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
         repo = root / "repo"
         swarm = cls(root=root, env=env, repo=repo, jj=jj_bin)

@@ -10,8 +10,10 @@ import pytest
 from swarm_kit import Swarm
 from test_failure_policy import in_process, tick
 
-from ralph_dev.control.admission import Resources, sample, shortage
+from ralph_dev.adapters.host import sample
 from ralph_dev.core.config import Limits
+from ralph_dev.core.decide.swarm import shortage
+from ralph_dev.core.model import Resources
 
 LIMITS = Limits(min_free_memory_mb=1000, min_free_disk_mb=500, max_load_per_cpu=2.0)
 
@@ -56,13 +58,13 @@ def test_a_short_host_pauses_dispatch_and_resumes(
         roomy = ctl.settings
         ctl.settings = dataclasses.replace(roomy, limits=dataclasses.replace(
             roomy.limits, min_free_memory_mb=10**9))  # more than any host has
-        for _ in range(2):
-            assert not tick(ctl).plan.actions
+        assert [a.kind for a in tick(ctl).plan.actions] == ["pauseswarm"]
+        assert not tick(ctl).plan.actions  # said once
         paused = [e for e in swarm.events() if e["event"] == "swarm_paused"]
         assert len(paused) == 1 and "min_free_memory_mb" in paused[0]["cause"]
         assert "resources" in swarm.cli("status", swarm.project).stdout
         ctl.settings = roomy
-        assert [a.kind for a in tick(ctl).plan.actions] == ["spawn"]
+        assert [a.kind for a in tick(ctl).plan.actions] == ["endpause", "spawn"]
         assert any(e["event"] == "swarm_resumed" for e in swarm.events())
     finally:
         swarm.teardown()

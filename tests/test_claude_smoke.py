@@ -30,7 +30,6 @@ from ralph_dev.adapters.terminal import last_words, render_tail
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.agent.launch import build_launch
-from ralph_dev.control.channel import Channel
 from ralph_dev.core.config import load_project
 from ralph_dev.core.model import NewIssue, Role, StateType
 from ralph_dev.devtools.scripted_model import (
@@ -126,7 +125,7 @@ def world(xdg: Path, jj_bin: str, tmux_socket: str, claude_bin: str,
     tmux.ensure_session(xdg, {"PATH": os.environ["PATH"]})
     tracker, jj, store = (LocalTracker(settings.paths.tracker_db, "DEMO"),
                           JJ.from_settings(settings), StateStore(settings.paths))
-    controller = ControllerEnd(Channel(settings, store=store, tracker=tracker, jj=jj))
+    controller = ControllerEnd(settings, store=store, tracker=tracker, jj=jj)
     yield World(xdg, settings, tracker, jj, store, tmux, jj_bin, controller)
     tmux.kill_session()
     controller.close()
@@ -141,10 +140,10 @@ def spawn(world: World, api: FakeAnthropic, issue: str, role: Role,
     world.store.update_record(issue, role=role, attempts=1, started_at=utcnow(), done=False,
                               blocked=False, iterations=0)
     world.tracker.set_state_sync(issue, type=StateType.STARTED)
-    channel = world.controller.channel
-    channel.publish(tuple(world.tracker.list_issues_sync()))
-    worker_dir = channel.prepare(world.tracker.get_sync(issue), role, workspace, 1)
-    world.controller.call(channel.listen())
+    dirs = world.controller.dirs
+    dirs.publish(tuple(world.tracker.list_issues_sync()))
+    worker_dir = dirs.prepare(world.tracker.get_sync(issue), role, workspace, 1)
+    world.controller.listen()
     launch = build_launch(world.settings, world.tracker.get_sync(issue), role, workspace,
                           "sonnet", attempt=1, worker_dir=worker_dir)
     world.tmux.open_window(issue, cwd=launch.cwd, command=launch.argv, environment=launch.env,

@@ -11,6 +11,7 @@ import pytest
 
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.control.costs import Spending, ledger_path
+from ralph_dev.core.actions import PauseSwarm
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.costs import (
     CostSettings,
@@ -20,6 +21,8 @@ from ralph_dev.core.costs import (
     read_transcript,
     usage_of,
 )
+from ralph_dev.core.decide import decide
+from ralph_dev.core.model import Observed
 
 
 def line(message_id: str, model: str = "claude-sonnet-5", **usage: int) -> bytes:
@@ -91,12 +94,15 @@ def test_usage_round_trips_and_survives_garbage() -> None:
 def test_a_spent_day_pauses_dispatch_until_midnight_utc(xdg: Path, tmp_path: Path) -> None:
     now = datetime(2026, 11, 23, 15, 30, tzinfo=UTC)
     settings = ProjectSettings(name="demo", repo=tmp_path)
-    store = StateStore(settings.paths)
+    StateStore(settings.paths)  # the project's state dir
     ledger_path(settings).write_text(json.dumps({"days": {"2026-11-23": 12.5}}))
-    Spending(settings, store, lambda: now).account({})
-    assert not store.load_pauses()  # no day cap set
+    over, spent_today = Spending(settings, lambda: now).account({})
+    assert over == {} and spent_today == 12.5
+    observed = Observed(spent_today=spent_today)
+    assert not [a for a in decide(observed, settings, now).actions
+                if isinstance(a, PauseSwarm)]  # no day cap set
     capped = dataclasses.replace(settings, costs=CostSettings(day_usd=10.0))
-    Spending(capped, store, lambda: now).account({})
-    (pause,) = store.load_pauses()
-    assert pause.kind == "budget" and "$12.50" in pause.cause and "costs.day_usd" in pause.cause
+    (pause,) = [a for a in decide(observed, capped, now).actions if isinstance(a, PauseSwarm)]
+    assert pause.pause_kind == "budget" and "$12.50" in pause.cause
+    assert "costs.day_usd" in pause.cause
     assert pause.until == datetime(2026, 11, 24, tzinfo=UTC)

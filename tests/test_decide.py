@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from ralph_dev.core.actions import Forget, Hold, Nudge, Plan, Reap, Restart, Spawn
 from ralph_dev.core.config import AgentSettings, Limits, ProjectSettings, Timing, TrackerSettings
 from ralph_dev.core.critical_path import work_behind
 from ralph_dev.core.decide import (
-    backoff_seconds,
     blocked_issues,
     decide,
     issue_columns,
@@ -22,22 +22,16 @@ from ralph_dev.core.decide import (
     route,
 )
 from ralph_dev.core.model import (
-    Forget,
-    Hold,
     Issue,
-    Nudge,
     Observed,
     Pause,
-    Plan,
-    Reap,
-    Restart,
     Role,
-    Spawn,
     StateType,
     Window,
     WorkerRecord,
     Workspace,
 )
+from ralph_dev.core.policy import retry_policy
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 STATES = {
@@ -386,9 +380,9 @@ def test_dead_pane_is_reaped_with_its_exit_status_and_not_respawned_in_the_same_
 
 def test_backoff_values() -> None:
     s = settings()
-    assert [backoff_seconds(n, s) for n in range(6)] == [0, 30, 60, 120, 240, 480]
-    assert backoff_seconds(7, s) == 600  # capped
-    assert backoff_seconds(10_000, s) == 600  # no overflow
+    assert [retry_policy(s).delay(n) for n in range(6)] == [0, 30, 60, 120, 240, 480]
+    assert retry_policy(s).delay(7) == 600  # capped
+    assert retry_policy(s).delay(10_000) == 600  # no overflow
 
 
 @pytest.mark.parametrize(
@@ -452,7 +446,7 @@ def test_a_pause_starts_nothing_charges_nothing_and_quiets_waiting_workers() -> 
     unpaused = steps(run(obs))
     assert ("spawn", "DEMO-1") in unpaused and ("hold", "DEMO-2") in unpaused
     assert ("restart", "DEMO-3") in unpaused
-    paused = steps(run(dataclasses.replace(obs, pauses=(setup,))))
+    paused = steps(run(dataclasses.replace(obs, pauses=(setup,), setup_error=setup.cause)))
     assert paused == []  # no dispatch, no hold at the cap, no restart
     limit = Pause(kind="usage_limit", cause="usage limit", quiet_workers=True)
     silent = world(issues=[issue(3, "started")], records=[rec("DEMO-3")],

@@ -1,16 +1,19 @@
-"""The real controller keeps the executor contract decide relies on.
+"""The real actuator keeps the executor contract decide relies on.
 
 For every action kind, a scenario on a real tmux server, a real jj repo and
-the local tracker: ``Controller.act`` runs the action, then the world and the
-worker record are compared with ``core.contract.EXECUTOR_CONTRACT`` — the same
-table the property tests play plans with.
+the local tracker: ``Actuator.act`` runs the action, then the world and the
+worker record are compared with the action's own ``record_changes`` and with
+tests/contract.py's ``EXECUTOR_CONTRACT`` — the same table the property tests
+play plans with.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,33 +22,39 @@ from pathlib import Path
 
 import pytest
 from conftest import retry_until
+from contract import EXECUTOR_CONTRACT, Effect
 from test_worker import Project, make_project
 
 from ralph_dev.adapters.gh import Gh
 from ralph_dev.adapters.tmux import Tmux
+from ralph_dev.adapters.writebacks import WriteBackItem
 from ralph_dev.control.controller import Controller
 from ralph_dev.control.observe import observe
 from ralph_dev.control.wiring import launcher_for
-from ralph_dev.core.config import load_project
-from ralph_dev.core.contract import EXECUTOR_CONTRACT, Effect, record_changes
-from ralph_dev.core.model import (
+from ralph_dev.core.actions import (
+    SWARM,
     Action,
+    Adopt,
     Complete,
+    Continue,
+    EndPause,
     Forget,
     Hold,
     Kill,
     Merge,
-    NewIssue,
     Nudge,
-    Observed,
+    OpenGroom,
+    PauseSwarm,
     Reap,
     RelayFeedback,
     Restart,
     Resume,
-    Role,
     Spawn,
-    StateType,
+    VerifyTrunk,
+    WriteBack,
 )
+from ralph_dev.core.config import load_project
+from ralph_dev.core.model import NewIssue, Observed, Role, StateType
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +77,7 @@ class World:
     def act(self, action: Action) -> None:
         observed = self.observe()
         issue = next((i for i in observed.issues if i.identifier == action.issue), None)
-        asyncio.run(self.ctl.act(action, issue, observed))
+        asyncio.run(self.ctl.actuator.act(action, issue, observed))
 
     def live(self, ident: str) -> list:
         return [w for w in self.tmux.list_windows() if w.name == ident and w.alive]
@@ -100,11 +109,27 @@ def check(world: World, action: Action, before: Observed) -> None:
     effect: Effect = EXECUTOR_CONTRACT[type(action)]
     ident = action.issue
     after = world.observe()
-    record = world.project.store.load_record(ident)
-    if effect.record_deleted:
+    store = world.project.store
+    if effect.pause == "started":
+        assert isinstance(action, PauseSwarm)
+        assert [p.cause for p in store.load_pauses() if p.kind == action.pause_kind] == [
+            action.cause]
+    if effect.pause == "ended":
+        assert isinstance(action, EndPause)
+        assert not [p for p in store.load_pauses() if p.kind == action.pause_kind]
+    if effect.issue_created:
+        groom = world.ctl.settings.labels.groom
+        assert [i for i in after.issues if groom in i.labels and i not in before.issues]
+    if not ident:
+        return  # the swarm's own action: nothing of an issue to compare
+    record = store.load_record(ident)
+    if action.record_deleted:
         assert record is None
-    for name, value in record_changes(action, NOW).items():
+    for name, value in action.record_changes(NOW).items():
         assert record is not None and getattr(record, name) == value, (name, record)
+    if effect.written_back:
+        assert isinstance(action, WriteBack)
+        assert world.ctl.writebacks.get(action.report) is None
     old_windows = {w.window_id for w in before.windows if w.name == ident}
     windows = [w for w in after.windows if w.name == ident]
     if effect.windows_killed:
@@ -204,11 +229,56 @@ def resume(w: World, ident: str) -> Action:
     return Resume(ident, "a person answered")
 
 
+def continue_(w: World, ident: str) -> Action:
+    w.spawned(ident)
+    w.project.store.update_record(ident, agent_error="rate_limit", agent_error_text="limit",
+                                  agent_error_at=NOW, nudged_at=NOW)
+    return Continue(ident, "the pause is over", after="rate_limit")
+
+
+def adopt(w: World, ident: str) -> Action:
+    w.spawned(ident)
+    shutil.rmtree(w.ctl.dirs.worker_dir(ident))  # a worker from before the mailbox
+    return Adopt(ident, "no run dir")
+
+
+def write_back(w: World, ident: str) -> Action:
+    w.ctl.writebacks.add(WriteBackItem("c0ffee00", "note", ident,
+                                       {"text": "An FYI for a person.", "since": None}))
+    return WriteBack(ident, "owed", report="c0ffee00", report_kind="note")
+
+
+def pause_swarm(w: World, ident: str) -> Action:
+    return PauseSwarm(SWARM, "test", pause_kind="setup", cause="no agent", fix="install it")
+
+
+def end_pause(w: World, ident: str) -> Action:
+    w.act(pause_swarm(w, ident))
+    return EndPause(SWARM, "test", pause_kind="setup")
+
+
+def verify_trunk(w: World, ident: str) -> Action:
+    w.ctl.merges.settings = dataclasses.replace(w.ctl.settings, verify_command="true")
+    commit = w.project.jj.trunk_commit()
+    w.ctl.store.paths.trunk_red_file.write_text(json.dumps({"commit": "0" * 12}))
+    return VerifyTrunk(SWARM, "trunk moved", commit=commit)
+
+
+def open_groom(w: World, ident: str) -> Action:
+    return OpenGroom(SWARM, "the swarm is idle")
+
+
 SCENARIOS: dict[type[Action], Callable[[World, str], Action]] = {
     Spawn: spawn, Restart: restart, Nudge: nudge, Reap: reap, Kill: kill, Merge: merge,
     Forget: forget, Hold: hold, Complete: complete, RelayFeedback: relay_feedback,
-    Resume: resume,
+    Resume: resume, Continue: continue_, Adopt: adopt, WriteBack: write_back,
+    PauseSwarm: pause_swarm, EndPause: end_pause, VerifyTrunk: verify_trunk,
+    OpenGroom: open_groom,
 }
+TYPED = {Nudge: "got: ralph-dev:", RelayFeedback: "got: ralph-dev:",
+         Continue: "model API is available again"}
+"""What the echoing agent prints back of the text each kind types (Continue's Escape,
+typed first to close a menu, eats its first letter)."""
 
 
 def test_every_action_kind_has_a_contract_and_a_scenario() -> None:
@@ -226,5 +296,9 @@ def test_the_real_controller_keeps_the_contract(world: World, kind: type[Action]
     effect = EXECUTOR_CONTRACT[kind]
     if effect.typed:
         window = world.live(ident)[0]
-        retry_until(lambda: "got: ralph-dev:" in world.tmux.capture(window.pane_id, 200),
+        retry_until(lambda: TYPED[kind] in world.tmux.capture(window.pane_id, 200),
                     what="the typed text in the pane")
+    if kind is Adopt:
+        assert (world.ctl.dirs.run_dir(ident) / "worker.json").is_file()
+    if kind is VerifyTrunk:
+        assert not world.ctl.store.paths.trunk_red_file.exists()  # green again

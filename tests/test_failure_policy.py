@@ -94,8 +94,8 @@ def test_a_missing_agent_pauses_dispatch_and_charges_nobody(
     agent.write_text(f"#!/bin/sh\nexec {demo_agent} \"$@\"\n")
     agent.chmod(0o755)
     result = tick(ctl)
-    assert [a.kind for a in result.plan.actions] == ["spawn", "spawn"]
-    assert [a.attempt for a in result.plan.actions] == [1, 1]
+    assert [a.kind for a in result.plan.actions] == ["endpause", "spawn", "spawn"]
+    assert [a.attempt for a in result.plan.actions if a.kind == "spawn"] == [1, 1]
     assert any(e["event"] == "swarm_resumed" for e in swarm.events())
     wait_for(lambda: (tick(ctl), swarm.all_done())[1], 90, "both issues done")
 
@@ -239,7 +239,8 @@ def test_an_unusable_repository_pauses_the_swarm_and_touches_no_worker(
     trunk = swarm.jj_out("log", "--no-graph", "-r", "main", "-T", "commit_id").strip()
     subprocess.run([swarm.jj, "bookmark", "delete", "main"], cwd=swarm.repo, env=swarm.env,
                    check=True, capture_output=True)
-    for _ in range(3):
+    assert [a.kind for a in tick(ctl).plan.actions] == ["pauseswarm"]  # said once
+    for _ in range(2):
         result = tick(ctl)
         assert not result.plan.actions  # it acts on nothing it cannot see
     paused = [e for e in swarm.events() if e["event"] == "swarm_paused"]
@@ -275,14 +276,15 @@ def test_a_tracker_that_refuses_the_key_pauses_once_and_resumes(
                               "valid key in tracker.linear_api_key_file")
 
     monkeypatch.setattr(ctl.tracker, "list_issues", refused)
-    for _ in range(3):
+    assert [a.kind for a in tick(ctl).plan.actions] == ["pauseswarm"]  # said once
+    for _ in range(2):
         assert not tick(ctl).plan.actions
     paused = [e for e in swarm.events() if e["event"] == "swarm_paused"]
     assert len(paused) == 1 and "refuses ralph-dev" in paused[0]["cause"]
     assert "linear_api_key_file" in paused[0]["cause"]
     monkeypatch.setattr(ctl.tracker, "list_issues", real_list)
     result = tick(ctl)
-    assert [a.kind for a in result.plan.actions] == ["spawn"]
+    assert [a.kind for a in result.plan.actions] == ["endpause", "spawn"]
     assert any(e["event"] == "swarm_resumed" for e in swarm.events())
 
 

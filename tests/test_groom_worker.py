@@ -3,15 +3,13 @@ local tracker and a real jj repo: what is accepted, what is refused, what lands 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_worker import Project, make_project
 
-from ralph_dev.control import groom_relay
-from ralph_dev.control.relay import RelayItem
+from ralph_dev.adapters.writebacks import WriteBackItem
 from ralph_dev.core.model import Role, StateType
 
 GROOM_CONFIG = "[projects.demo.groom]\nproposals = 3\nauto_accept_per_day = 1\n"
@@ -150,9 +148,11 @@ def test_a_groom_run_ends_completed(project: Project) -> None:
 def test_a_proposal_relayed_twice_is_created_once(project: Project) -> None:
     """A controller killed after the issue was created, before the item was removed."""
     run = groom_run(project)
-    item = RelayItem("0123abcd", "propose", run, {
+    item = WriteBackItem("0123abcd", "propose", run, {
         "title": "Once", "priority": 0, "ready": False, "description": "", "reason": "gap"})
+    end = project.controller
     for _ in range(2):
-        asyncio.run(groom_relay.apply(project.settings, project.store, project.tracker, item))
+        end.writebacks.add(item)
+        assert end.call(end.write_back_due()) == []
     [made] = proposals(project)
     assert made.title == "Once" and len([c for c in made.comments if c.by_ralph]) == 1

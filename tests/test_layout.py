@@ -28,7 +28,7 @@ LAYERS = {
 TOOL_HOMES = {
     # a call that starts a process → the modules allowed to make it
     "subprocess": {"adapters/jj_cli.py", "adapters/process.py", "adapters/verify.py",
-                   "agent/supervisor.py", "control/processes.py", "adapters/notify.py",
+                   "agent/supervisor.py", "adapters/processes.py", "adapters/notify.py",
                    "devtools/demo.py", "devtools/demo_agent.py"},
     "os.exec": {"adapters/tmux.py", "inpane/launcher.py"},
     "import libtmux": {"adapters/tmux.py"},
@@ -127,3 +127,24 @@ def test_core_is_pure() -> None:
     found = [f"{rel(path)} imports {name}" for path in (PACKAGE / "core").rglob("*.py")
              for name in imported(path) if name.split(".")[0] in CORE_NEVER_IMPORTS]
     assert not found, found
+
+
+TRACKER_WRITES = {"set_state", "change_labels", "add_labels", "remove_labels", "comment",
+                  "create_issues", "set_priority", "add_blocker", "remove_blocker"}
+WINDOW_KILLS = {"kill_window"}
+ACTUATOR = "control/act.py"
+
+
+def called_methods(path: Path) -> set[str]:
+    return {node.func.attr for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+
+
+def test_one_actuator_writes_to_the_tracker_and_kills_windows() -> None:
+    """Every hold, comment, state change and closed window is an action ``decide`` emitted,
+    carried out in one place; adapters (which implement these calls) and the CLI (a
+    person's own hands) aside."""
+    acting = {rel(path) for path in modules()
+              if rel(path).split("/")[0] not in ("adapters", "cli")
+              and called_methods(path) & (TRACKER_WRITES | WINDOW_KILLS)}
+    assert acting <= {ACTUATOR}, f"outside the actuator: {sorted(acting - {ACTUATOR})}"

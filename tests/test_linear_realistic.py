@@ -27,10 +27,10 @@ from ralph_dev.adapters.tracker.linear.errors import (
     LinearUnavailable,
 )
 from ralph_dev.cli import main
-from ralph_dev.control.controller import human_feedback
+from ralph_dev.core.actions import Complete, Spawn
 from ralph_dev.core.config import ConfigError, ProjectSettings, build_project
 from ralph_dev.core.decide import decide, ready_issues
-from ralph_dev.core.model import Complete, Issue, NewIssue, Observed, Spawn, StateType
+from ralph_dev.core.model import Issue, NewIssue, Observed, StateType, human_feedback
 
 POLL = 30
 

@@ -116,6 +116,9 @@ def test_a_refused_merge_is_held_with_its_evidence_and_trunk_stays(world: World)
     before = trunk_commit(jj)
     asyncio.run(world.ctl.tick())
     assert trunk_commit(jj) == before
+    record = project.store.load_record(third)
+    assert record is not None and record.hold_reason  # a person is needed: said next tick
+    asyncio.run(world.ctl.tick())
     issue = project.tracker.get_sync(third)
     assert "user-input-needed" in issue.labels
     assert "one.txt" in issue.comments[-1].body and "jj abandon" in issue.comments[-1].body

@@ -105,7 +105,7 @@ def test_install_without_a_user_manager_leaves_nothing_behind(demo: Path) -> Non
 
 
 def test_install_refuses_while_the_project_runs_by_hand(demo: Path) -> None:
-    from ralph_dev.control.processes import daemon_lock
+    from ralph_dev.adapters.processes import daemon_lock
     from ralph_dev.core.config import load_project
 
     with daemon_lock(load_project("demo").paths.daemon_pid):

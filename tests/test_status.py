@@ -42,27 +42,26 @@ def swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[Swarm]:
 def _ask(swarm: Swarm, issue: str, question: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """What a worker's `ralph-dev worker blocked` comes to: its report, accepted and
     relayed by the controller's end of the channel."""
-    import asyncio
+    from channel_kit import ControllerEnd
 
     from ralph_dev.adapters import mailbox as ch
     from ralph_dev.adapters.jj import JJ
     from ralph_dev.adapters.tracker import open_tracker
-    from ralph_dev.control.channel import Channel
     from ralph_dev.core.model import Role
 
     store = _store(swarm, monkeypatch)
     settings = load_project(swarm.project)
     tracker = open_tracker(settings)
 
-    async def go() -> None:
-        channel = Channel(settings, store=store, tracker=tracker, jj=JJ.from_settings(settings))
+    end = ControllerEnd(settings, store=store, tracker=tracker, jj=JJ.from_settings(settings))
+    try:
         store.update_record(issue, role=Role.EXECUTE)
-        channel.prepare(await tracker.get(issue), Role.EXECUTE, swarm.root, 1)
-        ch.write_report(channel.run_dir(issue), "blocked", {"text": question})
-        await channel.accept_all()
-        await tracker.close()
-
-    asyncio.run(go())
+        end.dirs.prepare(end.call(tracker.get(issue)), Role.EXECUTE, swarm.root, 1)
+        ch.write_report(end.dirs.run_dir(issue), "blocked", {"text": question})
+        end.call(end.intake.accept_all())
+        end.call(tracker.close())
+    finally:
+        end.close()
 
 
 def _store(swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> StateStore:

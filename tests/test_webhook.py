@@ -22,6 +22,7 @@ import pytest
 import structlog
 from conftest import retry_until
 
+from ralph_dev.adapters.mailbox_server import MailboxServer
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.adapters.webhook import (
@@ -34,7 +35,6 @@ from ralph_dev.adapters.webhook import (
     secret_from_env,
     signature,
 )
-from ralph_dev.control.channel import Channel
 from ralph_dev.control.loop import run_with_webhooks
 
 SECRET = "whsec-test-5f1c9a0e77d24b3e"
@@ -218,9 +218,12 @@ class _CountingController:
         self.settings = settings
         self.store = store
         self.tracker = LocalTracker(store.paths.state_dir / "t.db", "DEMO")
-        self.channel = Channel(settings, store=store, tracker=self.tracker, jj=None)  # type: ignore[arg-type]
+        self.server = MailboxServer(settings.paths.worker_dir, self._hear)
         self.stopping = False
         self.tick_number = 0
+
+    async def _hear(self, name: str, report: str) -> None:
+        return None
 
     async def tick(self) -> Any:
         self.tick_number += 1
@@ -241,6 +244,9 @@ async def test_controller_without_webhook_secret_keeps_polling(xdg: Path) -> Non
 
 
 class _FailingController(_CountingController):
+    async def _hear(self, name: str, report: str) -> None:
+        return None
+
     async def tick(self) -> Any:
         self.tick_number += 1
         raise OSError(24, "Too many open files")

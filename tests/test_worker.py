@@ -20,9 +20,8 @@ from ralph_dev.adapters.mailbox import RUN_DIR_VAR
 from ralph_dev.adapters.pattern_store import ledger_path, load_ledger
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.tracker.local import LocalTracker
+from ralph_dev.adapters.writebacks import WriteBackItem
 from ralph_dev.cli import main
-from ralph_dev.control.channel import Channel
-from ralph_dev.control.relay import RelayItem
 from ralph_dev.core.config import ProjectSettings, load_project
 from ralph_dev.core.model import NewIssue, Role, StateType
 
@@ -43,8 +42,8 @@ class Project:
     @property
     def controller(self) -> ControllerEnd:
         if not self.ends:
-            self.ends.append(ControllerEnd(Channel(self.settings, store=self.store,
-                                                   tracker=self.tracker, jj=self.jj)))
+            self.ends.append(ControllerEnd(self.settings, store=self.store,
+                                           tracker=self.tracker, jj=self.jj))
         return self.ends[0]
 
     def issue(self, title: str = "Add the thing", description: str = "Do it well.", **kw) -> str:
@@ -58,11 +57,11 @@ class Project:
         self.store.update_record(issue, role=role, attempts=1, started_at=utcnow(), done=False,
                                  blocked=False, iterations=0)
         self.tracker.set_state_sync(issue, type=StateType.STARTED)
-        channel = self.controller.channel
-        channel.publish(tuple(self.tracker.list_issues_sync()))
-        channel.prepare(self.tracker.get_sync(issue), role, workspace, 1)
+        dirs = self.controller.dirs
+        dirs.publish(tuple(self.tracker.list_issues_sync()))
+        dirs.prepare(self.tracker.get_sync(issue), role, workspace, 1)
         if listen:
-            self.controller.call(channel.listen())
+            self.controller.listen()
         return workspace
 
     def respawn(self, issue: str, role: Role) -> None:
@@ -70,12 +69,12 @@ class Project:
         self.store.update_record(issue, role=role, started_at=utcnow(), done=False,
                                  blocked=False)
         self.publish()
-        self.controller.channel.prepare(self.tracker.get_sync(issue), role,
+        self.controller.dirs.prepare(self.tracker.get_sync(issue), role,
                                         self.jj.workspace_path(issue), 1)
 
     def publish(self) -> None:
         """The controller's next tick: its view of every issue, refreshed."""
-        self.controller.channel.publish(tuple(self.tracker.list_issues_sync()))
+        self.controller.dirs.publish(tuple(self.tracker.list_issues_sync()))
 
     def run_dir(self, issue: str) -> Path:
         return self.settings.paths.worker_dir(issue) / "run"
@@ -381,12 +380,11 @@ def test_a_plan_is_remembered_for_pattern_learning_once(project: Project,
     pending = load_ledger(path).phases[parent]
     assert pending.strategies == ("split-by-component",)  # from the file's comment
     assert pending.children == project.tracker.get_sync(parent).children
-    # the relay repeats the item (the controller died before removing it): the sub-issues
-    # exist, and the phase is still remembered once, as first planned
-    relay = project.controller.channel.relay
-    relay.add(RelayItem("ab" * 8, "plan", parent, {
+    # the write-back is made again (the controller died before removing it): the
+    # sub-issues exist, and the phase is still remembered once, as first planned
+    project.controller.writebacks.add(WriteBackItem("ab" * 8, "plan", parent, {
         "entries": [{"title": "Shared types first"}], "text": "# parallelize everything"}))
-    assert project.controller.call(relay.flush()) == []
+    assert project.controller.call(project.controller.write_back_due()) == []
     assert load_ledger(path).phases == {parent: pending}
     remembered = [e for e in project.store.iter_events() if e["event"] == "patterns_remembered"]
     assert [(e["issue"], e["strategies"]) for e in remembered] == [
@@ -603,7 +601,7 @@ def test_done_during_a_tracker_outage_costs_nothing_and_is_applied_once(
     """Issue 10 item 2: `worker done` while the tracker is down succeeds for the worker
     (its pane does not die as a failed attempt); the controller makes the tracker writes
     when the tracker answers again, once, even when its queue entry survives a restart."""
-    from ralph_dev.control.relay import RelayItem
+    from ralph_dev.adapters.writebacks import WriteBackItem
 
     project = make_project(xdg, jj_bin)
     project.tracker = FlakyTracker(project.settings.paths.tracker_db, "DEMO")
@@ -617,21 +615,22 @@ def test_done_during_a_tracker_outage_costs_nothing_and_is_applied_once(
         record = project.store.load_record(issue)
         assert record is not None and record.done and record.attempts == 1
         assert project.tracker.get_sync(issue).state_type is StateType.STARTED
-        relay = project.controller.channel.relay
-        assert relay.owed() == {issue}  # decide starts no new worker for it meanwhile
-        failed = project.controller.call(relay.flush())
-        assert not failed  # still backing off: not tried again at once
+        queue, end = project.controller.writebacks, project.controller
+        assert [i.issue for i in queue.items()] == [issue]  # no new worker starts meanwhile
+        item = queue.items()[0]
+        assert item.blame == "outside" and item.failures == 0  # an outage: nobody's failure
+        # a tick that cannot read the tracker tries nothing
+        assert end.call(end.write_back_due(tracker_ok=False)) == []
         FlakyTracker.down = False
-        item = relay.items()[0]
-        relay.add(RelayItem(item.id, item.kind, item.issue, item.body))  # backoff over
-        assert not project.controller.call(relay.flush())
+        # the first tick that reads the tracker again makes the writes: no backoff of their own
+        assert end.call(end.write_back_due()) == []
         got = project.tracker.get_sync(issue)
         assert got.state_type is StateType.COMPLETED
         assert len([c for c in got.comments if c.by_ralph]) == 1
-        assert relay.owed() == frozenset()
+        assert queue.items() == []
         # a controller killed after the writes but before it dropped the entry repeats none
-        relay.add(RelayItem(item.id, item.kind, item.issue, item.body))
-        assert not project.controller.call(relay.flush())
+        queue.add(WriteBackItem(item.id, item.kind, item.issue, item.body))
+        assert end.call(end.write_back_due()) == []
         assert len([c for c in project.tracker.get_sync(issue).comments if c.by_ralph]) == 1
         events = [e["event"] for e in project.store.iter_events()]
         assert "relay_failed" in events and events.count("relayed") == 2
@@ -649,7 +648,7 @@ def test_reports_wait_for_a_controller_that_is_not_running(project: Project) -> 
     assert result.exit_code == 0, result.output
     assert "not answering" in result.output
     assert not project.store.load_record(issue).done
-    project.controller.call(project.controller.channel.accept_all())
+    project.controller.call(project.controller.intake.accept_all())
     assert project.store.load_record(issue).done
     assert project.tracker.get_sync(issue).state_type is StateType.COMPLETED
 
@@ -663,7 +662,7 @@ def test_a_report_cannot_name_another_issue_or_role(project: Project) -> None:
     ch.write_report(project.run_dir(mine), "done", {
         "summary": "forged", "issue": other, "role": "execute",
         "verify": {"command": "true", "exit_code": 0}})
-    project.controller.call(project.controller.channel.accept_all())
+    project.controller.call(project.controller.intake.accept_all())
     assert project.tracker.get_sync(other).state_type is StateType.UNSTARTED
     assert not project.tracker.get_sync(other).comments
     body = project.tracker.get_sync(mine).comments[-1].body
@@ -714,7 +713,7 @@ def test_the_controller_reads_reports_warily(project: Project, tmp_path: Path) -
     (run / "outbox" / f"{report.id}.json").symlink_to(secret)
     for n in range(30):
         ch.write_report(run, "note", {"text": f"note {n}"})
-    channel = project.controller.channel
+    channel = project.controller.intake
     first = project.controller.call(channel.accept(issue))
     assert ch.REPORTS_AT_ONCE - 1 <= len(first) <= ch.REPORTS_AT_ONCE  # (the link: refused)
     project.controller.call(channel.accept_all())

@@ -17,6 +17,7 @@ from swarm_kit import Swarm, leftovers, wait_for
 
 from ralph_dev.control.controller import Controller, TickResult
 from ralph_dev.control.wiring import controller_for
+from ralph_dev.core.actions import EndPause
 from ralph_dev.core.config import load_project
 
 pytestmark = pytest.mark.slow
@@ -105,8 +106,9 @@ def test_a_hook_that_cannot_run_pauses_the_swarm_until_a_restart(swarm: Swarm) -
     config = swarm.config_file
     config.write_text(config.read_text().replace('"no-such-installer --frozen"', '"true"'))
     fixed = controller_for(load_project(swarm.project))  # a person fixed it and restarted
+    result = tick(fixed)  # the first tick with the config read again ends the pause
+    assert [a.pause_kind for a in result.plan.actions if isinstance(a, EndPause)] == ["hook"]
     assert not fixed.store.load_pauses()
-    result = tick(fixed)
     assert sorted(a.issue for a in result.plan.actions if a.kind == "spawn") == [
         "DEMO-1", "DEMO-2"]
     assert not result.failures

@@ -153,7 +153,7 @@ def worker_env(
         "RALPH_DEV_WORKSPACE": str(workspace),
         "RALPH_DEV_ATTEMPT": str(int(attempt)),
         # where an unconfined worker's commands find its run dir; a sandboxed one's
-        # ignore it (theirs is at core.channel.RUN_MOUNT)
+        # ignore it (theirs is at adapters.mailbox.RUN_MOUNT)
         RUN_DIR_VAR: str(run_dir),
         # Claude Code ends a turn after 8 Stop-hook blocks by default; ralph-dev's own
         # iteration cap (agent.iteration_cap) decides when a worker may stop instead.

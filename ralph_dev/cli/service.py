@@ -34,8 +34,8 @@ def service_path() -> str:
 @pass_ctx
 def install_cmd(cli: CliContext, project: str, no_enable: bool) -> None:
     """Write the unit and `systemctl --user enable --now ralph-dev@PROJECT`."""
+    from ralph_dev.adapters.processes import lock_holder
     from ralph_dev.adapters.systemd import check_env_files, env_files, install, unit_name
-    from ralph_dev.control.processes import lock_holder
 
     settings = cli.project(project)  # refuse unknown projects before touching systemd
     running = lock_holder(settings.paths.daemon_pid)

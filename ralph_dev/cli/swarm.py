@@ -8,9 +8,10 @@ from typing import Any
 import click
 
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, project_argument, run
+from ralph_dev.core.actions import Action, Plan, Restart, Spawn
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
-from ralph_dev.core.model import Action, Plan, Restart, Spawn, Workspace, worker_windows
+from ralph_dev.core.model import Workspace, worker_windows
 from ralph_dev.core.ports import WorkspaceLister
 
 
@@ -41,8 +42,8 @@ def controller(cli: CliContext, project: str, once: bool) -> None:
 @pass_ctx
 def start(cli: CliContext, project: str, foreground: bool) -> None:
     """Start PROJECT: tmux session, controller window, health loop."""
+    from ralph_dev.adapters.processes import start_background
     from ralph_dev.control.daemon import Daemon
-    from ralph_dev.control.processes import start_background
     from ralph_dev.control.wiring import jj_for, tmux_for
 
     settings = cli.project(project)
@@ -68,9 +69,9 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
 @pass_ctx
 def stop(cli: CliContext, project: str, workers: bool) -> None:
     """Stop PROJECT's daemon and controller; workers keep running unless --workers."""
+    from ralph_dev.adapters.processes import stop_controller_window, stop_daemon
     from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.systemd import stop_unit_if_active
-    from ralph_dev.control.processes import stop_controller_window, stop_daemon
     from ralph_dev.control.wiring import jj_for, tmux_for
 
     settings = cli.project(project)

@@ -5,28 +5,27 @@ estimated dollars its workers spent (it outlives their records and workspaces), 
 dollars per UTC day, and how far each transcript was read: each tick reads only what
 Claude Code appended since (``core.costs``). An issue past ``costs.issue_usd`` or
 ``costs.issue_tokens`` has its worker stopped and is held with the figures; a day past
-``costs.day_usd`` pauses dispatch until the next UTC midnight.
+``costs.day_usd`` pauses dispatch until the next UTC midnight (both ``decide``'s rules:
+this module only counts).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from ralph_dev.adapters.files import atomic_write_text, read_lines_from
-from ralph_dev.adapters.store import StateStore
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.costs import Usage, over_budget, read_transcript
-from ralph_dev.core.model import Pause, WorkerRecord
+from ralph_dev.core.model import WorkerRecord
 
 log = structlog.get_logger(__name__)
 
-BUDGET_PAUSE = "budget"
 READ_AT_MOST = 8 * 2**20
 """Transcript bytes read per worker per tick (a long backlog is read over a few ticks)."""
 
@@ -57,14 +56,13 @@ def issue_spend(data: Mapping[str, Any], issue: str) -> Usage:
 
 
 class Spending:
-    def __init__(self, settings: ProjectSettings, store: StateStore,
-                 clock: Callable[[], datetime]) -> None:
+    def __init__(self, settings: ProjectSettings, clock: Callable[[], datetime]) -> None:
         self.settings = settings
-        self.store = store
         self.clock = clock
 
-    def account(self, records: Mapping[str, WorkerRecord]) -> list[tuple[str, str]]:
-        """Read what transcripts gained; (issue, why) for each issue now over budget."""
+    def account(self, records: Mapping[str, WorkerRecord]) -> tuple[dict[str, str], float]:
+        """Read what transcripts gained: each running issue now over budget with why, and
+        the dollars spent this UTC day."""
         data = load(self.settings)
         costs = self.settings.costs
         today = self.clock().date().isoformat()
@@ -90,24 +88,9 @@ class Spending:
             data["days"][today] = round(float(data["days"].get(today, 0.0)) + spent.usd, 6)
         if changed:
             atomic_write_text(ledger_path(self.settings), json.dumps(data, indent=1) + "\n")
-        self._day_budget(float(data["days"].get(today, 0.0)))
-        over = []
+        over = {}
         for name, record in records.items():
             why = over_budget(issue_spend(data, name), costs)
             if why is not None and record.running:
-                over.append((name, why))
-        return over
-
-    def _day_budget(self, spent_today: float) -> None:
-        cap = self.settings.costs.day_usd
-        paused = any(p.kind == BUDGET_PAUSE for p in self.store.load_pauses())
-        if cap > 0 and spent_today >= cap and not paused:
-            now = self.clock()
-            midnight = (now + timedelta(days=1)).replace(hour=0, minute=0, second=0,
-                                                         microsecond=0)
-            self.store.set_pause(Pause(
-                kind=BUDGET_PAUSE, since=now, until=midnight,
-                cause=f"the swarm has spent ${spent_today:.2f} today, costs.day_usd is "
-                      f"${cap:.2f}",
-                fix="raise costs.day_usd, or wait: dispatch resumes at midnight UTC"))
-            log.warning("day_budget_spent", usd=round(spent_today, 2))
+                over[name] = why
+        return over, float(data["days"].get(today, 0.0))

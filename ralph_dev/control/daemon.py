@@ -22,16 +22,16 @@ import structlog
 
 from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.jj_cli import child_path
-from ralph_dev.adapters.sd_notify import Notifier
-from ralph_dev.adapters.store import StateStore, from_iso, utcnow
-from ralph_dev.agent.launch import launch_via_spec
-from ralph_dev.agent.supervisor import start_supervisor
-from ralph_dev.control.processes import (
+from ralph_dev.adapters.processes import (
     daemon_lock,
     kill_stale_controller,
     ralph_command,
     stop_controller_window,
 )
+from ralph_dev.adapters.sd_notify import Notifier
+from ralph_dev.adapters.store import StateStore, from_iso, utcnow
+from ralph_dev.agent.launch import launch_via_spec
+from ralph_dev.agent.supervisor import start_supervisor
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import controller_environment, public_env
 from ralph_dev.core.model import CONTROLLER_WINDOW, Window

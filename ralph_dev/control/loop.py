@@ -70,7 +70,7 @@ async def run_loop(controller: Controller, *, wake: asyncio.Event,
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, request_stop)
     wake_protocol.install(loop, wake)  # people's tracker writes poke us
-    controller.channel.wake = wake.set  # workers' reports arrive on their sockets
+    controller.server.wake = wake.set  # workers' reports arrive on their sockets
     note(controller, "controller_started", pid=os.getpid())
     quick = 0  # ticks in a row taken at once; bounded so nothing can spin
     try:
@@ -92,7 +92,7 @@ async def run_loop(controller: Controller, *, wake: asyncio.Event,
             wake.clear()
     finally:
         kill_running()  # a trunk verify still running must not outlive us
-        await controller.channel.close()
+        await controller.server.close()
         note(controller, "controller_stopped", pid=os.getpid(), tick=controller.tick_number)
         with contextlib.suppress(Exception):
             await controller.tracker.close()

@@ -10,14 +10,18 @@ that moved meanwhile is re-run. Pull-request mode pushes ``ralph/ISSUE`` and ope
 pull request instead. With ``merge.verify_trunk`` the verify command also runs on
 trunk after each merge; while it fails trunk is "red" (a marker file) and no further
 merge happens until trunk moves and verifies green again.
+
+The lane changes jj, trunk's red marker, the worker record and the events; what it has
+to tell a person on the issue it hands back (:class:`MergeOutcome`) for the actuator,
+the one place that writes to the tracker, to post.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
@@ -28,10 +32,11 @@ from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.verify import VerifyOutcome, run_verify
 from ralph_dev.agent.sandbox import verify_wrapper
 from ralph_dev.control.beating import while_beating
+from ralph_dev.core.actions import Merge
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.errors import RalphError, SentBack, TrackerError
-from ralph_dev.core.model import Issue, Merge, MergeResult, Role
-from ralph_dev.core.ports import PullRequests, Repository, Tracker
+from ralph_dev.core.errors import RalphError, SentBack
+from ralph_dev.core.model import Issue, MergeResult, Role
+from ralph_dev.core.ports import PullRequests, Repository
 from ralph_dev.core.text import output_block
 
 log = structlog.get_logger(__name__)
@@ -52,15 +57,23 @@ TRUNK_RACES = 3
 later (a person pushing in a loop must not hold the controller's tick forever)."""
 
 
+@dataclass
+class MergeOutcome:
+    """What one merge came to for the people on the issue: comments to post, and the
+    error that ends the action once they are posted (a conflict, a change sent back)."""
+
+    comments: list[str] = field(default_factory=list)
+    error: RalphError | None = None
+
+
 class MergeLane:
     """One project's merges, one at a time, and the state of trunk they leave."""
 
-    def __init__(self, settings: ProjectSettings, *, jj: Repository, tracker: Tracker,
+    def __init__(self, settings: ProjectSettings, *, jj: Repository,
                  store: StateStore, pull_requests: PullRequests,
                  beat: Callable[[str], None]) -> None:
         self.settings = settings
         self.jj = jj
-        self.tracker = tracker
         self.store = store
         self.pull_requests = pull_requests
         self.beat = beat
@@ -71,18 +84,19 @@ class MergeLane:
     def trunk_red(self) -> bool:
         return self.store.paths.trunk_red_file.exists()
 
-    async def recheck_red_trunk(self) -> None:
-        """While trunk is red, verify it again once it has moved (a person pushed a
-        fix); green again → merges resume. Costs one jj call per tick while red."""
+    def red_at(self) -> str | None:
+        """The trunk commit whose verify failed, while trunk is red."""
+        try:
+            commit = json.loads(self.store.paths.trunk_red_file.read_text()).get("commit")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return commit if isinstance(commit, str) else None
+
+    async def verify_trunk_again(self, now_at: str) -> None:
+        """Trunk was red and has moved (a person pushed a fix): verify it again; green
+        again → merges resume."""
         marker = self.store.paths.trunk_red_file
         if not marker.exists() or not self.settings.verify_command:
-            return
-        try:
-            red_at = json.loads(marker.read_text()).get("commit")
-        except (OSError, ValueError, AttributeError):
-            red_at = None
-        now_at = await asyncio.to_thread(self.jj.trunk_commit)
-        if red_at is not None and now_at == red_at:
             return
         outcome = await self._run_trunk_verify()
         if not outcome.ok:
@@ -114,34 +128,37 @@ class MergeLane:
 
     # -- a merge ----------------------------------------------------------------
 
-    async def merge(self, action: Merge, issue: Issue | None) -> None:
+    async def merge(self, action: Merge, issue: Issue | None) -> MergeOutcome:
         name = action.issue
+        outcome = MergeOutcome()
         pr_mode = self.settings.merge.mode == "pr"
+        result: MergeResult | MergeOutcome
         if pr_mode:
             result = await asyncio.to_thread(self.jj.publish, name, self.settings.merge.remote)
         elif self.settings.verifies_merges:
             result = await self._verified_merge(name)
         else:
             result = await asyncio.to_thread(self.jj.merge, name)
+        if isinstance(result, MergeOutcome):
+            return result  # sent back: the change went back to a worker of its issue
         if result.conflicted:
             self.store.update_record(name, done=False, role=Role.RESOLVE)
             self.store.append_event("merge_conflict", issue=name, detail=result.detail)
-            with contextlib.suppress(TrackerError):
-                await self.tracker.comment(
-                    name,
-                    f"ralph-dev: merging {name} into {self.settings.trunk} conflicted; "
-                    "trunk is untouched and a resolve worker will take the workspace.",
-                )
-            raise MergeConflict(f"{name}: merge into {self.settings.trunk} conflicted")
+            outcome.comments.append(
+                f"ralph-dev: merging {name} into {self.settings.trunk} conflicted; "
+                "trunk is untouched and a resolve worker will take the workspace.")
+            outcome.error = MergeConflict(f"{name}: merge into {self.settings.trunk} conflicted")
+            return outcome
         if not result.merged:
             log.info("nothing_to_merge", issue=name, detail=result.detail)
-            return
+            return outcome
         if pr_mode:
-            await self._open_pull_request(name, issue)
+            outcome.comments += await self._open_pull_request(name, issue)
         elif self.settings.merge.verify_trunk and self.settings.verify_command:
-            await self._verify_trunk(name)
+            outcome.comments += await self._verify_trunk(name)
+        return outcome
 
-    async def _verified_merge(self, name: str) -> MergeResult:
+    async def _verified_merge(self, name: str) -> MergeResult | MergeOutcome:
         """Rebase, verify the rebased change in its workspace, and only then move trunk;
         again from the rebase when trunk moved during the verify."""
         for _ in range(TRUNK_RACES):
@@ -150,7 +167,7 @@ class MergeLane:
                 return head
             outcome = await self._verify_in(self.jj.workspace_path(name), "verify_merge")
             if not outcome.ok:
-                await self._send_back(name, head, outcome)
+                return self._send_back(name, head, outcome)
             result = await asyncio.to_thread(self.jj.advance_trunk, name, head)
             if not result.moved:
                 self.store.append_event("merge_verified", issue=name, commit=head,
@@ -161,7 +178,7 @@ class MergeLane:
                                f"{TRUNK_RACES} verifies of its change; the merge is tried "
                                "again after a wait")
 
-    async def _send_back(self, name: str, head: str, outcome: VerifyOutcome) -> None:
+    def _send_back(self, name: str, head: str, outcome: VerifyOutcome) -> MergeOutcome:
         """A red change never moves trunk: the issue goes back to a worker of its own,
         which finds the failure's output in its prompt; other merges go on."""
         self.store.update_record(
@@ -171,17 +188,15 @@ class MergeLane:
                          f"change rebased onto {self.settings.trunk}")
         self.store.append_event("merge_sent_back", issue=name, commit=head,
                                 exit_code=outcome.exit_code)
-        with contextlib.suppress(TrackerError):
-            await self.tracker.comment(
-                name,
-                f"ralph-dev: `{outcome.command}` failed (exit {outcome.exit_code}) on {name}'s "
-                f"change rebased onto {self.settings.trunk}; {self.settings.trunk} is "
-                f"untouched. A worker of {name} gets the workspace back with this output:"
-                f"\n\n{output_block(outcome.output_tail)}")
-        raise SentBack(f"{name}: its change fails `{outcome.command}` on top of "
-                       f"{self.settings.trunk} (exit {outcome.exit_code}); sent back to a worker")
+        comment = (f"ralph-dev: `{outcome.command}` failed (exit {outcome.exit_code}) on {name}'s "
+                   f"change rebased onto {self.settings.trunk}; {self.settings.trunk} is "
+                   f"untouched. A worker of {name} gets the workspace back with this output:"
+                   f"\n\n{output_block(outcome.output_tail)}")
+        return MergeOutcome([comment], SentBack(
+            f"{name}: its change fails `{outcome.command}` on top of {self.settings.trunk} "
+            f"(exit {outcome.exit_code}); sent back to a worker"))
 
-    async def _open_pull_request(self, name: str, issue: Issue | None) -> None:
+    async def _open_pull_request(self, name: str, issue: Issue | None) -> list[str]:
         """The body is the worker's own summary, which ralph-dev recorded."""
         record = self.store.load_record(name)
         title = f"{name}: {issue.title if issue else name}"
@@ -192,22 +207,17 @@ class MergeLane:
             base=self.settings.trunk, title=title, body=body)
         self.store.append_event("pull_request", issue=name, url=url)
         if not opened:
-            return  # a retried tick: the pull request and its comment are already there
-        with contextlib.suppress(TrackerError):
-            await self.tracker.comment(name, f"ralph-dev: opened a pull request for {name}: {url}")
+            return []  # a retried tick: the pull request and its comment are already there
+        return [f"ralph-dev: opened a pull request for {name}: {url}"]
 
-    async def _verify_trunk(self, issue: str) -> None:
+    async def _verify_trunk(self, issue: str) -> list[str]:
         outcome = await self._run_trunk_verify()
         if outcome.ok:
-            return
+            return []
         commit = await asyncio.to_thread(self.jj.trunk_commit)
         self._mark_red(outcome, commit)
         self.store.append_event("trunk_red", issue=issue, exit_code=outcome.exit_code)
-        with contextlib.suppress(TrackerError):
-            await self.tracker.comment(
-                issue,
-                f"ralph-dev: after merging {issue}, `{outcome.command}` failed on "
+        return [f"ralph-dev: after merging {issue}, `{outcome.command}` failed on "
                 f"{self.settings.trunk} (exit {outcome.exit_code}). Merges are paused until "
                 f"trunk is green: fix {self.settings.trunk} and ralph-dev verifies it again "
-                f"as soon as it moves.\n\n{outcome.output_tail}",
-            )
+                f"as soon as it moves.\n\n{outcome.output_tail}"]

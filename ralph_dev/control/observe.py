@@ -1,27 +1,46 @@
 """Observe: everything one tick's ``decide`` needs, read now.
 
 One tmux call, one jj call, the tracker's issue list and ralph-dev's own records; a
-renumbered issue keeps the name its worker started with. Shared by the controller
-and ``ralph-dev plan`` (which observes but never acts).
+renumbered issue keeps the name its worker started with (:func:`observe`, shared
+with ``ralph-dev plan``, which observes but never acts). The controller's
+:class:`Observer` adds the facts its rules need beyond the world itself: whether
+workers can start, whether jj can use the repository, what the tracker said, what
+the host has free, what the agents spent, what the tripwires saw, trunk's commit
+while it is red, and the tracker writes workers' reports still owe. Observing
+decides nothing and writes nothing a person sees; it only keeps ralph-dev's own
+files in order (pane logs rotated, spend counted, the workers' views refreshed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import structlog
 
+from ralph_dev.adapters import host
 from ralph_dev.adapters.store import StateStore
-from ralph_dev.core.errors import TrackerError
-from ralph_dev.core.model import Issue, Observed, Window, WorkerRecord
-from ralph_dev.core.ports import TrackerReader, WindowLister, WorkspaceLister
+from ralph_dev.adapters.writebacks import WriteBackQueue
+from ralph_dev.control import patterns
+from ralph_dev.control.costs import Spending
+from ralph_dev.control.merging import MergeLane
+from ralph_dev.control.tripwires import Tripwires
+from ralph_dev.control.worker_dirs import WorkerDirs
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.decide.swarm import REPO_PAUSE
+from ralph_dev.core.errors import RalphError, TrackerError
+from ralph_dev.core.model import Issue, Observed, Window, WorkerRecord, worker_windows
+from ralph_dev.core.ports import Repository, TrackerReader, WindowLister, WorkspaceLister
 from ralph_dev.core.renumber import keep_local_names, local_aliases
 
 log = structlog.get_logger(__name__)
+
+SetupCheck = Callable[[], None]
+"""Raises a :class:`RalphError` naming the problem and its fix when workers cannot start
+(``agent.launch.check_agent``)."""
 
 
 def _mtime(path: Path) -> datetime | None:
@@ -65,13 +84,10 @@ def output_marks(windows: Sequence[Window], store: StateStore,
 
 
 async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceLister,
-                  store: StateStore, *, agent_aware: bool = False,
-                  relaying: frozenset[str] = frozenset()
+                  store: StateStore, *, agent_aware: bool = False
                   ) -> tuple[Observed, TrackerError | None]:
-    """Everything decide needs, read now; and the tracker's error when it could not be read.
-
-    Shared by the controller and ``ralph-dev plan`` (which observes but never acts).
-    """
+    """The world: issues, windows, workspaces and records, read now; and the tracker's
+    error when it could not be read."""
     tracker_error: TrackerError | None = None
     issues: tuple[Issue, ...] = ()
     try:
@@ -93,8 +109,112 @@ async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceListe
         workspaces=tuple(workspaces),
         records=records,
         tracker_ok=tracker_error is None,
+        tracker_error=str(tracker_error) if tracker_error is not None else None,
+        tracker_refuses=tracker_error is not None and not tracker_error.retryable,
         trunk_red=store.paths.trunk_red_file.exists(),
         pauses=store.load_pauses(),
-        relaying=relaying,
     )
     return observed, tracker_error
+
+
+class Observer:
+    """The controller's look at the world and at everything its rules weigh."""
+
+    def __init__(self, settings: ProjectSettings, *, tracker: TrackerReader,
+                 panes: WindowLister, jj: Repository, store: StateStore,
+                 writebacks: WriteBackQueue, dirs: WorkerDirs, merges: MergeLane,
+                 tripwires: Tripwires, spending: Spending, setup_check: SetupCheck | None,
+                 clock: Callable[[], datetime]) -> None:
+        self.settings = settings
+        self.tracker = tracker
+        self.panes = panes
+        self.jj = jj
+        self.store = store
+        self.writebacks = writebacks
+        self.dirs = dirs
+        self.merges = merges
+        self.tripwires = tripwires
+        self.spending = spending
+        self.setup_check = setup_check
+        self.clock = clock
+        self.config_loaded_at = clock()
+        """When this controller read its config."""
+
+    async def observe(self) -> Observed:
+        pauses = self.store.load_pauses()
+        setup_error = self._setup_error()
+        blind = Observed(tracker_ok=False, pauses=pauses, setup_error=setup_error,
+                         config_loaded_at=self.config_loaded_at)
+        if any(p.kind == REPO_PAUSE for p in pauses) \
+                and (error := self._repository_error()) is not None:
+            return dataclasses.replace(blind, repository_error=error)
+        try:
+            observed, _ = await observe(self.tracker, self.panes, self.jj, self.store,
+                                        agent_aware=self.settings.agent.runner == "claude")
+        except RalphError:  # jj could not list the workspaces: is it the repository?
+            if (error := self._repository_error()) is not None:
+                return dataclasses.replace(blind, repository_error=error)
+            raise
+        if observed.tracker_ok:
+            self.dirs.publish(observed.issues)
+            patterns.settle(self.settings, self.store, observed, self.clock())
+        over, spent_today = self._spend(observed)
+        trunk_head, red_at = None, None
+        if observed.trunk_red:
+            red_at = self.merges.red_at()
+            trunk_head = await asyncio.to_thread(self.jj.trunk_commit)
+        return dataclasses.replace(
+            observed, setup_error=setup_error, config_loaded_at=self.config_loaded_at,
+            owed=tuple(item.owed() for item in self.writebacks.items()),
+            resources=host.sample(self.settings.workspaces),
+            spent_today=spent_today, over_budget=over,
+            tripped=await self._tripped(observed),
+            trunk_head=trunk_head, trunk_red_at=red_at,
+            unadopted=self._unadopted(observed))
+
+    def _setup_error(self) -> str | None:
+        if self.setup_check is None:
+            return None
+        try:
+            self.setup_check()
+        except RalphError as exc:
+            return str(exc)
+        return None
+
+    def _repository_error(self) -> str | None:
+        """Whether jj can use the repository at all (one jj call): jj missing, the
+        repository gone or not a jj repository, the trunk bookmark deleted."""
+        try:
+            self.jj.check_repo()
+        except RalphError as exc:
+            return str(exc)
+        return None
+
+    def _spend(self, observed: Observed) -> tuple[dict[str, str], float]:
+        """Pane logs kept small and spend counted; a failure here never fails the tick."""
+        for window in observed.windows:
+            if window.alive and window.name in observed.records:
+                self.store.rotate_log(window.name)
+        try:
+            return self.spending.account(observed.records)
+        except (RalphError, OSError) as exc:
+            log.warning("spend_unread", error=str(exc))
+            return {}, 0.0
+
+    async def _tripped(self, observed: Observed) -> dict[str, str]:
+        try:
+            return await self.tripwires.check(observed)
+        except (RalphError, OSError) as exc:
+            log.warning("tripwires_unread", error=str(exc))
+            return {}
+
+    def _unadopted(self, observed: Observed) -> frozenset[str]:
+        """Live workers with a record and a workspace but no run directory: started by a
+        release before the worker mailbox."""
+        workspaces = {w.name: w for w in observed.workspaces}
+        issues = {i.identifier for i in observed.issues}
+        return frozenset(
+            w.name for w in worker_windows(observed.windows)
+            if w.alive and w.name in observed.records and w.name in issues
+            and (ws := workspaces.get(w.name)) is not None and ws.path
+            and not self.dirs.worker_dir(w.name).is_dir())

@@ -8,12 +8,11 @@ the tracker issue, the tmux window, the jj workspace and the worker record.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum, StrEnum
+from enum import StrEnum
 from pathlib import Path
 
 from ralph_dev.core.errors import RalphError
@@ -118,6 +117,18 @@ class Comment:
     #42 opened", or an external user): never human feedback either."""
 
 
+def human_feedback(issue: Issue) -> str | None:
+    """Comments people wrote after ralph-dev last spoke: what a resumed worker must read."""
+    newest: list[str] = []
+    for comment in reversed(issue.comments):
+        if comment.by_bot:
+            continue  # an integration's words ("GitHub: Linked PR #42") are not a person's
+        if comment.by_ralph:
+            break
+        newest.append(f"{comment.author} ({comment.created_at:%Y-%m-%d %H:%M}): {comment.body}")
+    return "\n\n".join(reversed(newest)) or None
+
+
 @dataclass(frozen=True)
 class Issue:
     identifier: str
@@ -214,6 +225,7 @@ class WorkerRecord:
     lost: str | None = None
     """Why the worker went away for a cause outside the issue (its tmux session died):
     the next spawn charges no attempt."""
+    lost_at: datetime | None = None
     summary: str | None = None
     merge_failures: int = 0
     """Merges of this issue's finished work that failed in a way retrying may fix; each
@@ -241,6 +253,9 @@ class WorkerRecord:
     """The agent's transcript file (Claude Code's SessionStart hook says where): it
     grows with every message, so activity is read from it, not from the pane, where
     a spinner keeps printing while a model call hangs."""
+    hold_reason: str | None = None
+    """A failure only a person can fix, or a hold whose tracker write failed: ``decide``
+    holds the issue with this comment (once the hold is written, it is cleared)."""
 
     @property
     def running(self) -> bool:
@@ -286,119 +301,69 @@ class Observed:
     records: Mapping[str, WorkerRecord] = field(default_factory=dict)
     tracker_ok: bool = True
     """False when the tracker could not be read this tick: dispatch is skipped."""
+    tracker_error: str | None = None
+    """Why the tracker could not be read this tick."""
+    tracker_refuses: bool = False
+    """The tracker refused ralph-dev itself (a revoked key, a project that is gone):
+    a setup error, not an outage."""
     trunk_red: bool = False
     """True while trunk's verify command fails: no further merges."""
+    trunk_red_at: str | None = None
+    """The trunk commit that failed its verify (while red)."""
+    trunk_head: str | None = None
+    """Trunk's commit now (read only while trunk is red)."""
     pauses: tuple[Pause, ...] = ()
     """Active swarm-wide pauses: no worker is started (or restarted) while any lasts."""
-    relaying: frozenset[str] = frozenset()
-    """Issues whose workers' reports still owe tracker writes (an outage): the tracker's
-    state of them is stale, so no new worker starts for them meanwhile."""
-
-
-# --- actions -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Action:
-    issue: str
-    reason: str
+    owed: tuple[OwedWrite, ...] = ()
+    """Accepted worker reports whose tracker writes are still to be made."""
+    setup_error: str | None = None
+    """Why workers cannot start (the agent program, its sandbox), or None."""
+    repository_error: str | None = None
+    """Why jj cannot use the repository, or None: the tick acts on nothing then."""
+    resources: Resources | None = None
+    """What the host has free now (None: not sampled)."""
+    spent_today: float = 0.0
+    """Estimated dollars the agents spent this UTC day."""
+    over_budget: Mapping[str, str] = field(default_factory=dict)
+    """Issues whose spend is past their budget, each with the figures."""
+    tripped: Mapping[str, str] = field(default_factory=dict)
+    """Issues a tripwire says to stop and hold (files no worker may change changed
+    while their workers ran unconfined), each with why."""
+    unadopted: frozenset[str] = frozenset()
+    """Live workers without a run directory (started by a release before the mailbox)."""
+    config_loaded_at: datetime | None = None
+    """When the controller last read its config: a pause only a config change could end
+    (the workspace hook's) ends when a newer config is read."""
 
     @property
-    def kind(self) -> str:
-        return type(self).__name__.lower()
-
-    def details(self) -> dict[str, object]:
-        """The action's own fields beyond issue and reason, enums as their values."""
-        out: dict[str, object] = {}
-        for f in dataclasses.fields(self):
-            if f.name not in ("issue", "reason"):
-                value = getattr(self, f.name)
-                out[f.name] = value.value if isinstance(value, Enum) else value
-        return out
+    def relaying(self) -> frozenset[str]:
+        """Issues whose workers' reports still owe tracker writes: the tracker's state of
+        them is stale, so no new worker starts for them meanwhile."""
+        return frozenset(owed.issue for owed in self.owed)
 
 
 @dataclass(frozen=True)
-class Spawn(Action):
-    """Create (or reuse) the issue's workspace, open its window, mark it started."""
+class Resources:
+    """What the host has free now; a figure it cannot read is None (never a reason to wait)."""
 
-    role: Role = Role.EXECUTE
-    attempt: int = 1
-    model: str | None = None
-
-
-@dataclass(frozen=True)
-class Nudge(Action):
-    """Type a short, fixed reminder into a live but silent worker's pane."""
-
-    message: str = ""
+    free_memory_mb: float | None = None
+    free_disk_mb: float | None = None
+    load_per_cpu: float | None = None
 
 
 @dataclass(frozen=True)
-class Restart(Action):
-    """Kill the window and spawn the same role again (counts an attempt)."""
+class OwedWrite:
+    """One accepted worker report whose tracker writes are still to be made."""
 
-    role: Role = Role.EXECUTE
-    attempt: int = 1
-    model: str | None = None
-
-
-@dataclass(frozen=True)
-class Kill(Action):
-    """Kill the issue's window (a zombie, or after a merge)."""
-
-
-@dataclass(frozen=True)
-class Reap(Action):
-    """Kill a worker window whose pane died without a done marker and record the
-    failure time (the orphan backoff counts from it)."""
-
-    exit_status: int | None = None
-
-
-@dataclass(frozen=True)
-class Complete(Action):
-    """Move a parent issue to its completed state: every child is finished."""
-
-
-@dataclass(frozen=True)
-class Merge(Action):
-    """Merge the issue's workspace change into trunk."""
-
-
-@dataclass(frozen=True)
-class Forget(Action):
-    """Forget the workspace and remove its directory (its change is safe)."""
-
-    keep_bookmark: bool = False
-    """True for a canceled issue: its change stays reachable under a bookmark."""
-
-
-@dataclass(frozen=True)
-class Hold(Action):
-    """Stop retrying: label user-input-needed and comment why."""
-
-    comment: str = ""
-
-
-@dataclass(frozen=True)
-class RelayFeedback(Action):
-    """Hand new human comments to a live worker, then drop the feedback label."""
-
-
-@dataclass(frozen=True)
-class Resume(Action):
-    """Lift a hold after human feedback (remove both labels) so dispatch can resume."""
-
-
-@dataclass(frozen=True)
-class Plan:
-    actions: tuple[Action, ...] = ()
-    open_groom: str = ""
-    """Why a groom run is due (its issue is to be opened: ``control.groom``); "" when
-    none is. An issue is created for it, so the run has an identifier like any worker."""
-
-    def __bool__(self) -> bool:
-        return bool(self.actions)
+    id: str
+    kind: str
+    issue: str
+    failures: int = 0
+    """Failed tries that were the write's own (not an outage: those are not counted)."""
+    failed_at: datetime | None = None
+    last_error: str = ""
+    blame: str = ""
+    """How its last failure is blamed (``core.policy.Blame``), "" before any."""
 
 
 # --- what adapters hand back ---------------------------------------------------

@@ -1,7 +1,7 @@
 """The reports a worker makes: ``done``, ``blocked``, ``note``, ``plan``, ``feedback``.
 
 Each becomes a report in the worker's run directory that the controller applies
-(``adapters.mailbox``, ``control.channel``): the worker writes no tracker, jj or
+(``adapters.mailbox``, ``control.intake``): the worker writes no tracker, jj or
 state file itself. ``done`` is evidence-gated: the verify command the controller
 wrote into ``worker.json`` (from its own config, never from an issue, the
 environment or ``--config``) must pass in the workspace first, and its evidence

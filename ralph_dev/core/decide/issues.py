@@ -1,413 +1,45 @@
-"""The pure decision core: what ralph-dev should do, given one look at the world.
-
-The controller can be killed at any moment and started again, so every rule
-is a function of what is observed *now* (level-triggered): the same world
-always gives the same plan, and a world in which the plan was carried out
-gives a plan that does not repeat it. Nothing here does I/O, reads a clock or
-logs, so a test can build a world by hand and check every rule as data.
-
-The rules rely on the executor leaving the world exactly as the executor
-contract says (``core.contract.EXECUTOR_CONTRACT``, checked against the real
-controller by tests/test_executor_contract.py).
-
-Text from issues (titles, descriptions, comments) never appears in an action:
-reasons and nudges name issues only by their checked identifier.
-"""
+"""The rules for each issue and its worker: dispatch, dependencies, limits, orphans,
+zombies, stuck workers, merges, retries and holds, and whether a groom run is due."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
-from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.critical_path import work_behind
-from ralph_dev.core.groom import PRIORITY_NAMES
-from ralph_dev.core.model import (
-    CONTROLLER_WINDOW,
-    IDENTIFIER_RE,
+from ralph_dev.core.actions import (
     Action,
     Complete,
     Forget,
     Hold,
-    Issue,
     Kill,
     Merge,
     Nudge,
-    Observed,
-    Plan,
     Reap,
     RelayFeedback,
     Restart,
     Resume,
-    Role,
     Spawn,
-    StateType,
-    Window,
-    WorkerRecord,
-    Workspace,
 )
-
-__all__ = [
-    "COLUMNS",
-    "NUDGE_MESSAGE",
-    "backoff_seconds",
-    "blocked_issues",
-    "decide",
-    "dispatch_key",
-    "issue_columns",
-    "model_for",
-    "nudge_message",
-    "ready_issues",
-    "route",
-]
-
-NUDGE_MESSAGE = (
-    "ralph-dev: no activity for a while. Continue working on {issue}. "
-    "When it is finished run: ralph-dev worker done {issue} --summary '...'; "
-    "if you cannot go on without a person run: ralph-dev worker blocked {issue} --question '...'"
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.decide.world import (
+    World,
+    aware,
+    dispatch_key,
+    model_for,
+    nudge_message,
+    ready_in,
+    seconds,
 )
-"""The only text ever typed into a worker's pane by decide: fixed, never issue text."""
-
-
-_MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,99}$")
-"""What a ``model:X`` label value may be: it becomes one argv element of the agent."""
-
-_MAX_EXPONENT = 60
-"""Backoff exponent clamp: a corrupt attempt count must not overflow a float."""
-
-
-def nudge_message(identifier: str) -> str:
-    return NUDGE_MESSAGE.format(issue=identifier)
-
-
-def backoff_seconds(attempts: int, settings: ProjectSettings) -> float:
-    """Wait after ``attempts`` spawns before the next one: base·2^(n-1), capped; 0 before any."""
-    t = settings.timing
-    if attempts < 1:
-        return 0.0
-    return float(min(t.retry_cap, t.retry_base * 2 ** min(attempts - 1, _MAX_EXPONENT)))
-
-
-def _aware(dt: datetime) -> datetime:
-    """Naive times are taken as UTC so a stray naive value cannot crash a tick."""
-    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
-
-
-def _seconds(later: datetime, earlier: datetime) -> float:
-    return (_aware(later) - _aware(earlier)).total_seconds()
-
-
-def _id_key(identifier: str) -> tuple[str, int]:
-    """Natural order: DEMO-9 before DEMO-10."""
-    prefix, _, number = identifier.rpartition("-")
-    return (prefix, int(number) if number.isdigit() else 0)
-
-
-def _prefix(identifier: str) -> str:
-    return identifier.rpartition("-")[0]
-
-
-def dispatch_key(issue: Issue) -> tuple[int, float, tuple[int, float], tuple[str, int]]:
-    """Priority 1..4 first and 0 (none) last, then sort order, then age, then identifier."""
-    rank = issue.priority if 1 <= issue.priority <= 4 else 5
-    created = (0, _aware(issue.created_at).timestamp()) if issue.created_at else (1, 0.0)
-    return (rank, issue.sort_order, created, _id_key(issue.identifier))
-
-
-def _label_set(labels: Iterable[str]) -> frozenset[str]:
-    return frozenset(label.casefold() for label in labels)
-
-
-def _model_label(issue: Issue, prefix: str) -> str | None:
-    """The value of a ``model:X`` label, if it is a sane model name (labels are data)."""
-    wanted = prefix.casefold()
-    for label in sorted(issue.labels):
-        if label.casefold().startswith(wanted):
-            value = label[len(prefix):].strip()
-            if _MODEL_RE.match(value):
-                return value
-    return None
-
-
-def model_for(issue: Issue, role: Role, settings: ProjectSettings) -> str:
-    """A ``model:X`` label wins, then the per-role setting, then the default model."""
-    from_label = _model_label(issue, settings.labels.model_prefix)
-    if from_label:
-        return from_label
-    return settings.agent.models.get(role.value) or settings.agent.model
-
-
-# --- the indexed world -------------------------------------------------------------
-
-
-@dataclass
-class _World:
-    """``Observed`` indexed by identifier once, so a tick over 5,000 issues stays cheap."""
-
-    observed: Observed
-    settings: ProjectSettings
-    issues: dict[str, Issue] = field(default_factory=dict)
-    labels: dict[str, frozenset[str]] = field(default_factory=dict)
-    children: dict[str, set[str]] = field(default_factory=dict)
-    windows: dict[str, list[Window]] = field(default_factory=dict)
-    workspaces: dict[str, Workspace] = field(default_factory=dict)
-    records: dict[str, WorkerRecord] = field(default_factory=dict)
-
-    @classmethod
-    def build(cls, observed: Observed, settings: ProjectSettings) -> _World:
-        world = cls(observed, settings)
-        for issue in observed.issues:
-            ident = issue.identifier
-            if ident not in world.issues and isinstance(ident, str) and (
-                IDENTIFIER_RE.fullmatch(ident)
-            ):
-                world.issues[ident] = issue
-                world.labels[ident] = _label_set(issue.labels)
-        for ident, issue in world.issues.items():
-            for child in issue.children:
-                world.children.setdefault(ident, set()).add(child)
-            if issue.parent:
-                world.children.setdefault(issue.parent, set()).add(ident)
-        records: Mapping[str, WorkerRecord] = observed.records or {}
-        for ident, record in records.items():
-            if isinstance(ident, str) and IDENTIFIER_RE.fullmatch(ident):
-                world.records[ident] = record
-        # A worker window is named by an identifier of this project: its key, or
-        # the key of any issue or record we know (Linear team keys may differ).
-        keys = {settings.key} | {_prefix(i) for i in world.issues} | {
-            _prefix(i) for i in world.records
-        }
-
-        def ours(name: str) -> bool:
-            return (
-                isinstance(name, str)
-                and name != CONTROLLER_WINDOW
-                and bool(IDENTIFIER_RE.fullmatch(name))
-                and _prefix(name) in keys
-            )
-
-        for window in observed.windows:
-            if ours(window.name):
-                world.windows.setdefault(window.name, []).append(window)
-        for ws in observed.workspaces:
-            if ours(ws.name) and ws.name not in world.workspaces:
-                world.workspaces[ws.name] = ws
-        return world
-
-    # -- small questions --------------------------------------------------------
-
-    def has(self, ident: str, label: str) -> bool:
-        return label.casefold() in self.labels.get(ident, frozenset())
-
-    def held(self, ident: str) -> bool:
-        lab = self.settings.labels
-        return self.has(ident, lab.hold) or self.has(ident, lab.user_input_needed)
-
-    def feedback(self, ident: str) -> bool:
-        return self.has(ident, self.settings.labels.user_feedback_given)
-
-    def finished(self, ident: str) -> bool:
-        issue = self.issues.get(ident)
-        return issue is not None and issue.state_type.finished
-
-    def settled(self, ident: str, _seen: frozenset[str] = frozenset()) -> bool:
-        """Finished, and its work is in trunk: what a dependent may build on.
-
-        A completed issue whose change still waits for its merge is not settled
-        (a dependent's workspace starts from trunk and would miss that change),
-        and neither is a parent while any child is unsettled.
-        """
-        if not self.finished(ident) or ident in _seen:
-            return self.finished(ident)
-        issue = self.issues[ident]
-        ws = self.workspaces.get(ident)
-        if (issue.state_type == StateType.COMPLETED and ws is not None
-                and (ws.has_unmerged_change or ws.conflicted)):
-            return False
-        seen = _seen | {ident}
-        return all(self.settled(kid, seen) for kid in self.kids(ident))
-
-    def live(self, ident: str) -> bool:
-        return any(w.alive for w in self.windows.get(ident, ()))
-
-    def in_review_state(self, issue: Issue) -> bool:
-        return issue.state_name.casefold() == self.settings.review_state.casefold()
-
-    def kids(self, ident: str) -> set[str]:
-        return self.children.get(ident, set())
-
-    def blocker_of(self, issue: Issue) -> str | None:
-        """The first unsettled issue that blocks ``issue`` or one of its ancestors.
-
-        A blocker we cannot see counts as unfinished: dispatching too late is
-        cheap, dispatching work before its prerequisite is in trunk is not.
-        """
-        seen: set[str] = set()
-        current: Issue | None = issue
-        while current is not None and current.identifier not in seen:
-            seen.add(current.identifier)
-            for blocker in sorted(current.blocked_by, key=_blocker_key):
-                if not self.settled(blocker):
-                    return blocker
-            current = self.issues.get(current.parent) if current.parent else None
-        return None
-
-    def sent_back(self, ident: str) -> bool:
-        """Its finished change failed the verify command on top of trunk (the verified
-        merge lane) and waits for a worker of the issue to fix it."""
-        rec = self.records.get(ident)
-        return rec is not None and rec.sent_back is not None and not rec.done
-
-    def route(self, issue: Issue) -> Role:
-        lab = self.settings.labels
-        ident = issue.identifier
-        ws = self.workspaces.get(ident)
-        if ws is not None and ws.conflicted:
-            return Role.RESOLVE
-        if ws is not None and self.sent_back(ident):
-            return Role.EXECUTE  # its change failed verify on trunk: its worker redoes it
-        if self.has(ident, lab.groom):
-            return Role.GROOM
-        if self.has(ident, lab.plan) or (self.has(ident, lab.phase) and not self.kids(ident)):
-            return Role.PLAN
-        if self.in_review_state(issue) or self.has(ident, lab.review):
-            return Role.REVIEW
-        if self.has(ident, lab.research) or self.has(ident, lab.agent_input_needed):
-            return Role.RESEARCH
-        return Role.EXECUTE
-
-    def review_dispatch(self, issue: Issue) -> bool:
-        """In the review state with no worker of its own yet: review it (not an orphan).
-
-        A done record of another role (the execute worker that moved it to
-        review) does not count as the reviewer's.
-        """
-        if not self.in_review_state(issue) or issue.state_type.finished:
-            return False
-        rec = self.records.get(issue.identifier)
-        return rec is None or (rec.done and rec.role != Role.REVIEW)
-
-    def dispatchable(self, issue: Issue) -> bool:
-        """Ready for a first worker, limits aside (the rule 6 list)."""
-        ident = issue.identifier
-        if issue.foreign:
-            return False  # another project's: seen only as a blocker, child or parent
-        if issue.state_type.finished or self.held(ident) or self.feedback(ident):
-            return False
-        if ident in self.windows or self.kids(ident):
-            return False
-        rec = self.records.get(ident)
-        if self.review_dispatch(issue):
-            if ident in self.workspaces and rec is not None and rec.done:
-                return False  # the done path still has to merge and forget it first
-        elif issue.state_type != StateType.UNSTARTED:
-            return False
-        elif rec is not None and rec.done and ident in self.workspaces:
-            return False  # reopened before its done work was merged: that goes first
-        return self.blocker_of(issue) is None
-
-
-def _blocker_key(ident: str) -> tuple[str, int]:
-    return _id_key(ident) if IDENTIFIER_RE.fullmatch(ident) else (ident, 0)
-
-
-# --- public helpers for status / plan ------------------------------------------------
-
-
-def route(issue: Issue, observed: Observed, settings: ProjectSettings) -> Role:
-    """The role a worker for ``issue`` gets (rule 7).
-
-    Looks only at what routing needs (the issue's workspace and children), so
-    ``status`` may call it once per worker without indexing the whole world.
-    """
-    ident = issue.identifier
-    world = _World(observed, settings)
-    world.labels[ident] = _label_set(issue.labels)
-    kids = set(issue.children) | {i.identifier for i in observed.issues if i.parent == ident}
-    if kids:
-        world.children[ident] = kids
-    ws = next((w for w in observed.workspaces if w.name == ident), None)
-    if ws is not None:
-        world.workspaces[ident] = ws
-    return world.route(issue)
-
-
-def ready_issues(observed: Observed, settings: ProjectSettings) -> tuple[Issue, ...]:
-    """Issues a new worker would start on, in dispatch order, before limits."""
-    world = _World.build(observed, settings)
-    return _ready(world)
-
-
-def _ready(world: _World) -> tuple[Issue, ...]:
-    """Dispatch order: priority, then the critical path (the most unfinished work waiting
-    behind an issue, ``core.critical_path``), then the person's sort order and age."""
-    found = [issue for issue in world.issues.values() if world.dispatchable(issue)]
-    if not found:
-        return ()
-    behind = work_behind(world.issues.values())
-
-    def key(issue: Issue) -> tuple[object, ...]:
-        rank, sort_order, created, ident = dispatch_key(issue)
-        chain, count = behind.get(issue.identifier, (0, 0))
-        return (rank, -chain, -count, sort_order, created, ident)
-
-    return tuple(sorted(found, key=key))
-
-
-def blocked_issues(observed: Observed, settings: ProjectSettings) -> tuple[Issue, ...]:
-    """Unfinished issues waiting on an unfinished blocker (their own or an ancestor's)."""
-    world = _World.build(observed, settings)
-    found = [
-        issue
-        for issue in world.issues.values()
-        if not issue.foreign and not issue.state_type.finished
-        and world.blocker_of(issue) is not None
-    ]
-    return tuple(sorted(found, key=dispatch_key))
-
-
-COLUMNS = ("held", "ready", "running", "blocked", "waiting", "done")
-"""Where ``status`` and the dashboard put each issue: held (a person must act), ready
-(dispatch takes it when a slot frees), running (started or has a live worker), blocked
-(an unsettled blocker), waiting (anything else unfinished: a parent waiting for its
-children, a backlog state, a finished worker waiting for its merge), done (finished)."""
-
-
-def issue_columns(observed: Observed, settings: ProjectSettings
-                  ) -> dict[str, tuple[str, str | None]]:
-    """Each issue's column (one of ``COLUMNS``) and, for a blocked one, the first
-    unsettled issue that blocks it (its own blocker or an ancestor's)."""
-    world = _World.build(observed, settings)
-    ready = {issue.identifier for issue in _ready(world)}
-    columns: dict[str, tuple[str, str | None]] = {}
-    for ident, issue in world.issues.items():
-        if issue.foreign:
-            continue
-        blocker = None
-        if issue.state_type.finished:
-            column = "done"
-        elif world.held(ident):
-            column = "held"
-        elif ident in ready:
-            column = "ready"
-        elif world.live(ident) or issue.state_type == StateType.STARTED:
-            column = "running"
-        elif (blocker := world.blocker_of(issue)) is not None:
-            column = "blocked"
-        else:
-            column = "waiting"
-        columns[ident] = (column, blocker)
-    return columns
-
+from ralph_dev.core.groom import PRIORITY_NAMES
+from ralph_dev.core.model import Issue, Pause, Role, StateType, Window, WorkerRecord, Workspace
+from ralph_dev.core.policy import RetryPolicy, hold_comment, retry_policy
 
 # --- decide ----------------------------------------------------------------------
 
 
 @dataclass
-class _Candidate:
+class Candidate:
     """A spawn waiting for a free slot (limits are applied after every issue is seen)."""
 
     issue: Issue
@@ -417,12 +49,14 @@ class _Candidate:
 
 
 @dataclass
-class _Decider:
-    world: _World
+class Decider:
+    world: World
     now: datetime
+    pauses: tuple[Pause, ...] = ()
+    """The pauses in force once this plan's pause rules are carried out."""
     actions: list[Action] = field(default_factory=list)
-    resolves: list[_Candidate] = field(default_factory=list)
-    orphans: list[_Candidate] = field(default_factory=list)
+    resolves: list[Candidate] = field(default_factory=list)
+    orphans: list[Candidate] = field(default_factory=list)
     merged: bool = False
     idle: bool = False
     """Workers could start and no issue waits for one (``groom.when_idle``)."""
@@ -442,11 +76,15 @@ class _Decider:
     @property
     def paused(self) -> bool:
         """A cause outside any issue stops every start; no attempt is charged meanwhile."""
-        return bool(self.world.observed.pauses)
+        return bool(self.pauses)
 
     @property
     def workers_waiting(self) -> bool:
-        return any(p.quiet_workers for p in self.world.observed.pauses)
+        return any(p.quiet_workers for p in self.pauses)
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return retry_policy(self.settings)
 
     def emit(self, *actions: Action) -> None:
         self.actions.extend(actions)
@@ -460,13 +98,12 @@ class _Decider:
         return True
 
     def merge_backing_off(self, ident: str) -> bool:
-        """A failed merge waits base·2^(n-1) before the next try, so one failing issue
-        neither loops every tick nor keeps the merge slot from the issues behind it."""
+        """A failed merge waits the retry policy's delay before the next try, so one failing
+        issue neither loops every tick nor keeps the merge slot from the issues behind it."""
         rec = self.world.records.get(ident)
-        if rec is None or not rec.merge_failures or rec.merge_failed_at is None:
+        if rec is None:
             return False
-        wait = backoff_seconds(rec.merge_failures, self.settings)
-        return self.now < _aware(rec.merge_failed_at) + timedelta(seconds=wait)
+        return not self.policy.due(rec.merge_failures, rec.merge_failed_at, self.now)
 
     def attempts(self, ident: str) -> int:
         rec = self.world.records.get(ident)
@@ -478,6 +115,8 @@ class _Decider:
         w = self.world
         issue = w.issues.get(ident)
         rec = w.records.get(ident)
+        if self.asked_for_person(ident, issue, rec):
+            return
         if issue is not None and issue.foreign:
             self.unknown(ident)  # another project's issue: never ours to act on
         elif issue is not None and issue.state_type in (StateType.CANCELED, StateType.DUPLICATE):
@@ -495,6 +134,20 @@ class _Decider:
             self.unfinished(ident, issue)
         else:
             self.unknown(ident)
+
+    def asked_for_person(self, ident: str, issue: Issue | None, rec: WorkerRecord | None
+                         ) -> bool:
+        """A failure asked for a person (a merge jj will never make, a hold whose write
+        failed): hold the issue with that comment, its worker stopped first."""
+        if rec is None or rec.hold_reason is None or issue is None or not self.tracker_ok \
+                or issue.state_type in (StateType.CANCELED, StateType.DUPLICATE):
+            return False
+        if self.world.feedback(ident) or self.world.held(ident):
+            return False  # held already, or a person answered: the usual rules apply
+        if self.world.live(ident):
+            self.emit(Kill(ident, f"{ident}: stopping its worker before it is held"))
+        self.emit(Hold(ident, f"{ident}: holding it for a person", comment=rec.hold_reason))
+        return True
 
     def resolving(self, ident: str) -> bool:
         """A worker reworking a finished issue's change is not a zombie: a resolve worker
@@ -634,7 +287,7 @@ class _Decider:
         self.retry(ident, issue, role, what, self.resolves)
 
     def retry(
-        self, ident: str, issue: Issue, role: Role, what: str, queue: list[_Candidate]
+        self, ident: str, issue: Issue, role: Role, what: str, queue: list[Candidate]
     ) -> None:
         """Cap → Hold; backoff not elapsed → wait; else queue a spawn of attempt n+1.
 
@@ -647,23 +300,21 @@ class _Decider:
         attempts = self.attempts(ident)
         cap = self.settings.timing.max_attempts
         if rec is not None and rec.lost:
-            queue.append(_Candidate(issue, role, max(attempts, 1),
+            queue.append(Candidate(issue, role, max(attempts, 1),
                                     f"{ident}: {what}; its worker was lost ({rec.lost[:120]}), "
                                     f"no attempt charged ({max(attempts, 1)}/{cap})"))
             return
-        if attempts >= cap:
+        if self.policy.exhausted(attempts):
             self.hold(ident, what)
             return
-        wait = backoff_seconds(attempts, self.settings)
-        if rec is not None and rec.last_failure_at is not None and wait > 0:
-            if _seconds(self.now, rec.last_failure_at) < wait:
-                return  # backing off; the next tick looks again
-            backoff = f" after {wait:g}s backoff"
-        else:
-            backoff = ""
+        failed_at = rec.last_failure_at if rec is not None else None
+        if not self.policy.due(attempts, failed_at, self.now):
+            return  # backing off; the next tick looks again
+        wait = self.policy.delay(attempts)
+        backoff = f" after {wait:g}s backoff" if failed_at is not None and wait > 0 else ""
         last = f" (last failure: {rec.last_failure[:120]})" if rec and rec.last_failure else ""
         queue.append(
-            _Candidate(
+            Candidate(
                 issue,
                 role,
                 attempts + 1,
@@ -678,17 +329,15 @@ class _Decider:
         cap = self.settings.timing.max_attempts
         last = (rec.last_failure or "unknown") if rec else "unknown"
         when = (
-            f" at {_aware(rec.last_failure_at).isoformat(timespec='seconds')}"
+            f" at {aware(rec.last_failure_at).isoformat(timespec='seconds')}"
             if rec is not None and rec.last_failure_at
             else ""
         )
-        comment = (
-            f"ralph-dev stopped retrying {ident} after {attempts}/{cap} attempts "
-            f"({what}). Last failure: {last[:300]}{when}. To retry, add a comment "
-            f"and the label {self.settings.labels.user_feedback_given!r}."
-        )
+        cause = (f"{what}; it stopped retrying after {attempts}/{cap} attempts. "
+                 f"Last failure: {last[:300]}{when}")
         self.emit(Hold(ident, f"{ident}: {what}; attempt cap {cap} reached, holding it",
-                       comment=comment))
+                       comment=hold_comment(ident, cause,
+                                            self.settings.labels.user_feedback_given)))
 
     def resume(self, ident: str) -> None:
         if self.tracker_ok:
@@ -728,7 +377,7 @@ class _Decider:
             self.parent_or_review(ident, issue)
             return
         if issue.state_type != StateType.STARTED or w.review_dispatch(issue):
-            return  # unstarted and review dispatches are collected by _ready
+            return  # unstarted and review dispatches are collected by ready_in
         if not self.tracker_ok or ident in w.observed.relaying:
             return  # its worker's report still owes the tracker a write: the state is stale
         blocker = w.blocker_of(issue)
@@ -755,23 +404,23 @@ class _Decider:
             for win in w.windows.get(ident, [])
             if win.alive
         ]
-        stamps = [_aware(t) for t in seen if t is not None]
+        stamps = [aware(t) for t in seen if t is not None]
         changed = max(stamps) if stamps else (rec.started_at if rec else None)
         if changed is None:
             return
-        idle = _seconds(self.now, changed)
+        idle = seconds(self.now, changed)
         if idle <= timing.stall_timeout:
             return
         nudged = rec.nudged_at if rec is not None else None
         # Typing the nudge changes the pane, and the observer notices it a tick
         # later: output that changed only that soon after a nudge is its echo.
         echo = 2 * timing.poll_interval + 5
-        if nudged is None or _seconds(changed, nudged) > echo:
+        if nudged is None or seconds(changed, nudged) > echo:
             self.emit(Nudge(ident, f"{ident}: no activity for {idle:.0f}s "
                                    f"(stall timeout {timing.stall_timeout:g}s); nudging",
                             message=nudge_message(ident)))
             return
-        since = _seconds(self.now, nudged)
+        since = seconds(self.now, nudged)
         if since <= timing.restart_timeout or not self.tracker_ok or self.paused:
             return
         attempts = self.attempts(ident)
@@ -809,8 +458,8 @@ class _Decider:
             if any(win.alive for win in windows):
                 per_role[rec.role if rec is not None else Role.EXECUTE] += 1
                 total += 1
-        dispatch: list[_Candidate] = []
-        for issue in _ready(w):
+        dispatch: list[Candidate] = []
+        for issue in ready_in(w):
             ident = issue.identifier
             role = w.route(issue)
             rec = w.records.get(ident)
@@ -820,7 +469,7 @@ class _Decider:
                 why = (f"{ident} is ready: priority {issue.priority} "
                        f"({PRIORITY_NAMES.get(issue.priority, 'unknown')}), no unfinished blockers")
             if rec is None or rec.done or w.review_dispatch(issue):
-                dispatch.append(_Candidate(issue, role, 1, why))
+                dispatch.append(Candidate(issue, role, 1, why))
             else:
                 # Tried before (moved back to Todo, or its start never stuck): the
                 # attempt cap and backoff still apply, so nothing loops forever.
@@ -871,10 +520,10 @@ class _Decider:
                                                                                label)]
         if any(not i.state_type.finished for i in groom_issues):
             return ""
-        starts = [_aware(i.created_at) for i in groom_issues if i.created_at is not None]
-        starts += [_aware(r.started_at) for r in w.records.values()
+        starts = [aware(i.created_at) for i in groom_issues if i.created_at is not None]
+        starts += [aware(r.started_at) for r in w.records.values()
                    if r.role is Role.GROOM and r.started_at is not None]
-        since = _seconds(self.now, max(starts)) if starts else None
+        since = seconds(self.now, max(starts)) if starts else None
         if since is not None and since < g.min_interval:
             return ""
         last = "no groom run yet" if since is None else f"the last groom run began {since:.0f}s ago"
@@ -886,18 +535,3 @@ class _Decider:
         return ""
 
 
-def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan:
-    """The actions that bring the world to what it should be, each with its reason.
-
-    Order: per-issue upkeep (kill, merge, forget, reap, nudge, restart, hold,
-    feedback, complete) by identifier, then spawns — resolve workers, orphan
-    respawns, new dispatches — within the global and per-role limits; and whether a
-    groom run is due (``Plan.open_groom``).
-    """
-    world = _World.build(observed, settings)
-    decider = _Decider(world, now)
-    idents = set(world.issues) | set(world.windows) | set(world.workspaces) | set(world.records)
-    for ident in sorted(idents, key=_id_key):
-        decider.issue_chain(ident)
-    decider.spawns()
-    return Plan(tuple(decider.actions), open_groom=decider.groom_due())

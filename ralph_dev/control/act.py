@@ -1,0 +1,501 @@
+"""The actuator: the one place that carries out ``decide``'s actions.
+
+Nothing else outside adapters/ and cli/ writes to the tracker or kills a window: a
+hold, a comment, a state change, a worker's report written back, a window closed —
+all of it happens here, for an action ``decide`` emitted with its reason. What each
+action leaves in the worker record is what the action itself says
+(``Action.record_changes``): the actuator writes exactly that when the action
+succeeds, so the contract ``decide`` relies on is enforced by construction.
+
+A failed action never fails the tick: its error is classified by the one failure
+policy (``core.policy.verdict``) into facts on the record — a backoff, a pause's
+cause, a hold a person must see — which the next tick's ``decide`` acts on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from ralph_dev.adapters.mailbox_server import MailboxServer
+from ralph_dev.adapters.store import StateStore, from_iso, utcnow
+from ralph_dev.adapters.writebacks import WriteBackItem, WriteBackQueue
+from ralph_dev.control import patterns, workspace_hooks
+from ralph_dev.control.beating import while_beating
+from ralph_dev.control.intake import Intake
+from ralph_dev.control.merging import MergeLane
+from ralph_dev.control.worker_dirs import WorkerDirs
+from ralph_dev.core import writeback as wb
+from ralph_dev.core.actions import (
+    Action,
+    Adopt,
+    Complete,
+    Continue,
+    EndPause,
+    Forget,
+    Hold,
+    Kill,
+    Merge,
+    Nudge,
+    OpenGroom,
+    PauseSwarm,
+    Plan,
+    Reap,
+    RelayFeedback,
+    Restart,
+    Resume,
+    Spawn,
+    VerifyTrunk,
+    WriteBack,
+)
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.errors import (
+    RalphError,
+    SentBack,
+    TrackerError,
+    TrackerUnavailable,
+    WorkspaceHookFailed,
+)
+from ralph_dev.core.model import (
+    Issue,
+    NewIssue,
+    Observed,
+    Pause,
+    Role,
+    StateType,
+    Window,
+    human_feedback,
+)
+from ralph_dev.core.patterns import plan_text
+from ralph_dev.core.policy import Blame, Failure, verdict
+from ralph_dev.core.ports import AgentLauncher, Panes, Repository, Tracker
+
+log = structlog.get_logger(__name__)
+
+SPAWN_UNFINISHED = "its start did not finish (the controller stopped mid-spawn)"
+
+FEEDBACK_MESSAGE = (
+    "ralph-dev: a person left feedback on your issue. Run `ralph-dev worker feedback "
+    "{issue}` to read it, then carry on with it in mind."
+)
+"""Typed into a live worker's pane: fixed text plus the checked identifier, never issue text."""
+
+CONTINUE = ("The model API is available again (ralph-dev paused the swarm while it was "
+            "not). Continue the task where you left off.")
+DISMISS_SETTLE_S = 0.5
+"""An Escape followed at once by text reads as Alt+key to a TUI."""
+
+OWN_EVENTS = (PauseSwarm, EndPause, WriteBack, VerifyTrunk, OpenGroom, Continue, Adopt)
+"""Actions whose carrying out writes its own, more telling event (``swarm_paused``,
+``relayed``, ``trunk_green``…) instead of the action's."""
+
+GROOM_TITLE = "Groom the backlog"
+GROOM_DESCRIPTION = (
+    "A groom run ralph-dev opened by itself ({why}). Its worker reads the open issues, "
+    "trunk and recent events, and proposes issues (they wait in a backlog state with the "
+    "label {proposed!r}), lowers or sets priorities and flags duplicates or stale issues, "
+    "each with a one-line reason in a comment. It is completed when the run ends.")
+
+
+class Actuator:
+    """Carries out one project's actions through its ports."""
+
+    def __init__(self, settings: ProjectSettings, *, tracker: Tracker, panes: Panes,
+                 jj: Repository, launcher: AgentLauncher, store: StateStore,
+                 dirs: WorkerDirs, intake: Intake, server: MailboxServer,
+                 merges: MergeLane, writebacks: WriteBackQueue,
+                 clock: Callable[[], datetime], beat: Callable[[str], None],
+                 acted_on: Callable[[str], None] = lambda issue: None) -> None:
+        self.settings = settings
+        self.tracker = tracker
+        self.panes = panes
+        self.jj = jj
+        self.launcher = launcher
+        self.store = store
+        self.dirs = dirs
+        self.intake = intake
+        self.server = server
+        self.merges = merges
+        self.writebacks = writebacks
+        self.clock = clock
+        self.beat = beat
+        self.acted_on = acted_on
+        """Told before each action on an issue (the tripwires see its workspace afresh)."""
+        self.writer = WriteBackWriter(settings, tracker=tracker, store=store,
+                                      writebacks=writebacks, clock=clock)
+
+    # -- a plan ---------------------------------------------------------------------------
+
+    async def carry_out(self, plan: Plan, observed: Observed,
+                        stopping: Callable[[], bool] = lambda: False,
+                        before: Callable[[Action], None] = lambda action: None,
+                        ) -> list[tuple[Action, str]]:
+        """Actions in plan order, except that issues being merged go last: a merge takes
+        jj a while, and new workers should not wait for it (merging holds no slot). An
+        issue's own chain keeps its order and stops at its first failing action. Returns
+        the actions that failed, with why."""
+        failures: list[tuple[Action, str]] = []
+        failed_issues: set[str] = set()
+        by_id = {issue.identifier: issue for issue in observed.issues}
+        merging = {a.issue for a in plan.actions if isinstance(a, Merge)}
+        ordered = sorted(plan.actions, key=lambda a: a.issue in merging)  # stable
+        no_starts = False  # a failure this plan showed every start would fail the same way
+        for action in ordered:
+            if stopping():
+                break
+            if action.issue in failed_issues or (no_starts and isinstance(action, Spawn | Restart)):
+                continue  # the rest of this issue's chain waits for a later tick
+            if isinstance(action, Merge) and self.merges.trunk_red():
+                failed_issues.add(action.issue)  # a merge earlier this plan turned trunk red
+                continue
+            before(action)
+            try:
+                await self.act(action, by_id.get(action.issue), observed)
+            except (RalphError, OSError) as exc:
+                if action.issue:
+                    failed_issues.add(action.issue)
+                failures.append((action, str(exc)))
+                no_starts |= self.failed(action, exc)
+        return failures
+
+    async def act(self, action: Action, issue: Issue | None, observed: Observed) -> None:
+        """Carry out one action; on success, its record changes and its event."""
+        log.info("act", action=action.kind, issue=action.issue, reason=action.reason)
+        if action.issue:
+            self.acted_on(action.issue)
+        await self._do(action, issue, observed)
+        if action.record_deleted:
+            self.store.delete_record(action.issue)
+        elif changes := action.record_changes(self.clock()):
+            self.store.update_record(action.issue, **changes)
+        if not isinstance(action, OWN_EVENTS):
+            details = {k: v for k, v in action.details().items() if v not in (None, "", False)}
+            self.store.append_event(action.kind, issue=action.issue, reason=action.reason,
+                                    **details)
+
+    async def _do(self, action: Action, issue: Issue | None, observed: Observed) -> None:
+        labels = self.settings.labels
+        match action:
+            case Spawn() | Restart():
+                if isinstance(action, Restart):
+                    self._kill_windows(action.issue, observed)
+                await self._spawn(action, issue)
+            case Nudge():
+                for window in self._windows(action.issue, observed, alive=True):
+                    await asyncio.to_thread(self.panes.send_text, window.pane_id, action.message)
+            case Reap() | Kill():
+                self._kill_windows(action.issue, observed)
+            case Merge():
+                outcome = await self.merges.merge(action, issue)
+                for comment in outcome.comments:
+                    with contextlib.suppress(TrackerError):
+                        await self.tracker.comment(action.issue, comment)
+                if outcome.error is not None:
+                    raise outcome.error
+            case Forget():
+                # in PR mode the change lives on under its pushed bookmark, not in trunk
+                keep = action.keep_bookmark or self.settings.merge.mode == "pr"
+                await self.intake.accept(action.issue)  # what its outbox still holds
+                await self.server.stop(action.issue)
+                self.dirs.discard(action.issue)
+                await while_beating(
+                    self.beat, "forget", self.jj.forget, action.issue, keep_bookmark=keep,
+                    before_remove=workspace_hooks.before_remove(self.settings, self.store,
+                                                                action.issue))
+            case Hold():
+                await self.tracker.add_labels(action.issue, [labels.user_input_needed])
+                await self.tracker.comment(action.issue, action.comment or action.reason)
+            case Complete():
+                await self.tracker.set_state(action.issue, type=StateType.COMPLETED)
+            case RelayFeedback():
+                for window in self._windows(action.issue, observed, alive=True):
+                    await asyncio.to_thread(self.panes.send_text, window.pane_id,
+                                            FEEDBACK_MESSAGE.format(issue=action.issue))
+                await self.tracker.remove_labels(
+                    action.issue, [labels.user_feedback_given, labels.user_input_needed])
+            case Resume():
+                await self.tracker.remove_labels(
+                    action.issue, [labels.user_feedback_given, labels.user_input_needed])
+            case Continue():
+                await self._continue(action, observed)
+            case Adopt():
+                await self._adopt(action, issue, observed)
+            case WriteBack():
+                error = await self.writer.write_back(action.report)
+                if error is not None:
+                    raise error
+            case PauseSwarm():
+                self.store.set_pause(Pause(kind=action.pause_kind, cause=action.cause,
+                                           fix=action.fix, since=self.clock(), until=action.until,
+                                           quiet_workers=action.quiet_workers))
+            case EndPause():
+                self.store.clear_pause(action.pause_kind, why=action.reason)
+            case VerifyTrunk():
+                await self.merges.verify_trunk_again(action.commit)
+            case OpenGroom():
+                await self._open_groom(action)
+            case _:
+                raise RalphError(f"unknown action {action!r}")
+
+    def failed(self, action: Action, exc: Exception) -> bool:
+        """Record one failed action where the failure policy says it ends; True when no
+        other worker should start in this plan (every start would fail the same way)."""
+        retryable = exc.retryable if isinstance(exc, RalphError) else True
+        log.warning("action_failed", action=action.kind, issue=action.issue, error=str(exc))
+        self.store.append_event(
+            "action_failed", issue=action.issue or None, action=action.kind,
+            reason=action.reason, error=str(exc), retryable=retryable)
+        if isinstance(exc, SentBack) or isinstance(action, WriteBack) or not action.issue:
+            return False  # already where it belongs (the write-back's own item, the lane)
+        record = self.store.load_record(action.issue)
+        judged = verdict(Failure(action, str(exc), retryable,
+                                 tracker=isinstance(exc, TrackerError),
+                                 setup=isinstance(exc, WorkspaceHookFailed)),
+                         record, self.settings, self.clock())
+        if judged.record:
+            self.store.update_record(action.issue, **judged.record)
+        return judged.stop_starts
+
+    # -- windows ----------------------------------------------------------------------------
+
+    def _windows(self, name: str, observed: Observed, *, alive: bool | None = None
+                 ) -> list[Window]:
+        return [w for w in observed.windows
+                if w.name == name and (alive is None or w.alive == alive)]
+
+    def _kill_windows(self, name: str, observed: Observed) -> None:
+        for window in self._windows(name, observed):
+            self.panes.kill_window(window.window_id)
+
+    async def _continue(self, action: Continue, observed: Observed) -> None:
+        panes = [w.pane_id for w in self._windows(action.issue, observed, alive=True)]
+        if not action.typed or not panes:
+            return
+        for pane in panes:
+            self.panes.dismiss(pane)  # Claude Code's rate-limit menu
+        await asyncio.sleep(DISMISS_SETTLE_S)
+        for pane in panes:
+            self.panes.send_text(pane, CONTINUE)
+        self.store.append_event("worker_continued", issue=action.issue, after=action.after)
+
+    # -- starting a worker ----------------------------------------------------------------------
+
+    def _resumable(self, action: Spawn | Restart) -> str | None:
+        """The agent session a new start of this issue's worker continues: the last one of
+        the same role whose transcript is still there (else a fresh start, said)."""
+        record = self.store.load_record(action.issue)
+        if record is None or record.session_id is None or record.role is not action.role:
+            return None
+        if record.transcript is None or not Path(record.transcript).is_file():
+            self.store.append_event("session_fresh", issue=action.issue,
+                                    why="the earlier session's transcript is gone")
+            return None
+        return record.session_id
+
+    async def _spawn(self, action: Spawn | Restart, issue: Issue | None) -> None:
+        if issue is None:
+            raise TrackerError(f"{action.issue}: not in the tracker's answer this tick")
+        resume = self._resumable(action)
+        workspace: Path = await while_beating(
+            self.beat, "spawn", self.jj.add_workspace, action.issue,
+            after_create=workspace_hooks.after_create(self.settings, self.store, action.issue))
+        record = self.store.update_record(
+            action.issue, **{**action.record_changes(self.clock()),
+                             # until its window is open: a controller stopped (killed,
+                             # frozen) mid-spawn is a cause outside the issue, and the next
+                             # start charges nothing for it
+                             "lost": SPAWN_UNFINISHED})
+        if issue.state_type in (StateType.UNSTARTED, StateType.BACKLOG, StateType.TRIAGE):
+            await self.tracker.set_state(action.issue, type=StateType.STARTED)
+        worker_dir = self.dirs.prepare(issue, action.role, workspace, action.attempt)
+        await self.server.listen(self.dirs.names())
+        launch = self.launcher(issue, action.role, workspace,
+                               action.model or self.settings.agent.model,
+                               attempt=action.attempt, feedback=human_feedback(issue),
+                               resume_session=resume, worker_dir=worker_dir,
+                               sent_back=record.sent_back if action.role.may_edit else None)
+        try:
+            await asyncio.to_thread(
+                self.panes.open_window, action.issue, cwd=launch.cwd, command=launch.argv,
+                environment=launch.env, log_file=self.store.log_path(action.issue),
+            )
+        except BaseException:
+            launch.discard_secrets()
+            raise
+        log.info("spawned", issue=action.issue, role=record.role.value, attempt=record.attempts)
+
+    async def _adopt(self, action: Adopt, issue: Issue | None, observed: Observed) -> None:
+        record = self.store.load_record(action.issue)
+        workspace = next((w for w in observed.workspaces if w.name == action.issue), None)
+        if record is None or issue is None or workspace is None or not workspace.path:
+            raise RalphError(f"{action.issue}: its record, issue or workspace is gone")
+        self.dirs.prepare(issue, record.role, Path(workspace.path), record.attempts)
+        await self.server.listen(self.dirs.names())
+        self.store.append_event("worker_adopted", issue=action.issue,
+                                why="started before the worker mailbox existed")
+
+    async def _open_groom(self, action: OpenGroom) -> None:
+        """Create the issue of a groom run ``decide`` found due; the next tick dispatches
+        it. A tracker that fails is tried again next tick (decide still finds it due)."""
+        labels = self.settings.labels
+        try:
+            created = await self.tracker.create_issues([NewIssue(
+                title=GROOM_TITLE, labels=(labels.groom,),
+                description=GROOM_DESCRIPTION.format(why=action.reason,
+                                                     proposed=labels.proposed))])
+        except RalphError as exc:
+            self.store.append_event("groom_open_failed", why=action.reason, error=str(exc))
+            raise
+        self.store.append_event("groom_opened", issue=created[0], why=action.reason)
+
+
+class WriteBackWriter:
+    """The tracker writes workers' accepted reports owe, made exactly once: every write
+    is found again before it is made (``core.writeback``), so a controller killed
+    between two writes repeats nothing."""
+
+    def __init__(self, settings: ProjectSettings, *, tracker: Tracker, store: StateStore,
+                 writebacks: WriteBackQueue, clock: Callable[[], datetime]) -> None:
+        self.settings = settings
+        self.tracker = tracker
+        self.store = store
+        self.writebacks = writebacks
+        self.clock = clock
+        self._writing: set[str] = set()
+
+    async def write_back(self, report: str) -> RalphError | None:
+        """Make one accepted report's tracker writes; the error when they failed (kept on
+        its item, classified: an outage is nobody's failure and is not counted)."""
+        if report in self._writing:
+            return None  # made right now by another caller (a worker's command, a tick)
+        item = self.writebacks.get(report)
+        if item is None:
+            return None  # made already
+        self._writing.add(report)
+        try:
+            details = await self._write(item)
+        except TrackerError as exc:
+            outage = isinstance(exc, TrackerUnavailable)  # unreachable: nobody's failure
+            blame = Blame.OUTSIDE if outage else (Blame.OWN if exc.retryable
+                                                  else Blame.PERMANENT)
+            if blame is not Blame.OUTSIDE:
+                item.failures += 1
+                item.failed_at = self.clock()
+            item.last_error, item.blame = str(exc)[:500], blame.value
+            self.writebacks.add(item)
+            self.store.append_event("relay_failed", issue=item.issue, report=item.kind,
+                                    failures=item.failures, blame=blame.value, error=str(exc))
+            return exc
+        finally:
+            self._writing.discard(report)
+        self.writebacks.done(report)
+        self.store.append_event("relayed", issue=item.issue, report=item.kind,
+                                failures=item.failures, **details)
+        return None
+
+    async def _write(self, item: WriteBackItem) -> dict[str, Any]:
+        match item.kind:
+            case "done":
+                return await self._write_done(item)
+            case "blocked":
+                await self._comment_once_and_label(item, wb.BLOCKED_MARK,
+                                                   self.settings.labels.user_input_needed)
+            case "note":
+                await self._comment_once_and_label(item, wb.NOTE_MARK,
+                                                   self.settings.labels.agent_feedback_given)
+            case "plan":
+                return await self._write_plan(item)
+            case "propose":
+                return await self._write_proposal(item)
+            case "prioritize" | "flag":
+                return await self._write_groom_change(item)
+        return {}
+
+    async def _write_done(self, item: WriteBackItem) -> dict[str, Any]:
+        role = Role(item.body["role"])
+        since = from_iso(item.body.get("since"))
+        issue = await self.tracker.get(item.issue)
+        if issue.state_type in (StateType.CANCELED, StateType.DUPLICATE):
+            return {"skipped": f"the issue is {issue.state_name}"}
+        if wb.said(issue, wb.DONE_MARK.format(issue=item.issue), since) is None:
+            body = wb.evidence_comment(item.issue, role, str(item.body.get("summary", "")),
+                                       item.body.get("verify"), self.settings.verify_command,
+                                       from_iso(item.body.get("finished")) or utcnow(),
+                                       item.body.get("spent"))
+            await self.tracker.comment(item.issue, body, by_ralph=True)
+        name, type_ = wb.done_target(self.settings, role)
+        if (name is not None or type_ is not None) and not wb.in_state(issue, name, type_):
+            issue = await self.tracker.set_state(item.issue, name=name, type=type_)
+        return {"state": issue.state_name}
+
+    async def _comment_once_and_label(self, item: WriteBackItem, mark: str, label: str) -> None:
+        body = wb.report_comment(mark, item.issue, str(item.body["text"]))
+        since = from_iso(item.body.get("since"))
+        issue = await self.tracker.get(item.issue)
+        if not any(c.by_ralph and c.body == body
+                   and (since is None or c.created_at is None or c.created_at >= since)
+                   for c in issue.comments):
+            await self.tracker.comment(item.issue, body, by_ralph=True)
+        if label not in issue.labels:
+            await self.tracker.add_labels(item.issue, [label])
+
+    async def _write_plan(self, item: WriteBackItem) -> dict[str, Any]:
+        issue = await self.tracker.get(item.issue)
+        if issue.children:  # made before a restart: never twice
+            created = list(issue.children)
+        else:
+            entries = [NewIssue(**{**e, "labels": tuple(e.get("labels", ())),
+                                   "blocked_by": tuple(e.get("blocked_by", ()))})
+                       for e in item.body["entries"]]
+            created = list(await self.tracker.create_issues(entries))
+            self.store.append_event("worker_plan", issue=item.issue, created=created)
+        # learning keeps one record per phase, so the repeat after a restart adds nothing
+        patterns.remember(self.settings, self.store, item.issue,
+                          plan_text(str(item.body.get("text", "")), item.body["entries"]),
+                          created, utcnow())
+        return {"created": created}
+
+    async def _comment_once(self, target: str, body: str, mark: str) -> None:
+        issue = await self.tracker.get(target)
+        if wb.said(issue, mark) is None:
+            await self.tracker.comment(target, body, by_ralph=True)
+
+    async def _write_proposal(self, item: WriteBackItem) -> dict[str, Any]:
+        body, mark = item.body, wb.groom_mark(item.issue, item.id)
+        reason, ready = str(body["reason"]), bool(body.get("ready"))
+        found = [i for i in await self.tracker.list_issues() if mark in i.description]
+        if found:
+            created = found[0].identifier
+        else:
+            description = str(body.get("description", "")).strip()
+            created = (await self.tracker.create_issues([NewIssue(
+                title=str(body["title"]), priority=int(body.get("priority", 0)),
+                description=f"{description}\n\nProposed by {mark}: {reason}".strip(),
+                labels=(self.settings.labels.proposed,),
+                state_type=None if ready else StateType.BACKLOG)]))[0]
+            self.store.append_event("groom_proposed", issue=item.issue, created=[created],
+                                    ready=ready)
+        await self._comment_once(created, wb.proposal_comment(mark, reason, ready), mark)
+        return {"created": created}
+
+    async def _write_groom_change(self, item: WriteBackItem) -> dict[str, Any]:
+        body, mark = item.body, wb.groom_mark(item.issue, item.id)
+        reason, target = str(body["reason"]), str(body["target"])
+        if item.kind == "prioritize":
+            new, was = int(body["priority"]), int(body.get("was", 0))
+            await self.tracker.set_priority(target, new)
+            await self._comment_once(target, wb.priority_comment(mark, was, new, reason), mark)
+            return {"target": target, "priority": new}
+        what, comment = wb.flag_comment(mark, body.get("duplicate_of"), reason)
+        await self._comment_once(target, comment, mark)
+        issue = await self.tracker.get(target)
+        if self.settings.labels.agent_feedback_given not in issue.labels:
+            await self.tracker.add_labels(target, [self.settings.labels.agent_feedback_given])
+        return {"target": target, "flag": what}
+

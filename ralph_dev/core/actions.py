@@ -1,0 +1,232 @@
+"""What ``decide`` asks for: actions, each with its reason, and what each leaves behind.
+
+An action names the issue it is for (``""`` for the swarm as a whole) and why, in
+words a person reads in the events. Text from issues never appears in one: reasons
+and typed texts name issues only by their checked identifier.
+
+Each action also states the worker-record fields it sets when it succeeds
+(:meth:`Action.record_changes`). The actuator (``control.act``) writes exactly
+these, and the property tests replay plans with the same method, so the contract
+between ``decide`` and the actuator is code both run, not a table beside them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any, ClassVar
+
+from ralph_dev.core.model import Role
+
+SWARM = ""
+"""The ``issue`` of an action for the swarm as a whole (a pause, trunk, a groom run)."""
+
+
+@dataclass(frozen=True)
+class Action:
+    issue: str
+    reason: str
+
+    record_deleted: ClassVar[bool] = False
+    """The worker record is deleted when the action succeeds."""
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__.lower()
+
+    def details(self) -> dict[str, object]:
+        """The action's own fields beyond issue and reason, enums as their values."""
+        out: dict[str, object] = {}
+        for f in dataclasses.fields(self):
+            if f.name not in ("issue", "reason"):
+                value = getattr(self, f.name)
+                out[f.name] = value.value if isinstance(value, Enum) else value
+        return out
+
+    def record_changes(self, now: datetime) -> dict[str, Any]:
+        """The worker-record fields this action sets when it succeeds."""
+        return {}
+
+
+@dataclass(frozen=True)
+class Spawn(Action):
+    """Create (or reuse) the issue's workspace, open its window, mark it started."""
+
+    role: Role = Role.EXECUTE
+    attempt: int = 1
+    model: str | None = None
+
+    def record_changes(self, now: datetime) -> dict[str, Any]:
+        return _started(self.role, self.attempt, now)
+
+
+@dataclass(frozen=True)
+class Restart(Action):
+    """Kill the window and start the same role again, in the same agent session where
+    it can. ``charged``: the restart is the issue's own failure (a silent worker); a
+    restart for a cause outside it (a hang, an outage) keeps the attempt count."""
+
+    role: Role = Role.EXECUTE
+    attempt: int = 1
+    model: str | None = None
+    charged: bool = True
+
+    def record_changes(self, now: datetime) -> dict[str, Any]:
+        failure = {"last_failure_at": now, "last_failure": self.reason} if self.charged else {}
+        return {**_started(self.role, self.attempt, now), **failure}
+
+
+def _started(role: Role, attempt: int, now: datetime) -> dict[str, Any]:
+    """A worker's start: what every new start of an issue's worker resets."""
+    return {"role": role, "attempts": attempt, "started_at": now, "done": False,
+            "blocked": False, "nudged_at": None, "iterations": 0, "lost": None,
+            "hold_reason": None}
+
+
+@dataclass(frozen=True)
+class Nudge(Action):
+    """Type a short, fixed reminder into a live but silent worker's pane."""
+
+    message: str = ""
+
+    def record_changes(self, now: datetime) -> dict[str, Any]:
+        return {"nudged_at": now}
+
+
+@dataclass(frozen=True)
+class Kill(Action):
+    """Kill the issue's window (a zombie, after a merge, a worker a person stopped)."""
+
+
+@dataclass(frozen=True)
+class Reap(Action):
+    """Kill a worker window whose pane died without a done marker and record the
+    failure time (the orphan backoff counts from it)."""
+
+    exit_status: int | None = None
+
+    def record_changes(self, now: datetime) -> dict[str, Any]:
+        return {"last_failure_at": now, "last_failure": self.reason}
+
+
+@dataclass(frozen=True)
+class Complete(Action):
+    """Move the issue to its completed state (a parent whose children are all finished)."""
+
+
+@dataclass(frozen=True)
+class Merge(Action):
+    """Merge the issue's workspace change into trunk (or open its pull request)."""
+
+
+@dataclass(frozen=True)
+class Forget(Action):
+    """Forget the workspace and remove its directory (its change is safe)."""
+
+    keep_bookmark: bool = False
+    """True for a canceled issue: its change stays reachable under a bookmark."""
+
+    record_deleted: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Hold(Action):
+    """Stop retrying: label the issue for a person and comment why and how to go on."""
+
+    comment: str = ""
+
+    def record_changes(self, now: datetime) -> dict[str, Any]:
+        return {"hold_reason": None}
+
+
+@dataclass(frozen=True)
+class RelayFeedback(Action):
+    """Hand new human comments to a live worker, then drop the feedback label.
+    ``lifts_hold``: the issue was held, so its attempt count starts over (a worker that
+    asked on its last attempt must not be held again with the answer ignored)."""
+
+    lifts_hold: bool = False
+
+    def record_changes(self, now: datetime) -> dict[str, Any]:
+        if self.lifts_hold:
+            return {"blocked": False, "attempts": 0, "last_failure_at": None,
+                    "nudged_at": None}
+        return {"blocked": False}
+
+
+@dataclass(frozen=True)
+class Resume(Action):
+    """Lift a hold after human feedback (remove both labels) so dispatch can resume."""
+
+    def record_changes(self, now: datetime) -> dict[str, Any]:
+        return {"attempts": 0, "blocked": False, "last_failure_at": None, "nudged_at": None,
+                "merge_failures": 0, "merge_failed_at": None, "hold_reason": None}
+
+
+@dataclass(frozen=True)
+class Continue(Action):
+    """An agent that stopped on an API error goes on in its own session now that the
+    pause it caused is over: its menu dismissed and a fixed text typed (``typed``:
+    its pane is live)."""
+
+    after: str = ""
+    typed: bool = True
+
+    def record_changes(self, now: datetime) -> dict[str, Any]:
+        return {"agent_error": None, "agent_error_text": None, "agent_error_at": None,
+                "last_activity": now, "nudged_at": None}
+
+
+@dataclass(frozen=True)
+class Adopt(Action):
+    """A live worker started by a release before the worker mailbox: give it its run
+    directory (its commands find it by the project and issue its pane knows)."""
+
+
+@dataclass(frozen=True)
+class WriteBack(Action):
+    """Make the tracker writes a worker's accepted report owes (``report``: its id)."""
+
+    report: str = ""
+    report_kind: str = ""
+
+
+@dataclass(frozen=True)
+class PauseSwarm(Action):
+    """Start (or lengthen) a swarm-wide pause of ``pause_kind``: no worker starts, no
+    attempt is charged while it lasts."""
+
+    pause_kind: str = ""
+    cause: str = ""
+    fix: str = ""
+    until: datetime | None = None
+    quiet_workers: bool = False
+
+
+@dataclass(frozen=True)
+class EndPause(Action):
+    """End the swarm-wide pause of ``pause_kind``."""
+
+    pause_kind: str = ""
+
+
+@dataclass(frozen=True)
+class VerifyTrunk(Action):
+    """Run the verify command on trunk again (it was red and has moved since)."""
+
+    commit: str = ""
+
+
+@dataclass(frozen=True)
+class OpenGroom(Action):
+    """Create the issue of a groom run (the next tick dispatches it like any other)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.actions)

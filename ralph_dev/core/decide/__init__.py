@@ -1,0 +1,82 @@
+"""The pure decision core: what ralph-dev should do, given one look at the world.
+
+The controller can be killed at any moment and started again, so every rule
+is a function of what is observed *now* (level-triggered): the same world
+always gives the same plan, and a world in which the plan was carried out
+gives a plan that does not repeat it. Nothing here does I/O, reads a clock or
+logs, so a test can build a world by hand and check every rule as data.
+
+The rules rely on the executor leaving the world exactly as the executor
+contract says (``core.contract.EXECUTOR_CONTRACT``, checked against the real
+controller by tests/test_executor_contract.py).
+
+Text from issues (titles, descriptions, comments) never appears in an action:
+reasons and nudges name issues only by their checked identifier.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from ralph_dev.core.actions import SWARM, OpenGroom, Plan
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.decide.issues import Decider
+from ralph_dev.core.decide.swarm import SwarmRules, stops
+from ralph_dev.core.decide.views import (
+    COLUMNS,
+    blocked_issues,
+    issue_columns,
+    ready_issues,
+    route,
+)
+from ralph_dev.core.decide.world import (
+    NUDGE_MESSAGE,
+    World,
+    dispatch_key,
+    id_key,
+    model_for,
+    nudge_message,
+)
+from ralph_dev.core.model import Observed
+
+__all__ = [
+    "COLUMNS",
+    "NUDGE_MESSAGE",
+    "blocked_issues",
+    "decide",
+    "dispatch_key",
+    "issue_columns",
+    "model_for",
+    "nudge_message",
+    "ready_issues",
+    "route",
+]
+
+
+def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan:
+    """The actions that bring the world to what it should be, each with its reason.
+
+    Order: the swarm's own (pauses and their ends, agents that go on, trunk's second
+    verify, tracker writes workers' reports owe, adoption), then workers a budget or a
+    tripwire stops, then per-issue upkeep (kill, merge, forget, reap, nudge, restart,
+    hold, feedback, complete) by identifier, then spawns — resolve workers, orphan
+    respawns, new dispatches — within the global and per-role limits, and last a groom
+    run's opening when one is due.
+    """
+    world = World.build(observed, settings)
+    swarm = SwarmRules(world, now)
+    actions = swarm.run()
+    if observed.repository_error is not None:
+        return Plan(tuple(actions))  # jj cannot see the workspaces: act on nothing else
+    stopped = stops(world)
+    decider = Decider(world, now, pauses=tuple(swarm.pauses.values()))
+    decider.emit(*stopped)
+    skip = {a.issue for a in stopped}
+    idents = set(world.issues) | set(world.windows) | set(world.workspaces) | set(world.records)
+    for ident in sorted(idents - skip, key=id_key):
+        decider.issue_chain(ident)
+    decider.spawns()
+    why = decider.groom_due()
+    if why:
+        decider.emit(OpenGroom(SWARM, f"opening a groom run: {why}"))
+    return Plan((*actions, *decider.actions))

@@ -1,0 +1,293 @@
+"""The rules for the swarm as a whole: pauses and their ends, agents that go on after a
+pause, trunk's second verify, workers a budget or a tripwire stops, holds a failure
+asked for, the tracker writes workers' reports owe, and old workers to adopt.
+
+Each rule reads facts observe gathered (what the host has free, what the agent check
+said, what the tracker answered, what was spent…) and emits actions; none of them
+looks at anything else, so a pause, its cause and its end are all visible in the
+plan and its events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from ralph_dev.core.actions import (
+    SWARM,
+    Action,
+    Adopt,
+    Continue,
+    EndPause,
+    Hold,
+    Kill,
+    PauseSwarm,
+    VerifyTrunk,
+    WriteBack,
+)
+from ralph_dev.core.agent_faults import (
+    API_ACCESS,
+    API_OUTAGE,
+    USAGE_LIMIT,
+    AgentFault,
+    classify_stop_failure,
+)
+from ralph_dev.core.config import Limits, ProjectSettings
+from ralph_dev.core.decide.world import World, aware
+from ralph_dev.core.model import Observed, OwedWrite, Pause, Resources, WorkerRecord
+from ralph_dev.core.policy import HOOK_LOST, Blame, hold_comment, retry_policy
+
+SETUP_PAUSE = "setup"
+"""Workers cannot start (the agent program, its sandbox): ends once the check passes."""
+REPO_PAUSE = "repository"
+"""jj cannot use the repository: the tick acts on nothing until it can."""
+TRACKER_PAUSE = "tracker"
+"""The tracker refuses ralph-dev (a revoked key): ends once it answers."""
+HOOK_PAUSE = "hook"
+"""The after_create hook cannot run: ends when the config is read again."""
+RESOURCES_PAUSE = "resources"
+BUDGET_PAUSE = "budget"
+AGENT_PAUSES = (USAGE_LIMIT, API_OUTAGE, API_ACCESS)
+
+RESOURCES_MARGIN = 1.1
+"""A resources pause lifts only once every figure is back with this margin (no flapping)."""
+def shortage(have: Resources, limits: Limits, margin: float = 1.0) -> str | None:
+    """Why a new worker must wait (every figure short of its floor), or None."""
+    short = []
+    if have.free_memory_mb is not None and have.free_memory_mb < limits.min_free_memory_mb * margin:
+        short.append(f"{have.free_memory_mb:.0f} MB of memory available, below "
+                     f"limits.min_free_memory_mb = {limits.min_free_memory_mb}")
+    if have.free_disk_mb is not None and have.free_disk_mb < limits.min_free_disk_mb * margin:
+        short.append(f"{have.free_disk_mb:.0f} MB free for workspaces, below "
+                     f"limits.min_free_disk_mb = {limits.min_free_disk_mb}")
+    ceiling = limits.max_load_per_cpu
+    if ceiling > 0 and have.load_per_cpu is not None and have.load_per_cpu > ceiling / margin:
+        short.append(f"load {have.load_per_cpu:.1f} per CPU, above "
+                     f"limits.max_load_per_cpu = {ceiling:g}")
+    return "; ".join(short) or None
+
+
+def agent_fault(record: WorkerRecord, settings: ProjectSettings) -> AgentFault | None:
+    """The pause the API error a worker's agent last stopped on calls for."""
+    if record.agent_error is None or record.agent_error_at is None:
+        return None
+    return classify_stop_failure(record.agent_error, record.agent_error_text or "",
+                                 aware(record.agent_error_at),
+                                 outage_wait=timedelta(seconds=settings.timing.outage_wait),
+                                 streak=record.agent_error_streak)
+
+
+@dataclass
+class SwarmRules:
+    """The swarm-wide part of one plan; ``pauses`` is what is in force once it is done."""
+
+    world: World
+    now: datetime
+    actions: list[Action] = field(default_factory=list)
+    pauses: dict[str, Pause] = field(default_factory=dict)
+
+    @property
+    def observed(self) -> Observed:
+        return self.world.observed
+
+    @property
+    def settings(self) -> ProjectSettings:
+        return self.world.settings
+
+    def run(self) -> list[Action]:
+        self.pauses = {p.kind: p for p in self.observed.pauses}
+        self.pause_ends()
+        self.repository()
+        if self.observed.repository_error is not None:
+            return self.actions  # nothing else is seen: nothing else is acted on
+        self.setup()
+        self.tracker()
+        self.hook()
+        self.resources()
+        self.day_budget()
+        self.agent_pauses()
+        self.agents_go_on()
+        self.trunk()
+        self.write_backs()
+        self.adoption()
+        return self.actions
+
+    # -- pauses --------------------------------------------------------------------------
+
+    def start(self, kind: str, cause: str, fix: str, *, until: datetime | None = None,
+              quiet_workers: bool = False) -> None:
+        self.pauses[kind] = Pause(kind=kind, cause=cause, fix=fix, since=self.now, until=until,
+                                  quiet_workers=quiet_workers)
+        self.actions.append(PauseSwarm(SWARM, f"pausing the swarm: {cause}", pause_kind=kind,
+                                       cause=cause, fix=fix, until=until,
+                                       quiet_workers=quiet_workers))
+
+    def end(self, kind: str, why: str) -> None:
+        if self.pauses.pop(kind, None) is not None:
+            self.actions.append(EndPause(SWARM, f"the {kind} pause ends: {why}", pause_kind=kind))
+
+    def pause_ends(self) -> None:
+        """A pause with a stated end (a usage limit's reset, a day's budget) ends then."""
+        for pause in list(self.pauses.values()):
+            if pause.until is not None and aware(pause.until) <= self.now:
+                self.end(pause.kind, "its stated end has passed")
+
+    def repository(self) -> None:
+        error = self.observed.repository_error
+        if error is not None and REPO_PAUSE not in self.pauses:
+            self.start(REPO_PAUSE, f"the repository is unusable: {error}",
+                       "see the cause; ralph-dev resumes by itself once it is fixed "
+                       "(running workers are left alone)")
+        elif error is None:
+            self.end(REPO_PAUSE, "jj can read the repository again")
+
+    def setup(self) -> None:
+        error = self.observed.setup_error
+        if error is not None and SETUP_PAUSE not in self.pauses:
+            self.start(SETUP_PAUSE, f"workers cannot start: {error}",
+                       "see the cause; dispatch resumes by itself once the agent starts")
+        elif error is None:
+            self.end(SETUP_PAUSE, "the agent program is found again")
+
+    def tracker(self) -> None:
+        """A tracker that refuses ralph-dev is a setup error, said once; an outage is
+        only reported (nothing starts while the tracker cannot be read anyway)."""
+        obs = self.observed
+        if obs.tracker_refuses and obs.tracker_error and TRACKER_PAUSE not in self.pauses:
+            self.start(TRACKER_PAUSE, f"the tracker refuses ralph-dev: {obs.tracker_error}",
+                       "fix the tracker's key or settings named in the cause; ralph-dev "
+                       "resumes by itself once it answers")
+        elif obs.tracker_ok:
+            self.end(TRACKER_PAUSE, "the tracker answers again")
+
+    def hook(self) -> None:
+        """A workspace hook that cannot run fails every spawn the same way, and only a
+        config change fixes it: nobody's attempt, a pause until the config is read again."""
+        loaded = self.observed.config_loaded_at
+        pause = self.pauses.get(HOOK_PAUSE)
+        if pause is not None and loaded is not None and pause.since is not None \
+                and aware(loaded) > aware(pause.since):
+            self.end(HOOK_PAUSE, "the controller read its config again")
+        failed = [r for r in self.world.records.values()
+                  if r.lost == HOOK_LOST and r.lost_at is not None
+                  and (loaded is None or aware(r.lost_at) >= aware(loaded))]
+        if failed and HOOK_PAUSE not in self.pauses:
+            self.start(HOOK_PAUSE, f"workspaces cannot be prepared: {failed[0].last_failure}",
+                       "fix hooks.after_create in ralph-dev's config, then restart ralph-dev "
+                       "(the pause ends when the controller reads its config again)")
+
+    def resources(self) -> None:
+        have = self.observed.resources
+        if have is None:
+            return
+        paused = RESOURCES_PAUSE in self.pauses
+        why = shortage(have, self.settings.limits, RESOURCES_MARGIN if paused else 1.0)
+        if why is not None and not paused:
+            self.start(RESOURCES_PAUSE, f"the host is short: {why}",
+                       "free memory or disk, or wait for the load to drop; or change the "
+                       "floor named in the cause")
+        elif why is None:
+            self.end(RESOURCES_PAUSE, "the host has room again")
+
+    def day_budget(self) -> None:
+        cap, spent = self.settings.costs.day_usd, self.observed.spent_today
+        if cap > 0 and spent >= cap and BUDGET_PAUSE not in self.pauses:
+            midnight = (self.now + timedelta(days=1)).replace(hour=0, minute=0, second=0,
+                                                              microsecond=0)
+            self.start(BUDGET_PAUSE, f"the swarm has spent ${spent:.2f} today, "
+                                     f"costs.day_usd is ${cap:.2f}",
+                       "raise costs.day_usd, or wait: dispatch resumes at midnight UTC",
+                       until=midnight)
+
+    def agent_pauses(self) -> None:
+        """An agent that stopped on an API error pauses everyone (the cause is the API's),
+        for as long as its error says; a later error may lengthen it, never shorten it."""
+        for record in sorted(self.world.records.values(), key=lambda r: r.issue):
+            fault = agent_fault(record, self.settings)
+            if fault is None or fault.until <= self.now:
+                continue
+            current = self.pauses.get(fault.kind)
+            if current is not None and current.until is not None \
+                    and aware(current.until) >= fault.until:
+                continue
+            self.start(fault.kind, fault.cause, fault.fix, until=fault.until,
+                       quiet_workers=True)
+
+    def agents_go_on(self) -> None:
+        """Once no agent pause is in force, each agent that waited goes on in its session."""
+        if any(kind in self.pauses for kind in AGENT_PAUSES):
+            return
+        for record in sorted(self.world.records.values(), key=lambda r: r.issue):
+            fault = agent_fault(record, self.settings)
+            if fault is None or fault.until > self.now:
+                continue
+            live = self.world.live(record.issue)
+            self.actions.append(Continue(
+                record.issue, f"{record.issue}: the pause its agent's API error caused is over; "
+                              + ("it goes on in its own session" if live else
+                                 "its window is gone, so there is nobody to tell"),
+                after=record.agent_error or "", typed=live))
+
+    # -- trunk, stops, write-backs -------------------------------------------------------
+
+    def trunk(self) -> None:
+        """A red trunk is verified again once it has moved (a person pushed a fix)."""
+        obs = self.observed
+        if obs.trunk_red and self.settings.verify_command and obs.trunk_head is not None \
+                and obs.trunk_head != obs.trunk_red_at:
+            self.actions.append(VerifyTrunk(SWARM, f"trunk is red and moved to "
+                                                   f"{obs.trunk_head[:12]}: verifying it again",
+                                            commit=obs.trunk_head))
+
+    def write_backs(self) -> None:
+        self.actions += write_backs(self.observed.owed, self.observed.tracker_ok,
+                                    self.settings, self.now)
+
+    def adoption(self) -> None:
+        for name in sorted(self.observed.unadopted):
+            self.actions.append(Adopt(name, f"{name}: its worker was started before the "
+                                            "worker mailbox existed; giving it one"))
+
+
+def write_backs(owed: Iterable[OwedWrite], tracker_ok: bool, settings: ProjectSettings,
+                now: datetime) -> list[WriteBack]:
+    """Each accepted report's tracker writes, when due: at once when new or when the
+    tracker answers again after an outage (an outage is nobody's failure and costs no
+    wait of its own), after the retry policy's wait when the write itself failed, and
+    never again when it can never succeed (a person is asked instead)."""
+    policy, out = retry_policy(settings), []
+    for item in owed:
+        if item.blame == Blame.PERMANENT or not tracker_ok:
+            continue
+        if item.blame == Blame.OWN and not policy.due(item.failures, item.failed_at, now):
+            continue
+        again = f", try {item.failures + 1}" if item.failures else ""
+        out.append(WriteBack(item.issue, f"{item.issue}: its worker's {item.kind} report owes "
+                                         f"tracker writes{again}", report=item.id,
+                             report_kind=item.kind))
+    return out
+
+
+def stops(world: World) -> list[Action]:
+    """Workers a person's limit stops: over budget, or suspected by a tripwire. Each is
+    stopped (its work stays in its workspace) and held with the figures or the files;
+    once, since a held issue is left alone."""
+    settings = world.settings
+    out: list[Action] = []
+    feedback = settings.labels.user_feedback_given
+    why_stopped: dict[str, str] = {}
+    for name, why in sorted(world.observed.over_budget.items()):
+        why_stopped[name] = (f"{name} is over its budget: {why}. Its worker was stopped; its "
+                             "work stays in its workspace. Raise the budget in ralph-dev's "
+                             "config first")
+    for name, why in sorted(world.observed.tripped.items()):
+        why_stopped.setdefault(name, why)
+    for name, why in why_stopped.items():
+        if name not in world.issues or world.held(name):
+            continue
+        if name in world.windows:
+            out.append(Kill(name, f"{name}: stopping its worker ({why[:200]})"))
+        out.append(Hold(name, f"{name}: stopped and held for a person",
+                        comment=hold_comment(name, why, feedback)))
+    return out

@@ -1,0 +1,280 @@
+"""The world as ``decide`` sees it: one tick's ``Observed``, indexed by identifier once, and
+the small questions every rule asks of it (held? settled? blocked by what? which role?)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.critical_path import work_behind
+from ralph_dev.core.model import (
+    CONTROLLER_WINDOW,
+    IDENTIFIER_RE,
+    Issue,
+    Observed,
+    Role,
+    StateType,
+    Window,
+    WorkerRecord,
+    Workspace,
+)
+
+NUDGE_MESSAGE = (
+    "ralph-dev: no activity for a while. Continue working on {issue}. "
+    "When it is finished run: ralph-dev worker done {issue} --summary '...'; "
+    "if you cannot go on without a person run: ralph-dev worker blocked {issue} --question '...'"
+)
+"""The only text ever typed into a worker's pane by decide: fixed, never issue text."""
+
+
+_MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,99}$")
+"""What a ``model:X`` label value may be: it becomes one argv element of the agent."""
+
+def nudge_message(identifier: str) -> str:
+    return NUDGE_MESSAGE.format(issue=identifier)
+
+
+def aware(dt: datetime) -> datetime:
+    """Naive times are taken as UTC so a stray naive value cannot crash a tick."""
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
+
+
+def seconds(later: datetime, earlier: datetime) -> float:
+    return (aware(later) - aware(earlier)).total_seconds()
+
+
+def id_key(identifier: str) -> tuple[str, int]:
+    """Natural order: DEMO-9 before DEMO-10."""
+    prefix, _, number = identifier.rpartition("-")
+    return (prefix, int(number) if number.isdigit() else 0)
+
+
+def prefix(identifier: str) -> str:
+    return identifier.rpartition("-")[0]
+
+
+def dispatch_key(issue: Issue) -> tuple[int, float, tuple[int, float], tuple[str, int]]:
+    """Priority 1..4 first and 0 (none) last, then sort order, then age, then identifier."""
+    rank = issue.priority if 1 <= issue.priority <= 4 else 5
+    created = (0, aware(issue.created_at).timestamp()) if issue.created_at else (1, 0.0)
+    return (rank, issue.sort_order, created, id_key(issue.identifier))
+
+
+def label_set(labels: Iterable[str]) -> frozenset[str]:
+    return frozenset(label.casefold() for label in labels)
+
+
+def _model_label(issue: Issue, prefix: str) -> str | None:
+    """The value of a ``model:X`` label, if it is a sane model name (labels are data)."""
+    wanted = prefix.casefold()
+    for label in sorted(issue.labels):
+        if label.casefold().startswith(wanted):
+            value = label[len(prefix):].strip()
+            if _MODEL_RE.match(value):
+                return value
+    return None
+
+
+def model_for(issue: Issue, role: Role, settings: ProjectSettings) -> str:
+    """A ``model:X`` label wins, then the per-role setting, then the default model."""
+    from_label = _model_label(issue, settings.labels.model_prefix)
+    if from_label:
+        return from_label
+    return settings.agent.models.get(role.value) or settings.agent.model
+
+
+# --- the indexed world -------------------------------------------------------------
+
+
+@dataclass
+class World:
+    """``Observed`` indexed by identifier once, so a tick over 5,000 issues stays cheap."""
+
+    observed: Observed
+    settings: ProjectSettings
+    issues: dict[str, Issue] = field(default_factory=dict)
+    labels: dict[str, frozenset[str]] = field(default_factory=dict)
+    children: dict[str, set[str]] = field(default_factory=dict)
+    windows: dict[str, list[Window]] = field(default_factory=dict)
+    workspaces: dict[str, Workspace] = field(default_factory=dict)
+    records: dict[str, WorkerRecord] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, observed: Observed, settings: ProjectSettings) -> World:
+        world = cls(observed, settings)
+        for issue in observed.issues:
+            ident = issue.identifier
+            if ident not in world.issues and isinstance(ident, str) and (
+                IDENTIFIER_RE.fullmatch(ident)
+            ):
+                world.issues[ident] = issue
+                world.labels[ident] = label_set(issue.labels)
+        for ident, issue in world.issues.items():
+            for child in issue.children:
+                world.children.setdefault(ident, set()).add(child)
+            if issue.parent:
+                world.children.setdefault(issue.parent, set()).add(ident)
+        records: Mapping[str, WorkerRecord] = observed.records or {}
+        for ident, record in records.items():
+            if isinstance(ident, str) and IDENTIFIER_RE.fullmatch(ident):
+                world.records[ident] = record
+        # A worker window is named by an identifier of this project: its key, or
+        # the key of any issue or record we know (Linear team keys may differ).
+        keys = {settings.key} | {prefix(i) for i in world.issues} | {
+            prefix(i) for i in world.records
+        }
+
+        def ours(name: str) -> bool:
+            return (
+                isinstance(name, str)
+                and name != CONTROLLER_WINDOW
+                and bool(IDENTIFIER_RE.fullmatch(name))
+                and prefix(name) in keys
+            )
+
+        for window in observed.windows:
+            if ours(window.name):
+                world.windows.setdefault(window.name, []).append(window)
+        for ws in observed.workspaces:
+            if ours(ws.name) and ws.name not in world.workspaces:
+                world.workspaces[ws.name] = ws
+        return world
+
+    # -- small questions --------------------------------------------------------
+
+    def has(self, ident: str, label: str) -> bool:
+        return label.casefold() in self.labels.get(ident, frozenset())
+
+    def held(self, ident: str) -> bool:
+        lab = self.settings.labels
+        return self.has(ident, lab.hold) or self.has(ident, lab.user_input_needed)
+
+    def feedback(self, ident: str) -> bool:
+        return self.has(ident, self.settings.labels.user_feedback_given)
+
+    def finished(self, ident: str) -> bool:
+        issue = self.issues.get(ident)
+        return issue is not None and issue.state_type.finished
+
+    def settled(self, ident: str, _seen: frozenset[str] = frozenset()) -> bool:
+        """Finished, and its work is in trunk: what a dependent may build on.
+
+        A completed issue whose change still waits for its merge is not settled
+        (a dependent's workspace starts from trunk and would miss that change),
+        and neither is a parent while any child is unsettled.
+        """
+        if not self.finished(ident) or ident in _seen:
+            return self.finished(ident)
+        issue = self.issues[ident]
+        ws = self.workspaces.get(ident)
+        if (issue.state_type == StateType.COMPLETED and ws is not None
+                and (ws.has_unmerged_change or ws.conflicted)):
+            return False
+        seen = _seen | {ident}
+        return all(self.settled(kid, seen) for kid in self.kids(ident))
+
+    def live(self, ident: str) -> bool:
+        return any(w.alive for w in self.windows.get(ident, ()))
+
+    def in_review_state(self, issue: Issue) -> bool:
+        return issue.state_name.casefold() == self.settings.review_state.casefold()
+
+    def kids(self, ident: str) -> set[str]:
+        return self.children.get(ident, set())
+
+    def blocker_of(self, issue: Issue) -> str | None:
+        """The first unsettled issue that blocks ``issue`` or one of its ancestors.
+
+        A blocker we cannot see counts as unfinished: dispatching too late is
+        cheap, dispatching work before its prerequisite is in trunk is not.
+        """
+        seen: set[str] = set()
+        current: Issue | None = issue
+        while current is not None and current.identifier not in seen:
+            seen.add(current.identifier)
+            for blocker in sorted(current.blocked_by, key=blocker_key):
+                if not self.settled(blocker):
+                    return blocker
+            current = self.issues.get(current.parent) if current.parent else None
+        return None
+
+    def sent_back(self, ident: str) -> bool:
+        """Its finished change failed the verify command on top of trunk (the verified
+        merge lane) and waits for a worker of the issue to fix it."""
+        rec = self.records.get(ident)
+        return rec is not None and rec.sent_back is not None and not rec.done
+
+    def route(self, issue: Issue) -> Role:
+        lab = self.settings.labels
+        ident = issue.identifier
+        ws = self.workspaces.get(ident)
+        if ws is not None and ws.conflicted:
+            return Role.RESOLVE
+        if ws is not None and self.sent_back(ident):
+            return Role.EXECUTE  # its change failed verify on trunk: its worker redoes it
+        if self.has(ident, lab.groom):
+            return Role.GROOM
+        if self.has(ident, lab.plan) or (self.has(ident, lab.phase) and not self.kids(ident)):
+            return Role.PLAN
+        if self.in_review_state(issue) or self.has(ident, lab.review):
+            return Role.REVIEW
+        if self.has(ident, lab.research) or self.has(ident, lab.agent_input_needed):
+            return Role.RESEARCH
+        return Role.EXECUTE
+
+    def review_dispatch(self, issue: Issue) -> bool:
+        """In the review state with no worker of its own yet: review it (not an orphan).
+
+        A done record of another role (the execute worker that moved it to
+        review) does not count as the reviewer's.
+        """
+        if not self.in_review_state(issue) or issue.state_type.finished:
+            return False
+        rec = self.records.get(issue.identifier)
+        return rec is None or (rec.done and rec.role != Role.REVIEW)
+
+    def dispatchable(self, issue: Issue) -> bool:
+        """Ready for a first worker, limits aside (the rule 6 list)."""
+        ident = issue.identifier
+        if issue.foreign:
+            return False  # another project's: seen only as a blocker, child or parent
+        if issue.state_type.finished or self.held(ident) or self.feedback(ident):
+            return False
+        if ident in self.windows or self.kids(ident):
+            return False
+        rec = self.records.get(ident)
+        if self.review_dispatch(issue):
+            if ident in self.workspaces and rec is not None and rec.done:
+                return False  # the done path still has to merge and forget it first
+        elif issue.state_type != StateType.UNSTARTED:
+            return False
+        elif rec is not None and rec.done and ident in self.workspaces:
+            return False  # reopened before its done work was merged: that goes first
+        return self.blocker_of(issue) is None
+
+
+def blocker_key(ident: str) -> tuple[str, int]:
+    return id_key(ident) if IDENTIFIER_RE.fullmatch(ident) else (ident, 0)
+
+
+
+
+def ready_in(world: World) -> tuple[Issue, ...]:
+    """Dispatch order: priority, then the critical path (the most unfinished work waiting
+    behind an issue, ``core.critical_path``), then the person's sort order and age."""
+    found = [issue for issue in world.issues.values() if world.dispatchable(issue)]
+    if not found:
+        return ()
+    behind = work_behind(world.issues.values())
+
+    def key(issue: Issue) -> tuple[object, ...]:
+        rank, sort_order, created, ident = dispatch_key(issue)
+        chain, count = behind.get(issue.identifier, (0, 0))
+        return (rank, -chain, -count, sort_order, created, ident)
+
+    return tuple(sorted(found, key=key))
+
+
