@@ -22,7 +22,7 @@ from swarm_kit import REPO_ROOT, Swarm, wait_for
 
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
-from ralph_dev.control.services import DaemonServices
+from ralph_dev.control.daemon_services import DaemonServices
 from ralph_dev.control.status import load_schema
 from ralph_dev.core.config import load_project
 

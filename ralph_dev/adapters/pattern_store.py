@@ -32,6 +32,7 @@ import structlog
 from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.store import StateStore, from_iso, to_iso
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.errors import RalphError
 from ralph_dev.core.model import Observed, Role
 from ralph_dev.core.patterns import (
     STRATEGY_NAME_RE,
@@ -286,3 +287,25 @@ def plan_advice(settings: ProjectSettings, now: datetime) -> str:
     nothing has been learned); read-only, and a broken ledger only costs the advice."""
     return prompt_sections(load_ledger(ledger_path(settings)).standings(now))
 
+
+
+def remember_safely(settings: ProjectSettings, store: StateStore, phase: str, text: str,
+                    children: Sequence[str], now: datetime) -> None:
+    """``remember_plan``, never failing the plan's write-back: learning is advice, so a
+    ledger that cannot be written (disk full, a bad permission) is said in the events and
+    the write-back goes on as if learning did not exist."""
+    try:
+        remember_plan(settings, store, phase, text, list(children), now)
+    except (RalphError, OSError, ValueError) as exc:
+        log.warning("patterns_remember_failed", issue=phase, error=str(exc))
+        store.append_event("patterns_failed", issue=phase, step="remember", error=str(exc))
+
+
+def settle_safely(settings: ProjectSettings, store: StateStore, observed: Observed,
+                  now: datetime) -> None:
+    """``settle_phases`` for this tick's view, never failing the tick (logged only: it is
+    tried again next tick, and an event every tick would drown the others)."""
+    try:
+        settle_phases(settings, store, observed, now)
+    except (RalphError, OSError, ValueError) as exc:
+        log.warning("patterns_settle_failed", error=str(exc))

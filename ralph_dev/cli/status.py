@@ -38,8 +38,8 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
            interval: float) -> None:
     """What needs you, then daemon, controller, trunk, issues, workers and recent events
     (all projects by default). Times are local, with the zone shown."""
-    from ralph_dev.control.state_sources import StateSources
     from ralph_dev.control.status import SCHEMA_VERSION, snapshot, tracker_ttl
+    from ralph_dev.control.status_sources import StateSources
     from ralph_dev.control.status_text import render
 
     if watch and as_json:

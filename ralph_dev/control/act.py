@@ -24,10 +24,11 @@ from typing import Any
 import structlog
 
 from ralph_dev.adapters.mailbox_server import MailboxServer
+from ralph_dev.adapters.pattern_store import remember_safely
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
 from ralph_dev.adapters.writebacks import WriteBackItem, WriteBackQueue
-from ralph_dev.control import patterns, workspace_hooks
-from ralph_dev.control.beating import while_beating
+from ralph_dev.control import workspace_hooks
+from ralph_dev.control.heartbeat import while_beating
 from ralph_dev.control.intake import Intake
 from ralph_dev.control.merging import MergeLane
 from ralph_dev.control.worker_dirs import WorkerDirs
@@ -456,7 +457,7 @@ class WriteBackWriter:
             created = list(await self.tracker.create_issues(entries))
             self.store.append_event("worker_plan", issue=item.issue, created=created)
         # learning keeps one record per phase, so the repeat after a restart adds nothing
-        patterns.remember(self.settings, self.store, item.issue,
+        remember_safely(self.settings, self.store, item.issue,
                           plan_text(str(item.body.get("text", "")), item.body["entries"]),
                           created, utcnow())
         return {"created": created}

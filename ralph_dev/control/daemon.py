@@ -218,7 +218,7 @@ class Daemon:
     async def run(self) -> None:
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-        from ralph_dev.control.services import DaemonServices
+        from ralph_dev.control.daemon_services import DaemonServices
 
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

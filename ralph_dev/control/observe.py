@@ -22,9 +22,9 @@ from pathlib import Path
 import structlog
 
 from ralph_dev.adapters import host
+from ralph_dev.adapters.pattern_store import settle_safely
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.writebacks import WriteBackQueue
-from ralph_dev.control import patterns
 from ralph_dev.control.costs import Spending
 from ralph_dev.control.merging import MergeLane
 from ralph_dev.control.tripwires import Tripwires
@@ -157,7 +157,7 @@ class Observer:
             raise
         if observed.tracker_ok:
             self.dirs.publish(observed.issues)
-            patterns.settle(self.settings, self.store, observed, self.clock())
+            settle_safely(self.settings, self.store, observed, self.clock())
         over, spent_today = self._spend(observed)
         trunk_head, red_at = None, None
         if observed.trunk_red:

@@ -29,7 +29,7 @@ from ralph_dev.adapters.store import StateStore, to_iso, utcnow
 from ralph_dev.adapters.terminal import last_words, render_tail
 from ralph_dev.control import costs as spending
 from ralph_dev.control.disk import workspace_sizes
-from ralph_dev.control.state_sources import StateSources
+from ralph_dev.control.status_sources import StateSources
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import CONTROLLER_WINDOW, Issue, Observed, Window, worker_windows
 from ralph_dev.core.text import strip_ansi

@@ -44,7 +44,7 @@ from ralph_dev.core.model import check_identifier
 from ralph_dev.core.text import strip_ansi
 
 if TYPE_CHECKING:
-    from ralph_dev.control.services import DaemonServices
+    from ralph_dev.control.daemon_services import DaemonServices
 
 log = structlog.get_logger(__name__)
 

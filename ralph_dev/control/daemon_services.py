@@ -24,8 +24,8 @@ import structlog
 from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.control.metrics import EventCounts, render_metrics
-from ralph_dev.control.state_sources import StateSources
 from ralph_dev.control.status import heartbeat_health, snapshot, tracker_ttl
+from ralph_dev.control.status_sources import StateSources
 from ralph_dev.core.config import ProjectSettings
 
 log = structlog.get_logger(__name__)
