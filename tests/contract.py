@@ -40,6 +40,7 @@ from ralph_dev.core.actions import (
     Restart,
     Resume,
     Spawn,
+    Stop,
     VerifyTrunk,
     WriteBack,
 )
@@ -80,6 +81,7 @@ EXECUTOR_CONTRACT: Mapping[type[Action], Effect] = {
     Nudge: Effect(typed=True),
     Reap: Effect(windows_killed=True),
     Kill: Effect(windows_killed=True),
+    Stop: Effect(windows_killed=True),
     Merge: Effect(workspace="merged"),
     Forget: Effect(workspace="gone"),
     Hold: Effect(labels_added=("user_input_needed",), comments=True),

@@ -738,7 +738,8 @@ def test_spend_is_counted_from_the_transcript_and_a_budget_stops_the_worker(
         spawns = [e for e in world.store.iter_events()
                   if e["event"] == "spawn" and e["issue"] == dear]
         assert len(spawns) == 1
-        assert any(e["event"] == "budget_exceeded" for e in world.store.iter_events())
+        assert any(e["event"] == "stop" and e.get("cause") == "budget"
+                   for e in world.store.iter_events())
 
 
 # --- the model API misbehaving for a while (issue 13): nobody is charged for it ----------

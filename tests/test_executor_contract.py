@@ -50,6 +50,7 @@ from ralph_dev.core.actions import (
     Restart,
     Resume,
     Spawn,
+    Stop,
     VerifyTrunk,
     WriteBack,
 )
@@ -193,6 +194,11 @@ def kill(w: World, ident: str) -> Action:
     return Kill(ident, "zombie")
 
 
+def stop(w: World, ident: str) -> Action:
+    w.spawned(ident)
+    return Stop(ident, "a person's hold", cause="hold", why="a person set ralph:hold")
+
+
 def merge(w: World, ident: str) -> Action:
     path = w.project.jj.add_workspace(ident)
     (path / f"{ident}.txt").write_text("work\n")
@@ -269,7 +275,7 @@ def open_groom(w: World, ident: str) -> Action:
 
 
 SCENARIOS: dict[type[Action], Callable[[World, str], Action]] = {
-    Spawn: spawn, Restart: restart, Nudge: nudge, Reap: reap, Kill: kill, Merge: merge,
+    Spawn: spawn, Restart: restart, Nudge: nudge, Reap: reap, Kill: kill, Stop: stop, Merge: merge,
     Forget: forget, Hold: hold, Complete: complete, RelayFeedback: relay_feedback,
     Resume: resume, Continue: continue_, Adopt: adopt, WriteBack: write_back,
     PauseSwarm: pause_swarm, EndPause: end_pause, VerifyTrunk: verify_trunk,

@@ -52,6 +52,7 @@ from ralph_dev.core.actions import (
     Restart,
     Resume,
     Spawn,
+    Stop,
     VerifyTrunk,
     WriteBack,
 )
@@ -191,6 +192,10 @@ class Actuator:
                 for window in self._windows(action.issue, observed, alive=True):
                     await asyncio.to_thread(self.panes.send_text, window.pane_id, action.message)
             case Reap() | Kill():
+                self._kill_windows(action.issue, observed)
+            case Stop():
+                with contextlib.suppress(RalphError):  # what its agent wrote is recorded
+                    await asyncio.to_thread(self.jj.snapshot, action.issue)
                 self._kill_windows(action.issue, observed)
             case Merge():
                 outcome = await self.merges.merge(action, issue)

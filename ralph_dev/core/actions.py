@@ -101,6 +101,21 @@ class Kill(Action):
 
 
 @dataclass(frozen=True)
+class Stop(Action):
+    """Stop the issue's worker for a cause outside its work — a person's hold or state
+    move, a budget, a tripwire: its workspace is snapshotted first and kept, and so is its
+    agent session, so the issue's next start is free and resumes that session, told
+    ``why`` it stopped."""
+
+    cause: str = ""
+    """What stopped it, in one word: ``hold``, ``state``, ``budget``, ``tripwire``."""
+    why: str = ""
+
+    def record_changes(self, now: datetime) -> dict[str, Any]:
+        return {"lost": f"stopped: {self.why}"[:500], "lost_at": now, "nudged_at": None}
+
+
+@dataclass(frozen=True)
 class Reap(Action):
     """Kill a worker window whose pane died without a done marker and record the
     failure time (the orphan backoff counts from it)."""

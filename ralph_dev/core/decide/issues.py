@@ -358,8 +358,10 @@ class Decider:
         if w.feedback(ident):
             if live:
                 if self.tracker_ok:
-                    self.emit(RelayFeedback(ident, f"{ident}: a person gave feedback; handing "
-                                                   "it to the running worker"))
+                    self.emit(RelayFeedback(
+                        ident, f"{ident}: a person gave feedback; handing it to the running "
+                               "worker", lifts_hold=w.has(ident, self.settings.labels
+                                                          .user_input_needed)))
                 return
             if windows:
                 self.reap(ident, windows)

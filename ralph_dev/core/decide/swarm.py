@@ -21,8 +21,8 @@ from ralph_dev.core.actions import (
     Continue,
     EndPause,
     Hold,
-    Kill,
     PauseSwarm,
+    Stop,
     VerifyTrunk,
     WriteBack,
 )
@@ -276,18 +276,19 @@ def stops(world: World) -> list[Action]:
     settings = world.settings
     out: list[Action] = []
     feedback = settings.labels.user_feedback_given
-    why_stopped: dict[str, str] = {}
+    why_stopped: dict[str, tuple[str, str]] = {}
     for name, why in sorted(world.observed.over_budget.items()):
-        why_stopped[name] = (f"{name} is over its budget: {why}. Its worker was stopped; its "
-                             "work stays in its workspace. Raise the budget in ralph-dev's "
-                             "config first")
+        why_stopped[name] = ("budget", f"{name} is over its budget: {why}. Its worker was "
+                                       "stopped; its work stays in its workspace. Raise the "
+                                       "budget in ralph-dev's config first")
     for name, why in sorted(world.observed.tripped.items()):
-        why_stopped.setdefault(name, why)
-    for name, why in why_stopped.items():
+        why_stopped.setdefault(name, ("tripwire", why))
+    for name, (cause, why) in why_stopped.items():
         if name not in world.issues or world.held(name):
             continue
         if name in world.windows:
-            out.append(Kill(name, f"{name}: stopping its worker ({why[:200]})"))
+            out.append(Stop(name, f"{name}: stopping its worker ({cause})", cause=cause,
+                            why=why))
         out.append(Hold(name, f"{name}: stopped and held for a person",
                         comment=hold_comment(name, why, feedback)))
     return out
