@@ -126,6 +126,9 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
     socket = f"ralph-demo-{os.getpid()}"
     env["RALPH_DEV_TMUX_SOCKET"] = socket
     env["RALPH_DEV_JJ"] = jj_bin
+    # the demo's workers are small: a machine busy with other things (a build, a test
+    # run) must not keep the demo waiting for its load to drop
+    env["RALPH_DEV_LIMITS_MAX_LOAD_PER_CPU"] = "0"
     env["JJ_USER"], env["JJ_EMAIL"] = "ralph-dev demo", "demo@ralph-dev.invalid"
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
 
