@@ -59,17 +59,17 @@ async def test_list_issues_carries_state_team_labels_parent_children_blockers_co
 
 @pytest.mark.parametrize("ref", ["Alpha", "alpha", "a1b2c3d4e5f6", "alpha-a1b2c3d4e5f6"])
 async def test_project_found_by_name_slug_or_url_slug(world: World, ref: str) -> None:
-    project = await world.tracker(ref).project()
+    project = await world.tracker(ref).directory.project()
     assert project.id == world.project and [t.key for t in project.teams] == ["ENG"]
 
 
 async def test_project_found_by_id(world: World) -> None:
-    assert (await world.tracker(world.project).project()).name == "Alpha"
+    assert (await world.tracker(world.project).directory.project()).name == "Alpha"
 
 
 async def test_unknown_project_lists_closest_matches(world: World) -> None:
     with pytest.raises(LinearSetupError) as err:
-        await world.tracker("Alpah").project()
+        await world.tracker("Alpah").directory.project()
     assert "'Alpha'" in str(err.value) and "linear_project" in str(err.value)
 
 
@@ -245,7 +245,7 @@ async def test_create_issues_checks_everything_before_creating_anything(world: W
 
 async def test_create_issues_reports_what_was_created_on_failure(world: World) -> None:
     tracker = world.tracker()
-    await tracker.project()
+    await tracker.directory.project()
     world.fake.faults.queue = [None, "badinput"]  # the second issueCreate is refused
     with pytest.raises(LinearPartialCreate) as err:
         await tracker.create_issues([NewIssue("fine"), NewIssue("refused")])

@@ -151,7 +151,7 @@ async def test_garbage_answers_are_typed_retryable_errors(world: World, fault: s
 async def test_partial_answer_during_setup_is_typed(world: World) -> None:
     world.fake.faults.queue = ["partial"]
     with pytest.raises(LinearUnavailable, match="incomplete or malformed"):
-        await world.tracker().project()
+        await world.tracker().directory.project()
 
 
 async def test_wrong_key_names_the_source_never_the_key(world: World) -> None:
@@ -305,7 +305,7 @@ def test_open_tracker_builds_a_linear_tracker(
     assert isinstance(tracker, LinearTracker)
     assert_implements(tracker, Tracker)
     assert tracker.client.url == "http://127.0.0.1:9/graphql"
-    assert tracker.full_sync_interval == settings.tracker.full_sync_interval
+    assert tracker.context.full_sync_interval == settings.tracker.full_sync_interval
 
 
 async def test_refused_input_is_not_retryable(world: World) -> None:

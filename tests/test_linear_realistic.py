@@ -89,7 +89,8 @@ async def test_1_new_issues_go_to_the_parents_team_else_the_configured_one(
     (child,) = await tracker.create_issues([NewIssue("ops child", parent=ops_parent)])
     assert child.startswith("OPS-") and world.fake.state_of(child) == "Ready"
     before = len(world.fake.issues)
-    with pytest.raises(LinearSetupError, match=r"ENG, OPS.*tracker\.linear_team"):
+    with pytest.raises(LinearSetupError, match=r"2 teams, ENG \(Engineering\) and OPS "
+                       r"\(Operations\).*set tracker\.linear_team to ENG or OPS"):
         await tracker.create_issues([NewIssue("no parent, two teams")])
     assert len(world.fake.issues) == before  # refused before anything was created
     (ops,) = await world.tracker(default_team="OPS").create_issues([NewIssue("to OPS")])
@@ -108,7 +109,8 @@ async def test_1_configured_new_state_and_the_lowest_unstarted_state(tmp_path: P
         (named,) = await world.tracker(new_state="Todo").create_issues([NewIssue("named")])
         assert fake.state_of(named) == "Todo"
         with pytest.raises(LinearSetupError, match="no such state"):
-            world.tracker(new_state="Shipped").check_states(await world.tracker().project())
+            project = await world.tracker().directory.project()
+            world.tracker(new_state="Shipped").directory.check_states(project)
     settings = settings_for(tmp_path, linear_team="OPS", linear_new_state="Ready")
     assert (settings.tracker.linear_team, settings.tracker.linear_new_state) == ("OPS", "Ready")
     with pytest.raises(ConfigError, match="linear_team"):

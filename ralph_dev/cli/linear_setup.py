@@ -41,11 +41,12 @@ class LinearSetup:
 async def prepare_linear(settings: ProjectSettings, *, echo: bool = True) -> LinearSetup:
     """Auth check (viewer), project lookup, per-team states, steering labels."""
     tracker = LinearTracker.from_settings(settings, shared=False)
+    directory = tracker.directory
     try:
-        viewer = await tracker.viewer()
-        project = await tracker.project()
-        tracker.check_states(project)
-        created = await tracker.ensure_labels(settings.labels.steering())
+        viewer = await directory.viewer()
+        project = await directory.project()
+        directory.check_states(project)
+        created = await directory.ensure_labels(settings.labels.steering())
     finally:
         await tracker.close()
 
@@ -55,7 +56,7 @@ async def prepare_linear(settings: ProjectSettings, *, echo: bool = True) -> Lin
         teams=tuple(t.key for t in project.teams),
         labels_created=tuple(created),
         linear_project=project,
-        project_ref=tracker.project_ref,
+        project_ref=directory.project_ref,
     )
     if echo:
         click.echo(f"Linear: signed in as {setup.viewer}; project {setup.project!r} "
