@@ -125,6 +125,23 @@ async def test_incremental_poll_picks_up_change_new_comment_and_archive(world: W
     assert world.fake.operations()[-1] == "ProjectChanges"
 
 
+async def test_a_poll_that_overflows_answers_from_the_full_sync_it_made(
+    world: World, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More changes than one poll looks at: the full sync it falls back to is what
+    this very tick decides on, not the view from before it."""
+    monkeypatch.setattr(linear_reading, "POLL_WINDOW", 2)
+    made = seed(world, 3)
+    tracker = world.tracker()
+    await tracker.list_issues()
+    for ident in made:
+        world.fake.update_issue(ident, title=f"{ident} renamed")
+    world.clock.advance(POLL)
+    issues = await tracker.list_issues()
+    assert world.fake.operations().count("ProjectIssues") == 2  # the overflow's full sync
+    assert {i.title for i in issues} == {f"{ident} renamed" for ident in made}
+
+
 async def test_full_sync_again_after_the_interval(world: World) -> None:
     seed(world, 2)
     tracker = world.tracker(full_sync_interval=300)

@@ -201,8 +201,9 @@ class LinearReader:
             return True
         return self.client.writes_elsewhere_after(self._polled_at)
 
-    async def _poll(self, cache: IssueCache) -> None:
-        """One request; a second only for what is new; a full sync when it overflows."""
+    async def _poll(self, cache: IssueCache) -> IssueCache:
+        """One request; a second only for what is new; a full sync when it overflows.
+        Returns the cache it leaves (the full sync's, after an overflow)."""
         started = self.context.clock()
         since = (cache.newest or started) - POLL_OVERLAP
         data = await self.client.execute("ProjectChanges", {
@@ -232,8 +233,7 @@ class LinearReader:
             overflow.append("relations")
         if overflow:
             log.info("linear_poll_overflow", parts=overflow)
-            await self._full_sync()
-            return
+            return await self._full_sync()
         held, watched = cache.entries, cache.referenced()
         want = [i for i, stamp in changed  # archived and nothing of ours: nothing to read
                 if (i not in held and (i not in archived or i in watched))
@@ -256,6 +256,7 @@ class LinearReader:
         if want or new_comments:
             cache.prune(recent=(cache.newest or started) - POLL_OVERLAP)
             self.context.save()
+        return cache
 
     async def _details(self, cache: IssueCache, ids: Sequence[str],
                        comment_ids: Sequence[str]) -> None:
@@ -280,19 +281,23 @@ class LinearReader:
             cache.saw(comment.created_at)
         await self.complete(cache, fetched)
 
-    async def list_issues(self) -> list[Issue]:
-        """The project's issues, then the foreign blockers/children (``foreign=True``)."""
+    async def _current(self) -> IssueCache:
+        """The cache as current as this process keeps it: a full sync when one is due,
+        else a poll when one is due, else as it is (a cached read)."""
         cache = await self.context.open_cache()
-        now = self.context.clock()
         if not self.context.fresh(cache):
             cache = await self._full_sync()
-        elif self._poll_due(cache, now):
-            await self._poll(cache)
+        elif self._poll_due(cache, self.context.clock()):
+            cache = await self._poll(cache)
         else:
             self.cached_reads += 1
         if self.context.dirty:
             self.context.save()
-        return cache.issues()
+        return cache
+
+    async def list_issues(self) -> list[Issue]:
+        """The project's issues, then the foreign blockers/children (``foreign=True``)."""
+        return (await self._current()).issues()
 
     async def refresh(self, identifiers: Sequence[str]) -> list[Issue]:
         """These issues read again (the project's, and blockers/children elsewhere that
