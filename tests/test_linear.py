@@ -94,8 +94,9 @@ async def test_steady_state_polls_once_per_interval_and_fetches_only_what_is_new
         for _tick in range(3):  # a controller tick every 10 s
             world.clock.advance(10)
             issues = {i.identifier: i for i in await tracker.list_issues()}
-        assert world.fake.operations()[before:] == ["ProjectChanges", "PollDetails"]
+        assert world.fake.operations()[before:] == ["ProjectChanges"]  # brought along
         assert issues[made[n % 5]].title == f"renamed {n}"
+        assert issues[made[0]].comments[-1].body == f"comment {n}"
     quiet = len(world.fake.requests)
     world.clock.advance(POLL)
     await tracker.list_issues()
@@ -113,7 +114,7 @@ async def test_incremental_poll_picks_up_change_new_comment_and_archive(world: W
     d = world.fake.add_issue(world.team, "filed by a person", project_id=world.project)
     world.clock.advance(POLL)
     issues = {i.identifier: i for i in await tracker.list_issues()}
-    assert world.fake.operations()[-2:] == ["ProjectChanges", "PollDetails"]
+    assert world.fake.operations()[-1] == "ProjectChanges"  # all of it in one request
     assert issues[d].title == "filed by a person"
     assert issues[a].state_type is StateType.COMPLETED
     assert [x.body for x in issues[b].comments] == ["please also fix the docs"]
@@ -168,6 +169,65 @@ async def test_refresh_and_get(world: World) -> None:
         await tracker.get("ENG-99")
     with pytest.raises(ValueError):
         await tracker.get("../etc")
+
+
+async def test_a_write_back_costs_only_its_writes_where_the_view_is_kept(world: World) -> None:
+    """The controller keeps the project's view (it polls every ``poll_interval``): the
+    read before a write-back answers from it, so a comment and a move cost one request
+    each; a read when a poll is due makes that poll, which the next tick then spares."""
+    (a,) = seed(world, 1)
+    tracker = world.tracker()
+    await tracker.list_issues()
+    world.clock.advance(10)  # a tick later
+    before = len(world.fake.requests)
+    issue = await tracker.get(a)
+    await tracker.comment(a, "done: the evidence")
+    done = await tracker.set_state(a, type=StateType.COMPLETED)
+    assert world.fake.operations()[before:] == ["CommentCreate", "IssueUpdate"]
+    assert issue.state_type is StateType.UNSTARTED and done.state_type is StateType.COMPLETED
+    assert world.fake.state_of(a) == "Done"
+    assert (await tracker.get(a)).comments[-1].body == RALPH_MARKER + "done: the evidence"
+    world.fake.update_issue(a, title="renamed by a person")
+    world.clock.advance(POLL)
+    before = len(world.fake.requests)
+    assert (await tracker.get(a)).title == "renamed by a person"
+    await tracker.list_issues()
+    assert world.fake.operations()[before:] == ["ProjectChanges"]
+
+
+async def test_a_process_that_keeps_no_view_reads_the_issue_now(tmp_path: Path) -> None:
+    """``issue show`` starts from a disk cache up to ``full_sync_interval`` old: it
+    asks Linear, and sees a change the cache does not hold yet."""
+    with FakeLinear() as fake:
+        team = fake.add_team("ENG")
+        world = World(fake, team, fake.add_project("Alpha", [team]), Clock(), [],
+                      state_dir=tmp_path)
+        (a,) = seed(world, 1)
+        await world.tracker().list_issues()  # the controller's full sync, saved to disk
+        fake.update_issue(a, title="renamed by a person")
+        world.clock.advance(600)
+        before = len(fake.requests)
+        assert (await world.tracker().get(a)).title == "renamed by a person"
+        assert fake.operations()[before:] == ["Issue"]
+
+
+async def test_a_held_nothing_to_change_is_checked_on_linear_now(world: World) -> None:
+    """The view may be a poll behind: when it says a write would change nothing, Linear
+    is asked before nothing is done, so a person's change meanwhile is not undone by
+    silence (a move back to Todo, a label taken off)."""
+    a = world.fake.add_issue(world.team, "x", project_id=world.project,
+                             labels=["user-input-needed"])
+    tracker = world.tracker()
+    await tracker.list_issues()
+    world.fake.update_issue(a, state="In Progress")  # not polled yet
+    world.fake.update_issue(a, label_ids=[])
+    world.clock.advance(10)
+    before = len(world.fake.requests)
+    assert (await tracker.set_state(a, name="Todo")).state_name == "Todo"
+    assert world.fake.state_of(a) == "Todo"
+    assert world.fake.operations()[before:] == ["Issue", "IssueUpdate"]
+    assert "user-input-needed" in (await tracker.add_labels(a, ["user-input-needed"])).labels
+    assert world.fake.issue_labels(a) == {"user-input-needed"}
 
 
 async def test_set_state_by_type_picks_first_by_position_and_by_name(world: World) -> None:

@@ -30,10 +30,10 @@ PRODUCTION_VARIABLES = {
     "RelatedIssues": {"first": pages.RELATED_PAGE},
     "IssueBlockers": {"first": pages.CONNECTION_PAGE},
     "IssueChildren": {"first": pages.CONNECTION_PAGE},
-    "ProjectChanges": {"first": pages.POLL_WINDOW, "commentsFirst": pages.POLL_COMMENTS,
+    "ProjectChanges": {"first": pages.POLL_WINDOW, "freshFirst": pages.POLL_FRESH,
+                       "commentsFirst": pages.POLL_COMMENTS,
                        "relationsFirst": pages.POLL_RELATIONS},
     "ProjectComments": {"first": pages.POLL_COMMENTS},
-    "PollDetails": {"first": pages.BY_ID_PAGE, "commentsFirst": pages.POLL_COMMENTS},
 }
 
 

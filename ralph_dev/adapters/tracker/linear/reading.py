@@ -34,9 +34,14 @@ from ralph_dev.core.model import Comment, Issue, check_identifier
 
 log = structlog.get_logger(__name__)
 
-PAGE_SIZE = 60
-"""Issues per full-sync page: IssueFields is about 71 points, so about 4,300 per query
-(under 5,000; Linear refuses anything over 10,000)."""
+
+def _comments(nodes: Iterable[Any]) -> list[tuple[str, str, Comment]]:
+    """(issue id, comment id, comment) of a page of comments."""
+    return [(str(node["issue"]["id"]), *comment_from_node(node)) for node in nodes]
+
+PAGE_SIZE = 68
+"""Issues per full-sync page: IssueFields is about 71 points, so about 4,800 per query
+(under 5,000; Linear refuses anything over 10,000): the fewest pages under the cap."""
 BY_ID_PAGE = 50
 """Issues per query when fetching known ids in full (polls, refresh)."""
 RELATED_PAGE = 100
@@ -45,7 +50,11 @@ CONNECTION_PAGE = 50
 """Blockers or children per follow-up query, for the rare issue with more than 10."""
 POLL_WINDOW = 100
 """Issue changes one poll looks at; more means a full sync is cheaper and surer."""
-POLL_COMMENTS = 50
+POLL_FRESH = 3
+"""Issues changed after everything the cache holds that one poll brings along in full
+(about 71 points each): a person's edit costs no second request."""
+POLL_COMMENTS = 20
+"""New comments (with their text) one poll looks at; more are paged."""
 POLL_RELATIONS = 25
 """Newest relation changes of the workspace one poll looks at; all of them new means
 some may have been missed: then a full sync."""
@@ -202,19 +211,25 @@ class LinearReader:
         return self.client.writes_elsewhere_after(self._polled_at)
 
     async def _poll(self, cache: IssueCache) -> IssueCache:
-        """One request; a second only for what is new; a full sync when it overflows.
-        Returns the cache it leaves (the full sync's, after an overflow)."""
+        """One request, which brings what little is new along (the few issues changed
+        after everything held, new comments with their text); a second only for more
+        than that; a full sync when it overflows. Returns the cache it leaves (the full
+        sync's, after an overflow)."""
         started = self.context.clock()
         since = (cache.newest or started) - POLL_OVERLAP
+        newest_held = max((e.updated_at for e in cache.entries.values()), default=since)
+        after_held = max(since, newest_held) + timedelta(milliseconds=1)  # stamps are in ms
         data = await self.client.execute("ProjectChanges", {
             "projectId": cache.project.id, "watch": sorted(cache.referenced()),
-            "since": linear_time(since), "first": POLL_WINDOW, "commentsFirst": POLL_COMMENTS,
-            "relationsFirst": POLL_RELATIONS})
+            "since": linear_time(since), "first": POLL_WINDOW,
+            "freshSince": linear_time(after_held), "freshFirst": POLL_FRESH,
+            "commentsFirst": POLL_COMMENTS, "relationsFirst": POLL_RELATIONS})
         with parsing("ProjectChanges"):
             changed = [(str(n["id"]), parse_time(n["updatedAt"]))
                        for n in data["issues"]["nodes"]]
             archived = {str(n["id"]) for n in data["issues"]["nodes"] if n["archivedAt"]}
-            comments = [(str(n["id"]), str(n["issue"]["id"])) for n in data["comments"]["nodes"]]
+            fresh = {e.id: e for e in map(entry_from_node, data["fresh"]["nodes"])}
+            comments = _comments(data["comments"]["nodes"])
             comments_after = next_page(data["comments"])
             relations = [(parse_time(n["updatedAt"]), str(n["relatedIssue"]["id"]))
                          for n in data["issueRelations"]["nodes"]]
@@ -224,8 +239,7 @@ class LinearReader:
                 "projectId": cache.project.id, "since": linear_time(since),
                 "first": POLL_COMMENTS, "after": comments_after})
             with parsing("ProjectComments"):
-                comments += [(str(n["id"]), str(n["issue"]["id"]))
-                             for n in data["comments"]["nodes"]]
+                comments += _comments(data["comments"]["nodes"])
                 comments_after = next_page(data["comments"])
         mark = cache.relations_mark
         newer = [(stamp, target) for stamp, target in relations if mark is None or stamp > mark]
@@ -241,11 +255,17 @@ class LinearReader:
         members = {e.id for e in cache.members()}
         want += [target for _stamp, target in newer if target in members]  # relations moved
         want = list(dict.fromkeys(want))
-        new_comments = [cid for cid, issue_id in comments
-                        if issue_id not in cache.entries
-                        or cid not in cache.entries[issue_id].comments]
-        if want or new_comments:
-            await self._details(cache, want, new_comments)
+        brought = [fresh[i] for i in want if i in fresh]
+        for entry in brought:
+            cache.store(entry)
+        fetched = brought + await self._fetch_full(cache, [i for i in want if i not in fresh])
+        new_comments = [(issue_id, cid, comment) for issue_id, cid, comment in comments
+                        if issue_id not in held or cid not in held[issue_id].comments]
+        for issue_id, cid, comment in new_comments:
+            cache.add_comment(issue_id, cid, comment)
+            cache.saw(comment.created_at)
+        if fetched:
+            await self.complete(cache, fetched)
         if relations:
             cache.relations_mark = max([*(s for s, _t in relations),
                                         *([mark] if mark else [])])
@@ -257,29 +277,6 @@ class LinearReader:
             cache.prune(recent=(cache.newest or started) - POLL_OVERLAP)
             self.context.save()
         return cache
-
-    async def _details(self, cache: IssueCache, ids: Sequence[str],
-                       comment_ids: Sequence[str]) -> None:
-        """The issues and comments a poll found new, in as few requests as the pages allow."""
-        fetched: list[Entry] = []
-        found: list[tuple[str, str, Comment]] = []
-        rounds = max(-(-len(ids) // BY_ID_PAGE), -(-len(comment_ids) // POLL_COMMENTS), 1)
-        for n in range(rounds):
-            chunk = list(ids[n * BY_ID_PAGE:(n + 1) * BY_ID_PAGE])
-            cchunk = list(comment_ids[n * POLL_COMMENTS:(n + 1) * POLL_COMMENTS])
-            data = await self.client.execute("PollDetails", {
-                "ids": chunk, "first": max(1, len(chunk)),
-                "commentIds": cchunk, "commentsFirst": max(1, len(cchunk))})
-            with parsing("PollDetails"):
-                fetched += [entry_from_node(node) for node in data["issues"]["nodes"]]
-                found += [(str(node["issue"]["id"]), *comment_from_node(node))
-                          for node in data["comments"]["nodes"]]
-        for entry in fetched:
-            cache.store(entry)
-        for issue_id, cid, comment in found:
-            cache.add_comment(issue_id, cid, comment)
-            cache.saw(comment.created_at)
-        await self.complete(cache, fetched)
 
     async def _current(self) -> IssueCache:
         """The cache as current as this process keeps it: a full sync when one is due,
@@ -327,7 +324,34 @@ class LinearReader:
         result = [by_ident.get(renamed.get(i, i)) for i in dict.fromkeys(wanted)]
         return [i for i in result if i is not None]
 
+    async def held(self, identifier: str) -> Issue | None:
+        """The issue as this process holds it, with no request unless a poll is due: from
+        the view it keeps (the controller: it polled since its last full sync; a due poll
+        or full sync is made first, the one its next ``list_issues`` would make anyway),
+        else from a cache that started from a fresh full sync (the disk cache). None when
+        it holds no such issue."""
+        check_identifier(identifier)
+        cache = await self.context.open_cache()
+        if not self.context.fresh(cache):
+            return None
+        if self._polled_at is not None:
+            cache = await self._current()
+        entry = cache.by_identifier(identifier)
+        if entry is None or entry.identifier != identifier or not cache.member(entry):
+            return None
+        return next((i for i in cache.issues() if i.id == entry.id), None)
+
     async def get(self, identifier: str) -> Issue:
+        """One issue of the project, as current as ``list_issues`` keeps the project: a
+        process that keeps the view answers from it (a write-back's read costs nothing);
+        any other (``issue show``) reads the issue now."""
+        if self._polled_at is not None:
+            issue = await self.held(identifier)
+            if issue is not None:
+                return issue
+        return await self.read(identifier)
+
+    async def read(self, identifier: str) -> Issue:
         """One issue of the project, read now (with its 20 newest comments)."""
         check_identifier(identifier)
         cache = await self.context.open_cache()

@@ -15,10 +15,12 @@ every ``full_sync_interval``; it is saved to a disk cache that short-lived
 processes start from. In between, ``list_issues`` polls at most every
 ``poll_interval`` seconds (controller ticks in between read the cache; a write
 by another ralph-dev process of the project forces the next poll), and a poll
-is ONE request that downloads no issue text: which issues changed (id and
-updatedAt, over an overlapping window), which comments are new, and the newest
-relation changes of the workspace. Only what is actually new is then fetched
-(one more request). See ``benchmarks/linear_budget.py`` for what this costs.
+is ONE request: which issues changed (id and updatedAt, over an overlapping
+window), the few changed after everything held in full, new comments with their
+text, and the newest relation changes of the workspace. Only what is new beyond
+that is then fetched (one more request). ``get`` in a process that keeps this
+view (the controller) answers from it, so a write-back costs only its writes.
+See ``benchmarks/linear_budget.py`` for what this costs.
 
 Writing. New issues go to the team's first "unstarted" state (Todo), or
 ``tracker.linear_new_state``, in the parent's team, else ``tracker.linear_team``,

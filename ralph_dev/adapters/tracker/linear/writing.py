@@ -8,7 +8,7 @@ whole set is never replaced, so a label a person adds meanwhile survives.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -50,62 +50,82 @@ class LinearWriter:
         self.context.dirty = True
         return next((i for i in cache.issues() if i.id == entry.id), issue)
 
+    async def _write(self, identifier: str,
+                     patch_for: Callable[[Issue], Awaitable[dict[str, Any] | None]]) -> Issue:
+        """Send ``patch_for(issue)`` (None: nothing to change), decided on the issue as
+        held (no request). Every patch sets a value or adds/removes labels, so a held
+        issue a little behind Linear still gets the right end state; only a held "nothing
+        to change" is checked on the issue read now, so a person's change made meanwhile
+        is never taken for ours. One request when the issue is held, two otherwise."""
+        held = await self.reader.held(identifier)
+        if held is not None:
+            patch = await patch_for(held)
+            if patch is not None:
+                return await self._update(held, patch)
+        issue = await self.reader.read(identifier)
+        patch = await patch_for(issue)
+        return issue if patch is None else await self._update(issue, patch)
+
     async def set_state(
         self, identifier: str, *, name: str | None = None, type: StateType | None = None
     ) -> Issue:
-        """One request when the cache is fresh (the update returns the issue as it is
-        now); a cached "already there" is read again before nothing is done."""
+        """Move the issue to the state called ``name``, or its team's first of ``type``."""
         if (name is None) == (type is None):
             raise TrackerInputError("set_state needs exactly one of a state name or type")
-        cache = await self.context.open_cache()
-        held = cache.by_identifier(identifier) if self.context.fresh(cache) else None
-        issue = next((i for i in cache.issues() if i.id == held.id), None) if held else None
-        if issue is None or issue.identifier != identifier:
-            issue = await self.reader.get(identifier)
-        team = await self.context.team_of(issue)
-        state = team.state(name=name, type=type)
-        if state is None:
-            raise TrackerInputError(
-                f"team {team.key} has no state {name or type!s}; its states: "
-                f"{team.describe_states()}"
-            )
-        if issue.state_name == state.name and held is not None:
-            issue = await self.reader.get(identifier)
-        if issue.state_name == state.name:
-            return issue
-        log.info("linear_set_state", issue=identifier, state=state.name)
-        return await self._update(issue, {"stateId": state.id})
+
+        async def patch_for(issue: Issue) -> dict[str, Any] | None:
+            team = await self.context.team_of(issue)
+            state = team.state(name=name, type=type)
+            if state is None:
+                raise TrackerInputError(
+                    f"team {team.key} has no state {name or type!s}; its states: "
+                    f"{team.describe_states()}"
+                )
+            if issue.state_name == state.name:
+                return None
+            log.info("linear_set_state", issue=identifier, state=state.name)
+            return {"stateId": state.id}
+
+        return await self._write(identifier, patch_for)
 
     async def change_labels(self, identifier: str, *, add: Sequence[str] = (),
                             remove: Sequence[str] = ()) -> Issue:
-        """Incremental label change (addedLabelIds/removedLabelIds), one request at most."""
-        issue = await self.reader.get(identifier)
-        team = await self.context.team_of(issue)
-        add_ids = await self.directory.label_ids([x for x in add if x not in issue.labels], team.id)
-        cache = await self.context.open_cache()
-        entry = cache.entries.get(issue.id)
-        gone = {x.casefold() for x in remove}
-        remove_ids = [lid for lid in (entry.label_ids if entry else ())
-                      if lid in cache.labels and cache.labels[lid].name.casefold() in gone]
-        if not add_ids and not remove_ids:
-            return issue
-        patch: dict[str, Any] = {}
-        if add_ids:
-            patch["addedLabelIds"] = add_ids
-        if remove_ids:
-            patch["removedLabelIds"] = remove_ids
-        log.info("linear_labels", issue=identifier, added=list(add), removed=list(remove))
-        return await self._update(issue, patch)
+        """Incremental label change (addedLabelIds/removedLabelIds), one request at most
+        when the issue is held."""
+
+        async def patch_for(issue: Issue) -> dict[str, Any] | None:
+            team = await self.context.team_of(issue)
+            add_ids = await self.directory.label_ids(
+                [x for x in add if x not in issue.labels], team.id)
+            cache = await self.context.open_cache()
+            entry = cache.entries.get(issue.id)
+            gone = {x.casefold() for x in remove}
+            remove_ids = [lid for lid in (entry.label_ids if entry else ())
+                          if lid in cache.labels and cache.labels[lid].name.casefold() in gone]
+            patch: dict[str, Any] = {}
+            if add_ids:
+                patch["addedLabelIds"] = add_ids
+            if remove_ids:
+                patch["removedLabelIds"] = remove_ids
+            if patch:
+                log.info("linear_labels", issue=identifier, added=list(add),
+                         removed=list(remove))
+            return patch or None
+
+        return await self._write(identifier, patch_for)
 
     async def set_priority(self, identifier: str, priority: int) -> Issue:
-        """One request, none when the issue has that priority already."""
+        """None when the issue has that priority already."""
         if priority not in range(5):
             raise TrackerInputError(f"priority {priority!r} is not 0-4")
-        issue = await self.reader.get(identifier)
-        if issue.priority == priority:
-            return issue
-        log.info("linear_priority", issue=identifier, priority=priority)
-        return await self._update(issue, {"priority": priority})
+
+        async def patch_for(issue: Issue) -> dict[str, Any] | None:
+            if issue.priority == priority:
+                return None
+            log.info("linear_priority", issue=identifier, priority=priority)
+            return {"priority": priority}
+
+        return await self._write(identifier, patch_for)
 
     async def comment(self, identifier: str, body: str, *, by_ralph: bool = True,
                       author: str | None = None) -> None:
@@ -135,8 +155,8 @@ class LinearWriter:
     async def add_blocker(self, identifier: str, blocker: str) -> Issue:
         """Record that ``blocker`` blocks ``identifier``; refuses a cycle, naming it."""
         cache = await self.reader.ensure_full_view()
-        issue = await self.reader.get(identifier)
-        other = await self.reader.get(blocker)
+        issue = await self.reader.read(identifier)  # both read now: the cycle check
+        other = await self.reader.read(blocker)  # sees their relations as they are
         if blocker in issue.blocked_by:
             return issue
         edges, parents = waits(cache.issues())
@@ -150,7 +170,7 @@ class LinearWriter:
         await self.client.execute("IssueRelationCreate", {"input": {
             "issueId": other.id, "relatedIssueId": issue.id, "type": "blocks"}})
         log.info("linear_blocker", issue=identifier, blocker=blocker)
-        return await self.reader.get(identifier)
+        return await self.reader.read(identifier)
 
     async def remove_blocker(self, identifier: str, blocker: str) -> Issue:
         """Drop every "blocks" relation from ``blocker`` to ``identifier`` (none: no-op)."""
@@ -170,4 +190,4 @@ class LinearWriter:
         for relation in doomed:
             await self.client.execute("IssueRelationDelete", {"id": relation})
         log.info("linear_unblocked", issue=identifier, blocker=blocker, relations=len(doomed))
-        return await self.reader.get(identifier)
+        return await self.reader.read(identifier)
