@@ -338,7 +338,8 @@ def test_9_issue_commands_accept_every_team_key_of_the_project(
     make_jj_repo(xdg / "repo")
     runner = CliRunner()
     result = runner.invoke(main, ["init", "alpha", "--repo", str(xdg / "repo"),
-                                  "--tracker", "linear", "--linear-project", "Alpha"])
+                                  "--tracker", "linear", "--linear-project", "Alpha",
+                                  "--linear-team", "ENG"])
     assert result.exit_code == 0, result.output
     for ident in (ops_issue, ws.members[0]):
         shown = runner.invoke(main, ["issue", "show", ident])

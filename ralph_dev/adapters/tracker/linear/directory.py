@@ -48,13 +48,19 @@ def describe_teams(project: LinearProject) -> str:
     return _listed([f"{t.key} ({t.name})" for t in project.teams], "and")
 
 
-def team_needed(project: LinearProject) -> str:
-    """Why a project of several teams needs ``tracker.linear_team``, and how to set it."""
+def team_keys(project: LinearProject, last: str = "or") -> str:
+    """``ENG or OPS``."""
+    return _listed([t.key for t in project.teams], last)
+
+
+def team_needed(project: LinearProject, fix: str | None = None) -> str:
+    """Why a project of several teams needs ``tracker.linear_team``, and ``fix``: how to
+    set it (by default, in the config)."""
+    fix = fix or (f"set tracker.linear_team to {team_keys(project)} in the project's config "
+                  "(`ralph-dev init … --linear-team KEY --force` writes it)")
     return (f"Linear project {project.name!r} has {len(project.teams)} teams, "
             f"{describe_teams(project)}, and ralph-dev does not know which of them gets the "
-            "new issues that have no parent: set tracker.linear_team to "
-            f"{_listed([t.key for t in project.teams], 'or')} in the project's config "
-            "(`ralph-dev init … --linear-team KEY --force` writes it)")
+            f"new issues that have no parent: {fix}")
 
 
 class ProjectDirectory:
@@ -208,8 +214,7 @@ class ProjectDirectory:
                 raise LinearSetupError(
                     f"tracker.linear_team = {self.default_team!r} is not a team of Linear "
                     f"project {project.name!r}, whose teams are {describe_teams(project)}: "
-                    f"set tracker.linear_team to "
-                    f"{_listed([t.key for t in project.teams], 'or')}")
+                    f"set tracker.linear_team to {team_keys(project)}")
             return team
         if len(project.teams) == 1:
             return project.teams[0]
