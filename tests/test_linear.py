@@ -155,16 +155,14 @@ async def test_full_sync_again_after_the_interval(world: World) -> None:
     assert tracker.usage()["full_syncs"] == 2
 
 
-async def test_refresh_and_get(world: World) -> None:
-    a, b = seed(world, 2)
+async def test_get(world: World) -> None:
+    (b,) = seed(world, 1)
     tracker = world.tracker()
     await tracker.list_issues()
-    world.fake.update_issue(a, title="fresh")
     other = world.fake.add_issue(world.team, "not in the project", project_id=None)
-    got = await tracker.refresh([a, "ENG-99", other, b])
-    assert [i.identifier for i in got] == [a, b]
-    assert got[0].title == "fresh"
     assert (await tracker.get(b)).identifier == b
+    with pytest.raises(UnknownIssue, match="is not in it"):
+        await tracker.get(other)
     with pytest.raises(UnknownIssue):
         await tracker.get("ENG-99")
     with pytest.raises(ValueError):
@@ -377,16 +375,22 @@ async def test_only_the_newest_comments_are_kept_in_memory(world: World) -> None
     assert issue.comments[-1].body == "note 59" and issue.comments[0].body == "note 10"
 
 
-async def test_refresh_of_many_issues_is_paged(world: World,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_more_changes_than_a_poll_brings_along_are_fetched_in_pages(
+    world: World, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(linear_reading, "BY_ID_PAGE", 2)
-    made = seed(world, 5)
+    made = seed(world, 8)
     tracker = world.tracker()
     await tracker.list_issues()
+    for ident in made:
+        world.fake.update_issue(ident, title=f"{ident} renamed")
+    world.clock.advance(POLL)
     before = len(world.fake.requests)
-    got = await tracker.refresh(made)
-    assert [i.identifier for i in got] == made
-    assert world.fake.operations()[before:] == ["IssuesByIds"] * 3
+    issues = await tracker.list_issues()
+    assert {i.title for i in issues} == {f"{ident} renamed" for ident in made}
+    brought = linear_reading.POLL_FRESH  # the rest, two by two
+    assert world.fake.operations()[before:] == ["ProjectChanges"] + ["IssuesByIds"] * (
+        -(-(len(made) - brought) // 2))
 
 
 async def test_fake_stamps_real_time_strictly_increasing(world: World) -> None:

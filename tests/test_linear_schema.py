@@ -111,7 +111,10 @@ async def test_every_document_is_served_by_the_fake_with_no_error() -> None:
         made = await t.create_issues([NewIssue("new", labels=("brand-new",)),
                                       NewIssue("child", parent=ws.members[1],
                                                blocked_by=(ws.members[2],))])
-        await t.refresh([made[0], ws.many_relations])
+        for member in ws.members[4:12]:  # more changes than a poll brings along
+            fake.update_issue(member, title="edited by a person")
+        world.clock.advance(60)
+        await t.list_issues()
         await t.set_state(made[0], name="In Progress")
         await t.add_labels(made[0], ["ralph:hold"])
         await t.comment(made[0], "hello")

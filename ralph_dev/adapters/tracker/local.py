@@ -74,9 +74,6 @@ class LocalTracker:
     async def list_issues(self) -> list[Issue]:
         return await asyncio.to_thread(self.reader.list_issues)
 
-    async def refresh(self, identifiers: Sequence[str]) -> list[Issue]:
-        return await asyncio.to_thread(self.reader.refresh, list(identifiers))
-
     async def get(self, identifier: str) -> Issue:
         return await asyncio.to_thread(self.reader.get, identifier)
 

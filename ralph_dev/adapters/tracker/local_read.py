@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from ralph_dev.adapters.tracker.local_db import TrackerDb, parse_time
 from ralph_dev.core.errors import UnknownIssue
@@ -86,10 +86,6 @@ class LocalReader:
 
     def list_issues(self) -> list[Issue]:
         return self.db.call("listing issues", lambda conn: self.load(conn, None))
-
-    def refresh(self, identifiers: Sequence[str]) -> list[Issue]:
-        numbers = [self.db.number(i) for i in identifiers]
-        return self.db.call("reading issues", lambda conn: self.load(conn, numbers))
 
     def get(self, identifier: str) -> Issue:
         number = self.db.number(identifier)

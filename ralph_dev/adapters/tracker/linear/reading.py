@@ -296,34 +296,6 @@ class LinearReader:
         """The project's issues, then the foreign blockers/children (``foreign=True``)."""
         return (await self._current()).issues()
 
-    async def refresh(self, identifiers: Sequence[str]) -> list[Issue]:
-        """These issues read again (the project's, and blockers/children elsewhere that
-        the project's issues point at); unknown ones are left out."""
-        wanted = [check_identifier(i) for i in identifiers]
-        if not wanted:
-            return []
-        cache = await self.context.open_cache()
-        known = {e.id: ident for ident in wanted if (e := cache.by_identifier(ident))}
-        fetched = await self._fetch_full(cache, sorted(known))
-        for gone in set(known) - {e.id for e in fetched}:  # deleted in Linear
-            cache.forget(gone)
-        for identifier in wanted:
-            if identifier in known.values():
-                continue
-            try:
-                data = await self.client.execute("Issue", {"id": identifier})
-            except LinearNotFound:
-                continue
-            with parsing("Issue"):
-                entry = entry_from_node(data["issue"])
-            cache.store(entry)
-            fetched.append(entry)
-        await self.complete(cache, fetched)
-        by_ident = {i.identifier: i for i in cache.issues()}
-        renamed = {old: e.identifier for e in fetched for old in e.previous_identifiers}
-        result = [by_ident.get(renamed.get(i, i)) for i in dict.fromkeys(wanted)]
-        return [i for i in result if i is not None]
-
     async def held(self, identifier: str) -> Issue | None:
         """The issue as this process holds it, with no request unless a poll is due: from
         the view it keeps (the controller: it polled since its last full sync; a due poll

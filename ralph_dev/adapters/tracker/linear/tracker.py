@@ -92,9 +92,6 @@ class LinearTracker:
     async def list_issues(self) -> list[Issue]:
         return await self.reader.list_issues()
 
-    async def refresh(self, identifiers: Sequence[str]) -> list[Issue]:
-        return await self.reader.refresh(identifiers)
-
     async def get(self, identifier: str) -> Issue:
         return await self.reader.get(identifier)
 
