@@ -1,10 +1,12 @@
 """Reading Linear: the issue cache, kept fresh by full syncs and cheap polls.
 
-A full sync reads every issue of the project (paged so one query stays far
-under the complexity cap) at start and every ``full_sync_interval``; between
-them a poll costs one request that downloads no issue text unless something
-changed. The last full sync is also kept on disk, so short-lived processes
-(``status``, ``plan``, ``doctor``) reuse it instead of re-reading the project.
+A full sync reads every issue of the project (paged so one query stays under
+the complexity cap) at start and every ``full_sync_interval``; between them a
+poll costs one request, which brings along what little changed (the few issues
+changed since, new comments) and downloads no other issue text. The last full
+sync is also kept on disk, so short-lived processes (``status``, ``plan``,
+``doctor``) reuse it instead of re-reading the project. A process that keeps
+polling (the controller) answers ``get`` from what it holds.
 """
 
 from __future__ import annotations
@@ -34,16 +36,11 @@ from ralph_dev.core.model import Comment, Issue, check_identifier
 
 log = structlog.get_logger(__name__)
 
-
-def _comments(nodes: Iterable[Any]) -> list[tuple[str, str, Comment]]:
-    """(issue id, comment id, comment) of a page of comments."""
-    return [(str(node["issue"]["id"]), *comment_from_node(node)) for node in nodes]
-
 PAGE_SIZE = 68
 """Issues per full-sync page: IssueFields is about 71 points, so about 4,800 per query
 (under 5,000; Linear refuses anything over 10,000): the fewest pages under the cap."""
 BY_ID_PAGE = 50
-"""Issues per query when fetching known ids in full (polls, refresh)."""
+"""Issues per query when fetching known ids in full (what a poll found new)."""
 RELATED_PAGE = 100
 """Issues per query when reading the state of blockers/children elsewhere (~7 points each)."""
 CONNECTION_PAGE = 50
@@ -61,6 +58,11 @@ some may have been missed: then a full sync."""
 POLL_OVERLAP = timedelta(minutes=2)
 """Changes Linear stamped this long before the newest one we hold are looked at again
 (their ids and stamps only): a write that became visible late is not missed."""
+
+
+def _comments(nodes: Iterable[Any]) -> list[tuple[str, str, Comment]]:
+    """(issue id, comment id, comment) of a page of comments."""
+    return [(str(node["issue"]["id"]), *comment_from_node(node)) for node in nodes]
 
 
 class LinearReader:
