@@ -8,13 +8,12 @@ issues, bot comments) with ``--issues`` issues, ``--workers`` workers that each
 finish an issue every ``--issue-minutes`` minutes, and people who comment, edit
 and add blockers. One hour is simulated:
 
-- the controller: ``list_issues`` every 10 s (``timing.poll_interval``), a full sync
-  every ``tracker.full_sync_interval``, and its own writes (a spawn moves the issue
-  to a started state);
-- worker commands as they work TODAY (separate processes with their own tracker:
-  the SessionStart hook reads the issue and its blockers, ``worker done`` reads it,
-  comments and moves it). The controller relay will take these over; they are
-  shown apart;
+- the controller's tick, in the controller's order: the write-backs of the workers'
+  reports first (the real ``RelayQueue``: a ``done`` comments its evidence and moves
+  the issue to Done), then ``list_issues`` (a tick every 10 s, ``timing.poll_interval``;
+  a poll every ``tracker.linear_poll_interval``, a full sync every
+  ``tracker.full_sync_interval``), then its spawns (each moves its issue to a started
+  state). Workers and hooks never call Linear: every request is the controller's;
 - a short-lived ``ralph-dev status`` with and without the disk cache.
 
 Prints requests and complexity points per hour against Linear's allowance for an
@@ -33,8 +32,10 @@ import os
 import random
 import sys
 import tempfile
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,9 +78,27 @@ async def spend(ledger: Ledger, who: str, fake: Any, work: Any) -> Any:
         ledger.charge(who, fake, start)
 
 
+CONTROLLER = ("controller reads", "controller writes (spawns)",
+              "controller write-backs (relay)")
+
+
+def done_report(issue: str, started: datetime, finished: datetime) -> Any:
+    """What the controller queues when a worker reports done (as ``control.channel``)."""
+    from ralph_dev.adapters.store import to_iso
+    from ralph_dev.control.relay import RelayItem
+
+    verify = {"command": "make test", "exit_code": 0, "started_at": to_iso(finished),
+              "duration_s": 42.0, "output_tail": "412 passed in 41.8s"}
+    return RelayItem(uuid.uuid4().hex, "done", issue, {
+        "role": "execute", "summary": "Implemented it; tests added.", "verify": verify,
+        "since": to_iso(started), "finished": to_iso(finished), "spent": None})
+
+
 async def simulate(args: argparse.Namespace) -> int:
     from fake_linear import Clock, FakeLinear, World, populate_workspace
 
+    from ralph_dev.adapters.store import StateStore
+    from ralph_dev.control.relay import RelayQueue
     from ralph_dev.core.config import build_project
     from ralph_dev.core.decide import ready_issues
     from ralph_dev.core.model import Observed, StateType
@@ -87,7 +106,10 @@ async def simulate(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     ledger = Ledger()
     with tempfile.TemporaryDirectory() as tmp, FakeLinear() as fake:
-        world = World(fake, "", "", Clock(), [], state_dir=Path(tmp) / "state")
+        for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_STATE_HOME", "state"),
+                         ("XDG_DATA_HOME", "data")):
+            os.environ[var] = str(Path(tmp) / sub)  # the relay queue and events stay here
+        world = World(fake, "", "", Clock(), [], state_dir=Path(tmp) / "linear")
         fake.clock = world.clock
         ws = populate_workspace(fake, args.issues, seed=args.seed)
         world.team, world.project = ws.eng, ws.alpha
@@ -102,6 +124,7 @@ async def simulate(args: argparse.Namespace) -> int:
                                  poll_interval=settings.tracker.linear_poll_interval)
 
         controller = tracker()
+        relay = RelayQueue(settings, StateStore(settings.paths), controller)
         issues = await spend(ledger, "cold start (once)", fake, controller.list_issues())
         print(f"workspace: {len(fake.issues)} issues ({len(ws.members)} in the project), "
               f"{len(fake.relations)} relations, {len(fake.comments)} comments")
@@ -110,7 +133,7 @@ async def simulate(args: argparse.Namespace) -> int:
         await tracker().list_issues()
         status_cached = fake.spent(status_start)
 
-        working: dict[str, float] = {}  # issue → when its worker finishes (s into the hour)
+        working: dict[str, tuple[float, datetime]] = {}  # issue → (finishes at, started)
         minute = 60.0
         events = 0
         for tick in range(int(3600 / TICK)):
@@ -124,34 +147,26 @@ async def simulate(args: argparse.Namespace) -> int:
             if tick % int(args.blocker_every * minute / TICK) == 0:
                 a, b = rng.sample(ws.members, 2)
                 fake.add_blocker(a, b)
-            # the controller's tick
-            issues = await spend(ledger, "controller reads", fake, controller.list_issues())
-            own = [i for i in issues if not i.foreign]
-            for ident, done_at in list(working.items()):
+            # the controller's tick: workers' reports first, then observe, then act
+            for ident, (done_at, started) in list(working.items()):
                 if now_s >= done_at:  # `ralph-dev worker done` in the worker's pane
-                    worker = tracker()
-                    await spend(ledger, "worker commands (today)", fake, worker.get(ident))
-                    await spend(ledger, "worker commands (today)", fake,
-                                worker.comment(ident, "done: summary and evidence"))
-                    await spend(ledger, "worker commands (today)", fake,
-                                worker.set_state(ident, type=StateType.COMPLETED))
-                    await worker.close()
+                    relay.add(done_report(ident, started, world.clock()))
+                    failed = await spend(ledger, "controller write-backs (relay)", fake,
+                                         relay.flush())
+                    if failed:
+                        raise SystemExit(f"a write-back failed: {failed[0][1]}")
                     del working[ident]
                     events += 1
+            issues = await spend(ledger, "controller reads", fake, controller.list_issues())
+            own = [i for i in issues if not i.foreign]
             ready = [i for i in ready_issues(Observed(issues=tuple(own)), settings)
                      if i.identifier not in working]
             while len(working) < args.workers and ready:
                 issue = ready.pop(0)
-                await spend(ledger, "controller writes", fake,
+                await spend(ledger, "controller writes (spawns)", fake,
                             controller.set_state(issue.identifier, type=StateType.STARTED))
-                hook = tracker()  # the SessionStart hook of the new worker
-                seen = await spend(ledger, "worker commands (today)", fake,
-                                   hook.get(issue.identifier))
-                related = [x for x in (seen.parent, *seen.blocked_by) if x]
-                if related:
-                    await spend(ledger, "worker commands (today)", fake, hook.refresh(related))
                 finish = args.issue_minutes * minute * rng.uniform(0.5, 1.5)
-                working[issue.identifier] = now_s + finish
+                working[issue.identifier] = (now_s + finish, world.clock())
         await controller.close()
 
         print(f"simulated 1 hour: controller tick every {TICK:g} s, poll every "
@@ -164,15 +179,11 @@ async def simulate(args: argparse.Namespace) -> int:
             req, pts = ledger.requests[who], ledger.points[who]
             print(f"{who:{width}}{req:>10} {100 * req / REQUESTS_PER_HOUR:>10.1f}% "
                   f"{pts:>11,} {100 * pts / POINTS_PER_HOUR:>7.2f}%")
-        ctl_req = ledger.requests["controller reads"] + ledger.requests["controller writes"]
-        ctl_pts = ledger.points["controller reads"] + ledger.points["controller writes"]
+        ctl_req = sum(ledger.requests[who] for who in CONTROLLER)
+        ctl_pts = sum(ledger.points[who] for who in CONTROLLER)
         print(f"{'controller total':{width}}{ctl_req:>10} "
               f"{100 * ctl_req / REQUESTS_PER_HOUR:>10.1f}% {ctl_pts:>11,} "
               f"{100 * ctl_pts / POINTS_PER_HOUR:>7.2f}%")
-        every = ctl_req + ledger.requests["worker commands (today)"]
-        every_pts = ctl_pts + ledger.points["worker commands (today)"]
-        print(f"{'everything':{width}}{every:>10} {100 * every / REQUESTS_PER_HOUR:>10.1f}% "
-              f"{every_pts:>11,} {100 * every_pts / POINTS_PER_HOUR:>7.2f}%")
         print("\nby operation:")
         for who, ops in ledger.operations.items():
             print(f"  {who}: " + ", ".join(f"{op} {n}" for op, n in ops.most_common()))

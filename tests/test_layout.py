@@ -1,5 +1,5 @@
 """The package's shape, checked: layers import downward only, each outside tool is
-started from one home, nothing probes for capabilities, modules stay readable.
+started from one home, nothing probes for capabilities, classes are composed.
 
 These rules are what lets a newcomer point at one folder per box of the
 architecture picture; a change that breaks one fails here with the file named.
@@ -10,7 +10,10 @@ from __future__ import annotations
 import ast
 import fnmatch
 import re
+import sys
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ralph_dev"
 
@@ -148,3 +151,81 @@ def test_one_actuator_writes_to_the_tracker_and_kills_windows() -> None:
               if rel(path).split("/")[0] not in ("adapters", "cli")
               and called_methods(path) & (TRACKER_WRITES | WINDOW_KILLS)}
     assert acting <= {ACTUATOR}, f"outside the actuator: {sorted(acting - {ACTUATOR})}"
+
+
+CHAIN_SCOPES = ("adapters/tracker/",)
+"""Where no class may sit on a chain of three project classes (exceptions and Protocols
+aside): each part is composed of small classes, never stacked to shorten a file."""
+
+
+def _project_classes() -> dict[str, tuple[str, list[str]]]:
+    """Every class of the package: qualified name → (its module's path, the qualified
+    names of its bases as written, resolved through the module's imports)."""
+    classes: dict[str, tuple[str, list[str]]] = {}
+    for path in modules():
+        module = "ralph_dev." + rel(path)[:-3].replace("/", ".")
+        tree = ast.parse(path.read_text())
+        names = {node.name: f"{module}.{node.name}" for node in tree.body
+                 if isinstance(node, ast.ClassDef)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.update({alias.asname or alias.name: f"{node.module}.{alias.name}"
+                              for alias in node.names})
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                bases = [names.get(ast.unparse(b), ast.unparse(b)) for b in node.bases]
+                classes[f"{module}.{node.name}"] = (rel(path), bases)
+    return classes
+
+
+def _exempt(name: str, classes: dict[str, tuple[str, list[str]]]) -> bool:
+    """A Protocol (``Protocol`` among its own bases: a class that implements one
+    explicitly is still concrete), or an exception (through any of its bases)."""
+    import builtins
+
+    def exception(cls: str) -> bool:
+        builtin = getattr(builtins, cls, None)
+        return (isinstance(builtin, type) and issubclass(builtin, BaseException)) or any(
+            exception(base) for base in (classes[cls][1] if cls in classes else []))
+
+    bases = classes[name][1]
+    return any(b.rsplit(".", 1)[-1] == "Protocol" for b in bases) or exception(name)
+
+
+def class_chains(scopes: tuple[str, ...]) -> list[str]:
+    """Each chain of three or more project classes that a class under ``scopes`` sits
+    on (as the top, a middle or the bottom), written ``A → B → C`` (A inherits B)."""
+    classes = _project_classes()
+    linked = {name: [b for b in bases if b in classes and not _exempt(b, classes)]
+              for name, (_path, bases) in classes.items() if not _exempt(name, classes)}
+
+    def chains_up(name: str) -> list[list[str]]:
+        return [[name, *rest] for base in linked[name] for rest in chains_up(base)] or [[name]]
+
+    found = set()
+    for name in linked:
+        for chain in chains_up(name):
+            if len(chain) >= 3 and any(classes[c][0].startswith(scopes) for c in chain):
+                found.add(" → ".join(c.rsplit(".", 1)[-1] for c in chain))
+    return sorted(found)
+
+
+def test_no_class_sits_on_a_chain_of_three_project_classes() -> None:
+    chains = class_chains(CHAIN_SCOPES)
+    assert not chains, f"compose these instead of inheriting: {chains}"
+
+
+def test_the_chain_rule_sees_a_chain_across_modules(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule itself can fail: a chain spread over two modules, through an import."""
+    package = tmp_path / "ralph_dev"
+    (package / "adapters" / "tracker").mkdir(parents=True)
+    (package / "adapters" / "tracker" / "a.py").write_text(
+        "class Db:\n    pass\n\nclass Reader(Db):\n    pass\n\n"
+        "class Oops(ValueError):\n    pass\n\nclass Worse(Oops):\n    pass\n")
+    (package / "adapters" / "tracker" / "b.py").write_text(
+        "from typing import Protocol\nfrom ralph_dev.adapters.tracker.a import Reader, Worse\n"
+        "class Port(Protocol):\n    pass\n\nclass Tracker(Reader, Port):\n    pass\n\n"
+        "class Worst(Worse):\n    pass\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
+    assert class_chains(CHAIN_SCOPES) == ["Tracker → Reader → Db"]

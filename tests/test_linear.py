@@ -59,17 +59,17 @@ async def test_list_issues_carries_state_team_labels_parent_children_blockers_co
 
 @pytest.mark.parametrize("ref", ["Alpha", "alpha", "a1b2c3d4e5f6", "alpha-a1b2c3d4e5f6"])
 async def test_project_found_by_name_slug_or_url_slug(world: World, ref: str) -> None:
-    project = await world.tracker(ref).project()
+    project = await world.tracker(ref).directory.project()
     assert project.id == world.project and [t.key for t in project.teams] == ["ENG"]
 
 
 async def test_project_found_by_id(world: World) -> None:
-    assert (await world.tracker(world.project).project()).name == "Alpha"
+    assert (await world.tracker(world.project).directory.project()).name == "Alpha"
 
 
 async def test_unknown_project_lists_closest_matches(world: World) -> None:
     with pytest.raises(LinearSetupError) as err:
-        await world.tracker("Alpah").project()
+        await world.tracker("Alpah").directory.project()
     assert "'Alpha'" in str(err.value) and "linear_project" in str(err.value)
 
 
@@ -94,8 +94,9 @@ async def test_steady_state_polls_once_per_interval_and_fetches_only_what_is_new
         for _tick in range(3):  # a controller tick every 10 s
             world.clock.advance(10)
             issues = {i.identifier: i for i in await tracker.list_issues()}
-        assert world.fake.operations()[before:] == ["ProjectChanges", "PollDetails"]
+        assert world.fake.operations()[before:] == ["ProjectChanges"]  # brought along
         assert issues[made[n % 5]].title == f"renamed {n}"
+        assert issues[made[0]].comments[-1].body == f"comment {n}"
     quiet = len(world.fake.requests)
     world.clock.advance(POLL)
     await tracker.list_issues()
@@ -113,7 +114,7 @@ async def test_incremental_poll_picks_up_change_new_comment_and_archive(world: W
     d = world.fake.add_issue(world.team, "filed by a person", project_id=world.project)
     world.clock.advance(POLL)
     issues = {i.identifier: i for i in await tracker.list_issues()}
-    assert world.fake.operations()[-2:] == ["ProjectChanges", "PollDetails"]
+    assert world.fake.operations()[-1] == "ProjectChanges"  # all of it in one request
     assert issues[d].title == "filed by a person"
     assert issues[a].state_type is StateType.COMPLETED
     assert [x.body for x in issues[b].comments] == ["please also fix the docs"]
@@ -123,6 +124,23 @@ async def test_incremental_poll_picks_up_change_new_comment_and_archive(world: W
     again = {i.identifier: i for i in await tracker.list_issues()}
     assert len(again[b].comments) == 1
     assert world.fake.operations()[-1] == "ProjectChanges"
+
+
+async def test_a_poll_that_overflows_answers_from_the_full_sync_it_made(
+    world: World, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More changes than one poll looks at: the full sync it falls back to is what
+    this very tick decides on, not the view from before it."""
+    monkeypatch.setattr(linear_reading, "POLL_WINDOW", 2)
+    made = seed(world, 3)
+    tracker = world.tracker()
+    await tracker.list_issues()
+    for ident in made:
+        world.fake.update_issue(ident, title=f"{ident} renamed")
+    world.clock.advance(POLL)
+    issues = await tracker.list_issues()
+    assert world.fake.operations().count("ProjectIssues") == 2  # the overflow's full sync
+    assert {i.title for i in issues} == {f"{ident} renamed" for ident in made}
 
 
 async def test_full_sync_again_after_the_interval(world: World) -> None:
@@ -137,20 +155,77 @@ async def test_full_sync_again_after_the_interval(world: World) -> None:
     assert tracker.usage()["full_syncs"] == 2
 
 
-async def test_refresh_and_get(world: World) -> None:
-    a, b = seed(world, 2)
+async def test_get(world: World) -> None:
+    (b,) = seed(world, 1)
     tracker = world.tracker()
     await tracker.list_issues()
-    world.fake.update_issue(a, title="fresh")
     other = world.fake.add_issue(world.team, "not in the project", project_id=None)
-    got = await tracker.refresh([a, "ENG-99", other, b])
-    assert [i.identifier for i in got] == [a, b]
-    assert got[0].title == "fresh"
     assert (await tracker.get(b)).identifier == b
+    with pytest.raises(UnknownIssue, match="is not in it"):
+        await tracker.get(other)
     with pytest.raises(UnknownIssue):
         await tracker.get("ENG-99")
     with pytest.raises(ValueError):
         await tracker.get("../etc")
+
+
+async def test_a_write_back_costs_only_its_writes_where_the_view_is_kept(world: World) -> None:
+    """The controller keeps the project's view (it polls every ``poll_interval``): the
+    read before a write-back answers from it, so a comment and a move cost one request
+    each; a read when a poll is due makes that poll, which the next tick then spares."""
+    (a,) = seed(world, 1)
+    tracker = world.tracker()
+    await tracker.list_issues()
+    world.clock.advance(10)  # a tick later
+    before = len(world.fake.requests)
+    issue = await tracker.get(a)
+    await tracker.comment(a, "done: the evidence")
+    done = await tracker.set_state(a, type=StateType.COMPLETED)
+    assert world.fake.operations()[before:] == ["CommentCreate", "IssueUpdate"]
+    assert issue.state_type is StateType.UNSTARTED and done.state_type is StateType.COMPLETED
+    assert world.fake.state_of(a) == "Done"
+    assert (await tracker.get(a)).comments[-1].body == RALPH_MARKER + "done: the evidence"
+    world.fake.update_issue(a, title="renamed by a person")
+    world.clock.advance(POLL)
+    before = len(world.fake.requests)
+    assert (await tracker.get(a)).title == "renamed by a person"
+    await tracker.list_issues()
+    assert world.fake.operations()[before:] == ["ProjectChanges"]
+
+
+async def test_a_process_that_keeps_no_view_reads_the_issue_now(tmp_path: Path) -> None:
+    """``issue show`` starts from a disk cache up to ``full_sync_interval`` old: it
+    asks Linear, and sees a change the cache does not hold yet."""
+    with FakeLinear() as fake:
+        team = fake.add_team("ENG")
+        world = World(fake, team, fake.add_project("Alpha", [team]), Clock(), [],
+                      state_dir=tmp_path)
+        (a,) = seed(world, 1)
+        await world.tracker().list_issues()  # the controller's full sync, saved to disk
+        fake.update_issue(a, title="renamed by a person")
+        world.clock.advance(600)
+        before = len(fake.requests)
+        assert (await world.tracker().get(a)).title == "renamed by a person"
+        assert fake.operations()[before:] == ["Issue"]
+
+
+async def test_a_held_nothing_to_change_is_checked_on_linear_now(world: World) -> None:
+    """The view may be a poll behind: when it says a write would change nothing, Linear
+    is asked before nothing is done, so a person's change meanwhile is not undone by
+    silence (a move back to Todo, a label taken off)."""
+    a = world.fake.add_issue(world.team, "x", project_id=world.project,
+                             labels=["user-input-needed"])
+    tracker = world.tracker()
+    await tracker.list_issues()
+    world.fake.update_issue(a, state="In Progress")  # not polled yet
+    world.fake.update_issue(a, label_ids=[])
+    world.clock.advance(10)
+    before = len(world.fake.requests)
+    assert (await tracker.set_state(a, name="Todo")).state_name == "Todo"
+    assert world.fake.state_of(a) == "Todo"
+    assert world.fake.operations()[before:] == ["Issue", "IssueUpdate"]
+    assert "user-input-needed" in (await tracker.add_labels(a, ["user-input-needed"])).labels
+    assert world.fake.issue_labels(a) == {"user-input-needed"}
 
 
 async def test_set_state_by_type_picks_first_by_position_and_by_name(world: World) -> None:
@@ -245,7 +320,7 @@ async def test_create_issues_checks_everything_before_creating_anything(world: W
 
 async def test_create_issues_reports_what_was_created_on_failure(world: World) -> None:
     tracker = world.tracker()
-    await tracker.project()
+    await tracker.directory.project()
     world.fake.faults.queue = [None, "badinput"]  # the second issueCreate is refused
     with pytest.raises(LinearPartialCreate) as err:
         await tracker.create_issues([NewIssue("fine"), NewIssue("refused")])
@@ -300,16 +375,22 @@ async def test_only_the_newest_comments_are_kept_in_memory(world: World) -> None
     assert issue.comments[-1].body == "note 59" and issue.comments[0].body == "note 10"
 
 
-async def test_refresh_of_many_issues_is_paged(world: World,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_more_changes_than_a_poll_brings_along_are_fetched_in_pages(
+    world: World, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(linear_reading, "BY_ID_PAGE", 2)
-    made = seed(world, 5)
+    made = seed(world, 8)
     tracker = world.tracker()
     await tracker.list_issues()
+    for ident in made:
+        world.fake.update_issue(ident, title=f"{ident} renamed")
+    world.clock.advance(POLL)
     before = len(world.fake.requests)
-    got = await tracker.refresh(made)
-    assert [i.identifier for i in got] == made
-    assert world.fake.operations()[before:] == ["IssuesByIds"] * 3
+    issues = await tracker.list_issues()
+    assert {i.title for i in issues} == {f"{ident} renamed" for ident in made}
+    brought = linear_reading.POLL_FRESH  # the rest, two by two
+    assert world.fake.operations()[before:] == ["ProjectChanges"] + ["IssuesByIds"] * (
+        -(-(len(made) - brought) // 2))
 
 
 async def test_fake_stamps_real_time_strictly_increasing(world: World) -> None:

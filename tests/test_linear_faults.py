@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import logging
 import os
+import pty
+import select
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -151,7 +156,7 @@ async def test_garbage_answers_are_typed_retryable_errors(world: World, fault: s
 async def test_partial_answer_during_setup_is_typed(world: World) -> None:
     world.fake.faults.queue = ["partial"]
     with pytest.raises(LinearUnavailable, match="incomplete or malformed"):
-        await world.tracker().project()
+        await world.tracker().directory.project()
 
 
 async def test_wrong_key_names_the_source_never_the_key(world: World) -> None:
@@ -282,6 +287,77 @@ def test_init_with_linear_writes_config(linear_env: World, xdg: Path) -> None:
 
 
 
+@pytest.fixture
+def two_teams(linear_env: World, xdg: Path) -> World:
+    """Project "Duo" of teams ENG and OPS (the fixture's ENG, and a second one), and a
+    repository for it."""
+    ops = linear_env.fake.add_team("OPS", "Operations")
+    linear_env.fake.add_project("Duo", [linear_env.team, ops])
+    make_jj_repo(xdg / "repo")
+    return linear_env
+
+
+def init_duo(xdg: Path, *more: str) -> Any:
+    return CliRunner().invoke(main, ["init", "duo", "--repo", str(xdg / "repo"),
+                                     "--tracker", "linear", "--linear-project", "Duo", *more])
+
+
+def test_init_on_a_two_team_project_names_the_teams_and_the_setting(
+    two_teams: World, xdg: Path,
+) -> None:
+    result = init_duo(xdg)
+    assert result.exit_code != 0
+    assert "2 teams, ENG (Engineering) and OPS (Operations)" in result.output
+    assert "--linear-team ENG or OPS" in result.output
+    assert "tracker.linear_team" in result.output and "nothing was written" in result.output
+    assert not (xdg / "config" / "ralph-dev" / "config.toml").exists()
+    assert not two_teams.fake.labels  # nothing written in Linear either
+
+
+def test_init_with_linear_team_writes_it_and_new_issues_go_there(
+    two_teams: World, xdg: Path,
+) -> None:
+    result = init_duo(xdg, "--linear-team", "ops")
+    assert result.exit_code == 0, result.output
+    assert "new issues go to OPS" in result.output
+    assert 'linear_team = "OPS"' in (xdg / "config" / "ralph-dev" / "config.toml").read_text()
+    added = CliRunner().invoke(main, ["issue", "add", "duo", "A new issue"])
+    assert added.exit_code == 0, added.output
+    assert added.output.strip().startswith("OPS-")
+    wrong = init_duo(xdg, "--linear-team", "WEB", "--force")
+    assert wrong.exit_code != 0
+    assert "tracker.linear_team = 'WEB' is not a team of Linear project 'Duo'" in wrong.output
+    assert "ENG (Engineering) and OPS (Operations)" in wrong.output
+
+
+def test_init_on_a_terminal_asks_for_the_team(two_teams: World, xdg: Path) -> None:
+    """A person at a terminal is asked, with the teams listed, and the answer is kept."""
+    main_fd, pane_fd = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ralph_dev", "init", "duo", "--repo", str(xdg / "repo"),
+         "--tracker", "linear", "--linear-project", "Duo"],
+        stdin=pane_fd, stdout=pane_fd, stderr=pane_fd, env=os.environ.copy())
+    os.close(pane_fd)
+    seen = b""
+    try:
+        while b"tracker.linear_team)?" not in seen:
+            ready, _, _ = select.select([main_fd], [], [], 60)
+            assert ready, f"no prompt within 60 s; the terminal showed: {seen!r}"
+            seen += os.read(main_fd, 4096)
+        os.write(main_fd, b"ops\n")
+        assert proc.wait(timeout=60) == 0
+        while select.select([main_fd], [], [], 0.5)[0]:
+            try:
+                seen += os.read(main_fd, 4096)
+            except OSError:  # the terminal closed with the process
+                break
+    finally:
+        proc.kill()
+        os.close(main_fd)
+    assert b"ENG (Engineering) and OPS (Operations)" in seen
+    assert 'linear_team = "OPS"' in (xdg / "config" / "ralph-dev" / "config.toml").read_text()
+
+
 async def test_refused_connection_is_retryable(world: World) -> None:
     world.fake.stop()  # nothing listens on its port any more
     tracker = world.tracker()
@@ -305,7 +381,7 @@ def test_open_tracker_builds_a_linear_tracker(
     assert isinstance(tracker, LinearTracker)
     assert_implements(tracker, Tracker)
     assert tracker.client.url == "http://127.0.0.1:9/graphql"
-    assert tracker.full_sync_interval == settings.tracker.full_sync_interval
+    assert tracker.context.full_sync_interval == settings.tracker.full_sync_interval
 
 
 async def test_refused_input_is_not_retryable(world: World) -> None:

@@ -14,25 +14,26 @@ from fake_linear import MISSING_SCHEMA, Clock, FakeLinear, World, populate_works
 from graphql import GraphQLSchema, parse, validate
 from linear_complexity import complexity
 
-from ralph_dev.adapters.tracker.linear import base as linear_base
+from ralph_dev.adapters.tracker.linear import directory as linear_directory
 from ralph_dev.adapters.tracker.linear import documents
+from ralph_dev.adapters.tracker.linear import reading as pages
 from ralph_dev.core.model import NewIssue
 
 BUDGET_PER_QUERY = 5_000
 """ralph-dev's own cap per query (Linear refuses anything over 10,000)."""
 
 PRODUCTION_VARIABLES = {
-    "Projects": {"first": linear_base.PROJECTS_PAGE},
-    "Labels": {"first": linear_base.LABELS_PAGE},
-    "ProjectIssues": {"first": linear_base.PAGE_SIZE},
-    "IssuesByIds": {"first": linear_base.BY_ID_PAGE},
-    "RelatedIssues": {"first": linear_base.RELATED_PAGE},
-    "IssueBlockers": {"first": linear_base.CONNECTION_PAGE},
-    "IssueChildren": {"first": linear_base.CONNECTION_PAGE},
-    "ProjectChanges": {"first": linear_base.POLL_WINDOW, "commentsFirst": linear_base.POLL_COMMENTS,
-                       "relationsFirst": linear_base.POLL_RELATIONS},
-    "ProjectComments": {"first": linear_base.POLL_COMMENTS},
-    "PollDetails": {"first": linear_base.BY_ID_PAGE, "commentsFirst": linear_base.POLL_COMMENTS},
+    "Projects": {"first": linear_directory.PROJECTS_PAGE},
+    "Labels": {"first": linear_directory.LABELS_PAGE},
+    "ProjectIssues": {"first": pages.PAGE_SIZE},
+    "IssuesByIds": {"first": pages.BY_ID_PAGE},
+    "RelatedIssues": {"first": pages.RELATED_PAGE},
+    "IssueBlockers": {"first": pages.CONNECTION_PAGE},
+    "IssueChildren": {"first": pages.CONNECTION_PAGE},
+    "ProjectChanges": {"first": pages.POLL_WINDOW, "freshFirst": pages.POLL_FRESH,
+                       "commentsFirst": pages.POLL_COMMENTS,
+                       "relationsFirst": pages.POLL_RELATIONS},
+    "ProjectComments": {"first": pages.POLL_COMMENTS},
 }
 
 
@@ -79,9 +80,9 @@ def test_no_query_costs_more_than_5000_points(operation: str, schema: GraphQLSch
 def test_the_cost_model_counts_connections_and_page_sizes(schema: GraphQLSchema) -> None:
     one_page = complexity(schema, documents.document("ProjectIssues"), {"first": 1})
     full_page = complexity(schema, documents.document("ProjectIssues"),
-                           {"first": linear_base.PAGE_SIZE})
+                           {"first": pages.PAGE_SIZE})
     assert 40 < one_page < 80, "IssueFields with its nested connections is ~60 points"
-    assert full_page > 50 * linear_base.PAGE_SIZE - 1000
+    assert full_page > 50 * pages.PAGE_SIZE - 1000
     # the issues page size could not be much larger: the full sync is the bottleneck
     assert complexity(schema, documents.document("ProjectIssues"), {"first": 150}) > 9_000
     # Linear's own examples: 0.1 per field, 1 per object, connections times first
@@ -99,8 +100,8 @@ async def test_every_document_is_served_by_the_fake_with_no_error() -> None:
         ws = populate_workspace(fake, 80)
         world = World(fake, ws.eng, ws.alpha, Clock(), [])
         t = world.tracker(default_team="ENG")
-        await t.viewer()
-        await t.ensure_labels(["ralph:hold"])
+        await t.directory.viewer()
+        await t.directory.ensure_labels(["ralph:hold"])
         await t.list_issues()
         fake.update_issue(ws.foreign_blocker, state="Done")
         fake.add_relation(ws.members[-1], ws.members[-2])
@@ -110,7 +111,10 @@ async def test_every_document_is_served_by_the_fake_with_no_error() -> None:
         made = await t.create_issues([NewIssue("new", labels=("brand-new",)),
                                       NewIssue("child", parent=ws.members[1],
                                                blocked_by=(ws.members[2],))])
-        await t.refresh([made[0], ws.many_relations])
+        for member in ws.members[4:12]:  # more changes than a poll brings along
+            fake.update_issue(member, title="edited by a person")
+        world.clock.advance(60)
+        await t.list_issues()
         await t.set_state(made[0], name="In Progress")
         await t.add_labels(made[0], ["ralph:hold"])
         await t.comment(made[0], "hello")

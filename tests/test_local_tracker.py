@@ -109,10 +109,6 @@ async def test_create_and_read_back_every_field(tracker: LocalTracker) -> None:
     assert phase.sort_order < schema.sort_order < api.sort_order < readme.sort_order
     assert schema.created_at is not None and schema.created_at.tzinfo is not None
     assert schema.created_at.utcoffset() == UTC.utcoffset(None)
-    assert [i.identifier for i in await tracker.refresh(["DEMO-3", "DEMO-99", "DEMO-1"])] == [
-        "DEMO-1",
-        "DEMO-3",
-    ]
     assert (await tracker.get("DEMO-4")).title == "README"
 
 
@@ -220,7 +216,6 @@ async def test_bad_identifiers_are_refused(tracker: LocalTracker, db: Path, bad:
         tracker.comment(bad, "hi"),
         tracker.add_labels(bad, ["a"]),
         tracker.set_state(bad, name="Done"),
-        tracker.refresh([bad]),
     ):
         with pytest.raises(InvalidIdentifier) as err:
             await call

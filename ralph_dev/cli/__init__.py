@@ -134,6 +134,9 @@ def echo_json(data: Any) -> None:
               default="local", show_default=True)
 @click.option("--key", help="Identifier prefix for the local tracker (default: from the name).")
 @click.option("--linear-project", help="Linear project id, slug or name (with --tracker linear).")
+@click.option("--linear-team", help="Key of the Linear team that gets new issues without a "
+              "parent (tracker.linear_team), for a project of several teams; on a terminal "
+              "init asks when it is missing.")
 @click.option("--trunk", help="Trunk bookmark to merge into (default: the branch git's HEAD "
               "is on, else main or master).")
 @click.option("--colocate", is_flag=True, help="Make a plain git repository a colocated jj "
@@ -154,6 +157,7 @@ def init(
     tracker_kind: str,
     key: str | None,
     linear_project: str | None,
+    linear_team: str | None,
     trunk: str | None,
     colocate: bool,
     workspace_root: Path | None,
@@ -176,6 +180,8 @@ def init(
         tracker["key"] = key
     if linear_project:
         tracker["linear_project"] = linear_project
+    if linear_team:
+        tracker["linear_team"] = linear_team.strip().upper()
     raw["tracker"] = tracker
     if workspace_root:
         raw["workspace_root"] = str(workspace_root.expanduser().resolve())
@@ -196,9 +202,13 @@ def init(
     settings = build_project(project, {**raw, "trunk": found.trunk})
     linear = None
     if tracker_kind == "linear":
-        from ralph_dev.cli.linear_setup import prepare_linear
+        from ralph_dev.cli.linear_setup import ask_team, prepare_linear
 
-        linear = run(prepare_linear(settings))
+        linear = run(prepare_linear(settings, choose_team=ask_team if sys.stdin.isatty()
+                                    else None))
+        if linear.team and not settings.tracker.linear_team:  # chosen at the prompt
+            tracker["linear_team"] = linear.team
+            settings = build_project(project, {**raw, "trunk": found.trunk})
     for note in found.notes:
         click.echo(note)
     path = write_project(settings, force=force, path=cli.config_path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from ralph_dev.core.model import NewIssue
+from ralph_dev.core.model import Issue, NewIssue
 
 
 def format_cycle(path: Sequence[str]) -> str:
@@ -48,6 +48,15 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
 
 WAITS_FOR = ("each waits for the next: it is blocked by it, or it is its parent, which "
              "finishes only when its sub-issues have")
+
+
+def waits(issues: Iterable[Issue]) -> tuple[dict[str, set[str]], dict[str, str]]:
+    """What waits for what among ``issues``: blockers by issue, and each sub-issue's
+    parent (the two arguments of ``dependency_cycle`` and ``batch_cycle``)."""
+    issues = list(issues)
+    blocked_by = {issue.identifier: set(issue.blocked_by) for issue in issues}
+    parent_of = {child: issue.identifier for issue in issues for child in issue.children}
+    return blocked_by, parent_of
 
 
 def dependency_cycle(blocked_by: Mapping[str, Iterable[str]],

@@ -138,10 +138,6 @@ class TrackerReader(Protocol):
         """Every issue of the project, with blockers, parent/children, labels, comments."""
         ...
 
-    async def refresh(self, identifiers: Sequence[str]) -> list[Issue]:
-        """Re-read just these issues (unknown ones are left out)."""
-        ...
-
     async def get(self, identifier: str) -> Issue:
         """One issue; raises ``UnknownIssue``."""
         ...

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import structlog
 
+from ralph_dev.adapters.tracker.batch import check_batch, checked_labels, entry_name
 from ralph_dev.adapters.tracker.local_db import (
     DEFAULT_NEW_STATE,
     TrackerDb,
@@ -25,50 +26,51 @@ from ralph_dev.core.errors import (
     UnknownIssue,
 )
 from ralph_dev.core.model import (
-    IDENTIFIER_RE,
     NewIssue,
-    check_identifier,
 )
 
 log = structlog.get_logger(__name__)
 
 
-class IssueCreation(TrackerDb):
-    """``create_issues_sync`` for :class:`~ralph_dev.adapters.tracker.local.LocalTracker`."""
+class LocalIssueCreator:
+    """``create_issues`` of one local tracker."""
 
-    def create_issues_sync(self, new: Sequence[NewIssue]) -> list[str]:
+    def __init__(self, db: TrackerDb) -> None:
+        self.db = db
+
+    def create_issues(self, new: Sequence[NewIssue]) -> list[str]:
         """Create a batch in one transaction: all of it, or (on any problem) none of it."""
         entries = list(new)
-        refs = self._check_batch(entries)
+        refs = check_batch(entries, self.db.number)
 
         def work(conn: sqlite3.Connection) -> list[str]:
-            existing = {self._ident(r[0]) for r in conn.execute("SELECT number FROM issues")}
+            existing = {self.db.ident(r[0]) for r in conn.execute("SELECT number FROM issues")}
 
             def resolve(text: str, what: str, entry: int) -> str:
                 if text in refs:
                     return f"ref:{text}"
-                self._number(text)  # shape and key
+                self.db.number(text)  # shape and key
                 if text not in existing:
                     raise UnknownIssue(
-                        f"{self._entry_name(entries, entry)}: {what} {text} does not exist "
-                        f"in {self.db_path}"
+                        f"{entry_name(entries, entry)}: {what} {text} does not exist "
+                        f"in {self.db.db_path}"
                     )
                 return text
 
-            default_state = self._resolve_state(conn, DEFAULT_NEW_STATE, None)
+            default_state = self.db.resolve_state(conn, DEFAULT_NEW_STATE, None)
             states = []
             for entry in entries:
                 if entry.state is not None:
-                    states.append(self._resolve_state(conn, entry.state, None))
+                    states.append(self.db.resolve_state(conn, entry.state, None))
                 elif entry.state_type is not None:
-                    states.append(self._resolve_state(conn, None, entry.state_type))
+                    states.append(self.db.resolve_state(conn, None, entry.state_type))
                 else:
                     states.append(default_state)
             # Nodes: existing identifiers, "ref:NAME" for batch entries with a ref,
             # "new:I" for the others. Parent and blocker edges both must be acyclic.
             node = [f"ref:{e.ref}" if e.ref else f"new:{i}" for i, e in enumerate(entries)]
             parents: dict[str, str] = {}
-            edges = self._edges(conn)
+            edges = self.db.edges(conn)
             for i, entry in enumerate(entries):
                 if entry.parent is not None:
                     parents[node[i]] = resolve(entry.parent, "parent", i)
@@ -94,7 +96,7 @@ class IssueCreation(TrackerDb):
                             "nothing was created"
                         )
                     seen.append(here)
-            cycle = batch_cycle(entries, self._edges(conn), self._parents(conn))
+            cycle = batch_cycle(entries, self.db.edges(conn), self.db.parents(conn))
             if cycle:
                 raise TrackerInputError(f"dependency cycle {cycle} ({WAITS_FOR}); "
                                         "nothing was created")
@@ -105,7 +107,7 @@ class IssueCreation(TrackerDb):
             top = conn.execute("SELECT COALESCE(MAX(sort_order), 0) FROM issues").fetchone()[0]
             assigned: dict[str, str] = {}
             for i in range(len(entries)):
-                assigned[node[i]] = self._ident(counter + i)
+                assigned[node[i]] = self.db.ident(counter + i)
             now = iso(utc_now())
             for i, entry in enumerate(entries):
                 number = counter + i
@@ -121,7 +123,7 @@ class IssueCreation(TrackerDb):
                         entry.priority,
                         top + i + 1,
                         states[i],
-                        None if parent_ident is None else self._number(parent_ident),
+                        None if parent_ident is None else self.db.number(parent_ident),
                         now,
                         now,
                     ),
@@ -130,18 +132,18 @@ class IssueCreation(TrackerDb):
                 number = counter + i
                 conn.executemany(
                     "INSERT OR IGNORE INTO labels (issue, label) VALUES (?, ?)",
-                    [(number, x) for x in self._check_labels(entry.labels)],
+                    [(number, x) for x in checked_labels(entry.labels)],
                 )
                 for blocker in edges.get(node[i], ()):
                     conn.execute(
                         "INSERT OR IGNORE INTO blocks (blocker, blocked) VALUES (?, ?)",
-                        (self._number(assigned.get(blocker, blocker)), number),
+                        (self.db.number(assigned.get(blocker, blocker)), number),
                     )
             touched = {
-                self._number(parents[n]) for n in parents if not parents[n].startswith(("ref:",))
+                self.db.number(parents[n]) for n in parents if not parents[n].startswith(("ref:",))
             }
             for number in touched:
-                self._touch(conn, number)  # a new child changes its parent
+                self.db.touch(conn, number)  # a new child changes its parent
             conn.execute(
                 "UPDATE meta SET value = ? WHERE name = 'next_number'",
                 (str(counter + len(entries)),),
@@ -152,54 +154,4 @@ class IssueCreation(TrackerDb):
 
         if not entries:
             return []
-        return self._write_call("creating issues", work)
-
-    @staticmethod
-    def _entry_name(entries: Sequence[NewIssue], index: int) -> str:
-        entry = entries[index]
-        return f"entry {index + 1} ({entry.ref or entry.title!r})"
-
-    def _check_batch(self, entries: Sequence[NewIssue]) -> set[str]:
-        """Checks that need no database: titles, priorities, labels, refs."""
-        refs: set[str] = set()
-        for i, entry in enumerate(entries):
-            name = self._entry_name(entries, i)
-            if not isinstance(entry.title, str) or not entry.title.strip():
-                raise TrackerInputError(f"{name}: the title is empty")
-            if "\n" in entry.title.strip():
-                raise TrackerInputError(f"{name}: the title must be one line")
-            if (
-                not isinstance(entry.priority, int)
-                or isinstance(entry.priority, bool)
-                or not 0 <= entry.priority <= 4
-            ):
-                raise TrackerInputError(
-                    f"{name}: priority {entry.priority!r} is not 0-4 "
-                    "(0 none, 1 urgent, 2 high, 3 medium, 4 low)"
-                )
-            self._check_labels(entry.labels)
-            if entry.ref is not None:
-                if not entry.ref or entry.ref != entry.ref.strip():
-                    raise TrackerInputError(f"{name}: ref {entry.ref!r} is empty or padded")
-                if IDENTIFIER_RE.fullmatch(entry.ref):
-                    raise TrackerInputError(
-                        f"{name}: ref {entry.ref!r} looks like an issue identifier; "
-                        "pick a name such as 'schema'"
-                    )
-                if entry.ref in refs:
-                    raise TrackerInputError(f"{name}: ref {entry.ref!r} is used twice")
-                refs.add(entry.ref)
-        for i, entry in enumerate(entries):
-            for text in [*entry.blocked_by, *([entry.parent] if entry.parent else [])]:
-                if text in refs:
-                    continue
-                try:
-                    check_identifier(text)
-                except ValueError:
-                    known = ", ".join(sorted(refs)) or "none"
-                    raise TrackerInputError(
-                        f"{self._entry_name(entries, i)}: {text!r} is neither an issue "
-                        f"identifier nor a ref in this batch (refs: {known})"
-                    ) from None
-                self._number(text)
-        return refs
+        return self.db.write_call("creating issues", work)

@@ -16,7 +16,7 @@ import getpass
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -32,10 +32,8 @@ from ralph_dev.core.errors import (
 from ralph_dev.core.model import (
     IDENTIFIER_RE,
     InvalidIdentifier,
-    InvalidLabel,
     StateType,
     check_identifier,
-    check_label,
 )
 
 log = structlog.get_logger(__name__)
@@ -130,7 +128,9 @@ def person_name() -> str:
 
 
 class TrackerDb:
-    """One project's tracker database file, opened per call."""
+    """One project's tracker database file, opened per call: what the local tracker's
+    reader, writer and issue creator share (connections, transactions, identifiers,
+    states and the blocker graph)."""
 
     def __init__(self, db_path: Path, key: str) -> None:
         if not isinstance(key, str) or not re.fullmatch(r"[A-Z][A-Z0-9]{0,9}", key):
@@ -143,7 +143,7 @@ class TrackerDb:
         self._ready = False
 
     def __repr__(self) -> str:
-        return f"LocalTracker({str(self.db_path)!r}, key={self.key!r})"
+        return f"TrackerDb({str(self.db_path)!r}, key={self.key!r})"
 
     # --- connections -----------------------------------------------------------
 
@@ -328,7 +328,7 @@ class TrackerDb:
         else:
             conn.commit()
 
-    def _call(self, doing: str, func: Callable[[sqlite3.Connection], T]) -> T:
+    def call(self, doing: str, func: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._connect()
         try:
             return func(conn)
@@ -337,16 +337,16 @@ class TrackerDb:
         finally:
             conn.close()
 
-    def _write_call(self, doing: str, func: Callable[[sqlite3.Connection], T]) -> T:
+    def write_call(self, doing: str, func: Callable[[sqlite3.Connection], T]) -> T:
         def inside(conn: sqlite3.Connection) -> T:
             with self._write(conn):
                 return func(conn)
 
-        return self._call(doing, inside)
+        return self.call(doing, inside)
 
     # --- identifiers -------------------------------------------------------------
 
-    def _number(self, identifier: str) -> int:
+    def number(self, identifier: str) -> int:
         """The issue number of ``identifier``, after checking its shape and key."""
         check_identifier(identifier)
         if not IDENTIFIER_RE.fullmatch(identifier):  # "$" alone lets "DEMO-1\n" through
@@ -362,25 +362,25 @@ class TrackerDb:
             )
         return int(number)
 
-    def _ident(self, number: int) -> str:
+    def ident(self, number: int) -> str:
         return f"{self.key}-{number}"
 
-    def _existing(self, conn: sqlite3.Connection, identifier: str) -> int:
-        number = self._number(identifier)
+    def existing(self, conn: sqlite3.Connection, identifier: str) -> int:
+        number = self.number(identifier)
         if not conn.execute("SELECT 1 FROM issues WHERE number = ?", (number,)).fetchone():
             raise UnknownIssue(f"no issue {identifier} in {self.db_path}")
         return number
 
     # --- reading -----------------------------------------------------------------
 
-    def _states(self, conn: sqlite3.Connection) -> list[sqlite3.Row]:
+    def states(self, conn: sqlite3.Connection) -> list[sqlite3.Row]:
         return list(conn.execute("SELECT position, name, type FROM states ORDER BY position"))
 
-    def _resolve_state(
+    def resolve_state(
         self, conn: sqlite3.Connection, name: str | None, type: StateType | str | None
     ) -> int:
         """The position of the state called ``name`` (any case) or the first of ``type``."""
-        states = self._states(conn)
+        states = self.states(conn)
         valid = ", ".join(f"{r['name']} ({r['type']})" for r in states)
         if (name is None) == (type is None):
             raise TrackerInputError("give exactly one of a state name or a state type")
@@ -400,26 +400,19 @@ class TrackerDb:
                 return int(row["position"])
         raise TrackerInputError(f"no state of type {wanted.value!r}; valid states: {valid}")
 
-    def _edges(self, conn: sqlite3.Connection) -> dict[str, set[str]]:
+    def edges(self, conn: sqlite3.Connection) -> dict[str, set[str]]:
         """Existing relations as identifier → identifiers it is blocked by."""
         edges: dict[str, set[str]] = {}
         for row in conn.execute("SELECT blocker, blocked FROM blocks"):
-            edges.setdefault(self._ident(row[1]), set()).add(self._ident(row[0]))
+            edges.setdefault(self.ident(row[1]), set()).add(self.ident(row[0]))
         return edges
 
-    def _parents(self, conn: sqlite3.Connection) -> dict[str, str]:
+    def parents(self, conn: sqlite3.Connection) -> dict[str, str]:
         """Existing sub-issues as identifier → its parent's identifier."""
-        return {self._ident(row[0]): self._ident(row[1]) for row in
+        return {self.ident(row[0]): self.ident(row[1]) for row in
                 conn.execute("SELECT number, parent FROM issues WHERE parent IS NOT NULL")}
 
-    def _touch(self, conn: sqlite3.Connection, number: int) -> None:
+    def touch(self, conn: sqlite3.Connection, number: int) -> None:
         conn.execute(
             "UPDATE issues SET updated_at = ? WHERE number = ?", (iso(utc_now()), number)
         )
-
-    @staticmethod
-    def _check_labels(labels: Iterable[str]) -> list[str]:
-        try:
-            return [check_label(label) for label in labels]
-        except InvalidLabel as exc:
-            raise TrackerInputError(str(exc)) from None

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 import structlog
@@ -36,14 +36,6 @@ from gql.transport.exceptions import (
     TransportServerError,
 )
 
-from ralph_dev.core.errors import (
-    TrackerError,
-    TrackerInputError,
-)
-
-if TYPE_CHECKING:
-    pass
-
 from ralph_dev.adapters.tracker.linear.apikey import ApiKey
 from ralph_dev.adapters.tracker.linear.cache import SharedState
 from ralph_dev.adapters.tracker.linear.documents import document, is_mutation
@@ -51,6 +43,10 @@ from ralph_dev.adapters.tracker.linear.errors import (
     LinearAuthError,
     LinearNotFound,
     LinearUnavailable,
+)
+from ralph_dev.core.errors import (
+    TrackerError,
+    TrackerInputError,
 )
 
 log = structlog.get_logger(__name__)

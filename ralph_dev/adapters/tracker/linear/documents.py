@@ -9,11 +9,6 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
 
 GRAPHQL_DIR = Path(__file__).with_name("graphql")
 

@@ -1,32 +1,23 @@
-"""The Linear tracker's foundation: its client, and the project, teams and labels it reads.
+"""The Linear project as configured: its teams and their workflow states, and the labels.
 
-``LinearTracker`` (tracker.py) is built in three layers: this one (who we are,
-the project's teams, their workflow states and labels), ``reading.py`` (the
-issue cache: full syncs, cheap polls, the disk cache other processes share) and
-``tracker.py`` (writes: states, labels, comments, blockers, new issues).
+``ProjectDirectory`` answers "which project, which team, which state, which
+label id" for the reader and the writer of one ``LinearTracker``; it is read
+once per process (``linear-project.json`` spares short-lived processes even
+that) and again at each full sync. ``init`` uses it alone, before any issue is
+read, to check that the project is usable as configured.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
 
 import structlog
 
-from ralph_dev.adapters.tracker.linear.apikey import load_api_key
-from ralph_dev.adapters.tracker.linear.cache import (
-    CACHE_FILE,
-    PROJECT_FILE,
-    RATE_FILE,
-    IssueCache,
-    load_project,
-    save_project,
-)
-from ralph_dev.adapters.tracker.linear.client import DEFAULT_URL, URL_ENV, LinearClient
+from ralph_dev.adapters.tracker.linear.cache import load_project, save_project
+from ralph_dev.adapters.tracker.linear.client import LinearClient
 from ralph_dev.adapters.tracker.linear.errors import LinearSetupError
 from ralph_dev.adapters.tracker.linear.parse import (
     LinearLabel,
@@ -35,139 +26,76 @@ from ralph_dev.adapters.tracker.linear.parse import (
     LinearTeam,
     parsing,
 )
-from ralph_dev.core.config import Labels
-from ralph_dev.core.errors import (
-    ConfigError,
-    TrackerInputError,
-)
-from ralph_dev.core.model import InvalidLabel, check_label
-
-if TYPE_CHECKING:
-    from ralph_dev.core.config import ProjectSettings
-
+from ralph_dev.core.errors import ConfigError, TrackerInputError
+from ralph_dev.core.model import InvalidLabel, StateType, check_label
 
 log = structlog.get_logger(__name__)
 
-PAGE_SIZE = 60
-"""Issues per full-sync page: IssueFields is about 71 points, so about 4,300 per query
-(under 5,000; Linear refuses anything over 10,000)."""
 PROJECTS_PAGE = 100
 LABELS_PAGE = 250
-BY_ID_PAGE = 50
-"""Issues per query when fetching known ids in full (polls, refresh)."""
-RELATED_PAGE = 100
-"""Issues per query when reading the state of blockers/children elsewhere (~7 points each)."""
-CONNECTION_PAGE = 50
-"""Blockers or children per follow-up query, for the rare issue with more than 10."""
-POLL_WINDOW = 100
-"""Issue changes one poll looks at; more means a full sync is cheaper and surer."""
-POLL_COMMENTS = 50
-POLL_RELATIONS = 25
-"""Newest relation changes of the workspace one poll looks at; all of them new means
-some may have been missed: then a full sync."""
-POLL_OVERLAP = timedelta(minutes=2)
-"""Changes Linear stamped this long before the newest one we hold are looked at again
-(their ids and stamps only): a write that became visible late is not missed."""
-SAVE_EVERY = timedelta(seconds=60)
-"""A long-lived process saves the disk cache after polls at most this often."""
+
+LabelsChanged = Callable[[list[LinearLabel]], None]
+"""Told every label list the directory reads or grows, so the issue cache names them."""
 
 
+def _listed(words: Sequence[str], last: str) -> str:
+    """``A, B and C`` (``last`` = "and") or ``A, B or C``."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
 
-class LinearBase:
-    """The issues of one Linear project, behind ``core.ports.Tracker``."""
 
-    def __init__(
-        self,
-        client: LinearClient,
-        project: str,
-        *,
-        full_sync_interval: float = 1800.0,
-        poll_interval: float = 30.0,
-        page_size: int = PAGE_SIZE,
-        labels: Labels | None = None,
-        default_team: str | None = None,
-        new_state: str | None = None,
-        cache_file: Path | None = None,
-    ) -> None:
-        if not project or not str(project).strip():
+def describe_teams(project: LinearProject) -> str:
+    """The project's teams as a person reads them: ``ENG (Engineering) and OPS (Ops)``."""
+    return _listed([f"{t.key} ({t.name})" for t in project.teams], "and")
+
+
+def team_keys(project: LinearProject, last: str = "or") -> str:
+    """``ENG or OPS``."""
+    return _listed([t.key for t in project.teams], last)
+
+
+def team_needed(project: LinearProject, fix: str | None = None) -> str:
+    """Why a project of several teams needs ``tracker.linear_team``, and ``fix``: how to
+    set it (by default, in the config)."""
+    fix = fix or (f"set tracker.linear_team to {team_keys(project)} in the project's config "
+                  "(`ralph-dev init … --linear-team KEY --force` writes it)")
+    return (f"Linear project {project.name!r} has {len(project.teams)} teams, "
+            f"{describe_teams(project)}, and ralph-dev does not know which of them gets the "
+            f"new issues that have no parent: {fix}")
+
+
+class ProjectDirectory:
+    """One Linear project's teams, workflow states and labels, over one client."""
+
+    def __init__(self, client: LinearClient, project_ref: str, *,
+                 default_team: str | None = None, new_state: str | None = None,
+                 project_file: Path | None = None,
+                 labels_changed: LabelsChanged | None = None) -> None:
+        if not project_ref or not str(project_ref).strip():
             raise ConfigError("tracker.linear_project is empty: set a project id, slug or name")
         self.client = client
-        self.project_ref = str(project).strip()
-        self.full_sync_interval = full_sync_interval
-        self.poll_interval = poll_interval
-        self.page_size = page_size
-        self.label_settings = labels or Labels()
+        self.project_ref = str(project_ref).strip()
         self.default_team = default_team
         self.new_state = new_state
-        self.cache_file = cache_file
+        self.project_file = project_file
+        self.labels_changed = labels_changed
+        self.project_read_at: datetime | None = None
         self._project: LinearProject | None = None
-        self._project_read_at: datetime | None = None
         self._labels: list[LinearLabel] | None = None
-        self._cache: IssueCache | None = None
-        self._disk_checked = False
-        self._polled_at: datetime | None = None
-        self._saved_at: datetime | None = None
-        self._dirty = False
-        self._expect_changes = False
-        self._labels_missing: set[str] = set()
-        """Label ids still unknown after the last reload (not reloaded for again)."""
-        self._unreadable: set[str] = set()
-        """Blockers/children Linear did not return when asked (not asked again until the
-        next full sync); they stay unfinished for a decision, which is the safe side."""
-        self.full_syncs = 0
-        self.polls = 0
-        self.cached_reads = 0
-
-    @classmethod
-    def from_settings(cls, settings: ProjectSettings, *, shared: bool = True,
-                      **client_args: Any) -> Self:
-        """``shared=False`` keeps no files (``init``, before the project exists)."""
-        key = load_api_key(settings.tracker)
-        url = os.environ.get(URL_ENV) or DEFAULT_URL
-        state_dir = settings.paths.state_dir
-        if shared:
-            client_args.setdefault("shared_state", state_dir / RATE_FILE)
-        client = LinearClient(key, url, **client_args)
-        t = settings.tracker
-        return cls(client, t.linear_project or "", full_sync_interval=t.full_sync_interval,
-                   poll_interval=t.linear_poll_interval, labels=settings.labels,
-                   default_team=t.linear_team, new_state=t.linear_new_state,
-                   cache_file=state_dir / CACHE_FILE if shared else None)
-
-    def __repr__(self) -> str:
-        return f"LinearTracker({self.project_ref!r}, {self.client!r})"
 
     @property
-    def clock(self) -> Callable[[], datetime]:
-        return self.client.clock
+    def known(self) -> LinearProject | None:
+        """The project if this process has looked it up already (no request)."""
+        return self._project
 
     @property
-    def project_file(self) -> Path | None:
-        return self.cache_file.with_name(PROJECT_FILE) if self.cache_file else None
+    def labels_known(self) -> list[LinearLabel] | None:
+        """The labels if this process has a list of them already (no request)."""
+        return self._labels
 
-    def usage(self) -> dict[str, Any]:
-        """For ``status``: requests/complexity per hour, rate limit, sync counts."""
-        out = self.client.usage()
-        cache = self._cache
-        out.update(full_syncs=self.full_syncs, polls=self.polls, cached_reads=self.cached_reads,
-                   last_full_sync=cache.synced_at.isoformat() if cache and cache.synced_at
-                   else None,
-                   cached_issues=len(cache.members()) if cache else 0)
-        return out
-
-    def expect_changes(self) -> None:
-        """Something changed in Linear (a webhook said so): the next ``list_issues``
-        polls even if the last poll is younger than ``poll_interval``."""
-        self._expect_changes = True
-
-    def renamed(self) -> dict[str, str]:
-        """Earlier identifiers of the project's issues (before a team move) → current."""
-        cache = self._cache
-        if cache is None:
-            return {}
-        return {old: e.identifier for e in cache.members() for old in e.previous_identifiers}
-
-    # --- project, teams, labels ------------------------------------------------------
+    def adopt_labels(self, labels: list[LinearLabel]) -> None:
+        """Labels a disk cache named: a stale list still names most, and saves a request."""
+        if self._labels is None:
+            self._labels = labels
 
     async def viewer(self) -> dict[str, str]:
         """Who the key belongs to (the auth check of ``init``)."""
@@ -217,9 +145,9 @@ class LinearBase:
                 f"no Linear project matches {ref!r} ({hint}); set tracker.linear_project "
                 "(or --linear-project) to a project id, slug or name"
             )
-        return await self._read_project(found[0][0])
+        return await self.read_project(found[0][0])
 
-    async def _read_project(self, project_id: str) -> LinearProject:
+    async def read_project(self, project_id: str) -> LinearProject:
         """The project's teams and their workflow states (re-read at each full sync)."""
         data = await self.client.execute("ProjectTeams", {"id": project_id})
         with parsing("ProjectTeams"):
@@ -245,9 +173,7 @@ class LinearBase:
                 "than 50 workflow states; ralph-dev does not handle that many"
             )
         self._project = project
-        self._project_read_at = self.clock()
-        if self._cache is not None:
-            self._cache.project = project
+        self.project_read_at = self.client.clock()
         if self.project_file is not None:
             save_project(self.project_file, self.project_ref, project)
         log.info("linear_project", project=project.name, teams=[t.key for t in teams])
@@ -276,14 +202,40 @@ class LinearBase:
                     f"{team.key} has no such state (its states: {team.describe_states()}); "
                     "use a state name every team of the project has, or remove the setting"
                 )
-        if self.default_team and project.team(self.default_team) is None:
-            raise LinearSetupError(self._team_choices(project, f"tracker.linear_team = "
-                                                               f"{self.default_team!r} is not"))
+        if self.default_team:
+            self.team_for_new_issues(project)
 
-    def _team_choices(self, project: LinearProject, what: str) -> str:
-        keys = ", ".join(t.key for t in project.teams)
-        return (f"{what} a team of Linear project {project.name!r} (its teams: {keys}); set "
-                "tracker.linear_team to the key new issues without a parent go to")
+    def team_for_new_issues(self, project: LinearProject) -> LinearTeam:
+        """Where an issue without a parent goes: ``tracker.linear_team``, else the
+        project's only team; several teams and no setting is an error naming them."""
+        if self.default_team:
+            team = project.team(self.default_team)
+            if team is None:
+                raise LinearSetupError(
+                    f"tracker.linear_team = {self.default_team!r} is not a team of Linear "
+                    f"project {project.name!r}, whose teams are {describe_teams(project)}: "
+                    f"set tracker.linear_team to {team_keys(project)}")
+            return team
+        if len(project.teams) == 1:
+            return project.teams[0]
+        if not project.teams:
+            raise LinearSetupError(f"Linear project {project.name!r} has no teams; add one")
+        raise LinearSetupError(team_needed(project))
+
+    def state_for_new_issue(self, team: LinearTeam, asked: str | None,
+                            asked_type: StateType | None = None) -> LinearState:
+        """The entry's own state (by name, else the first of its type), else
+        ``tracker.linear_new_state``, else the team's first "unstarted" state (Todo) —
+        never Linear's default, which is a Backlog state that ralph-dev would never
+        dispatch from (a groom proposal asks for one by type)."""
+        name = asked or (None if asked_type else self.new_state)
+        state = team.state(name=name, type=None if name else asked_type or StateType.UNSTARTED)
+        if state is None:
+            setting = "" if asked else " (tracker.linear_new_state)"
+            wanted = repr(name) + setting if name else "of type unstarted"
+            raise TrackerInputError(f"team {team.key} has no state {wanted}; its states: "
+                                    f"{team.describe_states()}")
+        return state
 
     async def labels(self, *, reload: bool = False) -> list[LinearLabel]:
         if self._labels is not None and not reload:
@@ -307,8 +259,8 @@ class LinearBase:
 
     def _set_labels(self, labels: list[LinearLabel]) -> None:
         self._labels = labels
-        if self._cache is not None:
-            self._cache.labels = {x.id: x for x in labels}
+        if self.labels_changed is not None:
+            self.labels_changed(labels)
 
     def _pick_label(self, labels: Sequence[LinearLabel], name: str,
                     team_id: str) -> LinearLabel | None:
@@ -326,7 +278,7 @@ class LinearBase:
                 return group[0]
         return None
 
-    async def _label_ids(self, names: Sequence[str], team_id: str) -> list[str]:
+    async def label_ids(self, names: Sequence[str], team_id: str) -> list[str]:
         """Ids for ``names`` on ``team_id``'s issues, creating missing ones as team labels."""
         ids = []
         labels = await self.labels()
