@@ -9,7 +9,7 @@ finish an issue every ``--issue-minutes`` minutes, and people who comment, edit
 and add blockers. One hour is simulated:
 
 - the controller's tick, in the controller's order: the write-backs of the workers'
-  reports first (the real ``RelayQueue``: a ``done`` comments its evidence and moves
+  reports first (the real write-back queue and writer: a ``done`` comments its evidence and moves
   the issue to Done), then ``list_issues`` (a tick every 10 s, ``timing.poll_interval``;
   a poll every ``tracker.linear_poll_interval``, a full sync every
   ``tracker.full_sync_interval``), then its spawns (each moves its issue to a started
@@ -83,13 +83,13 @@ CONTROLLER = ("controller reads", "controller writes (spawns)",
 
 
 def done_report(issue: str, started: datetime, finished: datetime) -> Any:
-    """What the controller queues when a worker reports done (as ``control.channel``)."""
+    """What the controller queues when a worker reports done (as ``control.intake``)."""
     from ralph_dev.adapters.store import to_iso
-    from ralph_dev.control.relay import RelayItem
+    from ralph_dev.adapters.writebacks import WriteBackItem
 
     verify = {"command": "make test", "exit_code": 0, "started_at": to_iso(finished),
               "duration_s": 42.0, "output_tail": "412 passed in 41.8s"}
-    return RelayItem(uuid.uuid4().hex, "done", issue, {
+    return WriteBackItem(uuid.uuid4().hex, "done", issue, {
         "role": "execute", "summary": "Implemented it; tests added.", "verify": verify,
         "since": to_iso(started), "finished": to_iso(finished), "spent": None})
 
@@ -98,9 +98,11 @@ async def simulate(args: argparse.Namespace) -> int:
     from fake_linear import Clock, FakeLinear, World, populate_workspace
 
     from ralph_dev.adapters.store import StateStore
-    from ralph_dev.control.relay import RelayQueue
+    from ralph_dev.adapters.writebacks import WriteBackQueue
+    from ralph_dev.control.act import WriteBackWriter
     from ralph_dev.core.config import build_project
     from ralph_dev.core.decide import ready_issues
+    from ralph_dev.core.decide.swarm import write_backs
     from ralph_dev.core.model import Observed, StateType
 
     rng = random.Random(args.seed)
@@ -124,7 +126,19 @@ async def simulate(args: argparse.Namespace) -> int:
                                  poll_interval=settings.tracker.linear_poll_interval)
 
         controller = tracker()
-        relay = RelayQueue(settings, StateStore(settings.paths), controller)
+        queue = WriteBackQueue(settings.paths.relay_dir)
+        writer = WriteBackWriter(settings, tracker=controller, store=StateStore(settings.paths),
+                                 writebacks=queue, clock=world.clock)
+
+        async def write_back_due() -> list[str]:
+            """The tick's WriteBack actions (``decide``'s rule), carried out."""
+            owed = [item.owed() for item in queue.items()]
+            errors = []
+            for action in write_backs(owed, True, settings, world.clock()):
+                if (error := await writer.write_back(action.report)) is not None:
+                    errors.append(str(error))
+            return errors
+
         issues = await spend(ledger, "cold start (once)", fake, controller.list_issues())
         print(f"workspace: {len(fake.issues)} issues ({len(ws.members)} in the project), "
               f"{len(fake.relations)} relations, {len(fake.comments)} comments")
@@ -150,11 +164,11 @@ async def simulate(args: argparse.Namespace) -> int:
             # the controller's tick: workers' reports first, then observe, then act
             for ident, (done_at, started) in list(working.items()):
                 if now_s >= done_at:  # `ralph-dev worker done` in the worker's pane
-                    relay.add(done_report(ident, started, world.clock()))
+                    queue.add(done_report(ident, started, world.clock()))
                     failed = await spend(ledger, "controller write-backs (relay)", fake,
-                                         relay.flush())
+                                         write_back_due())
                     if failed:
-                        raise SystemExit(f"a write-back failed: {failed[0][1]}")
+                        raise SystemExit(f"a write-back failed: {failed[0]}")
                     del working[ident]
                     events += 1
             issues = await spend(ledger, "controller reads", fake, controller.list_issues())
