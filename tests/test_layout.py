@@ -31,7 +31,7 @@ TOOL_HOMES = {
                    "agent/supervisor.py", "control/processes.py", "adapters/notify.py",
                    "devtools/demo.py", "devtools/demo_agent.py"},
     "os.exec": {"adapters/tmux.py", "inpane/launcher.py"},
-    "import libtmux": {"adapters/tmux.py"},
+    "import libtmux": {"adapters/tmux.py"},  # only doctor's tmux version: tmux_version()
     "import sqlite3": {"adapters/tracker/local*.py"},
     "import gql": {"adapters/tracker/linear/client.py"},
 }
