@@ -8,8 +8,10 @@ architecture picture; a change that breaks one fails here with the file named.
 from __future__ import annotations
 
 import ast
+import builtins
 import fnmatch
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ralph_dev"
@@ -27,7 +29,7 @@ LAYERS = {
 
 TOOL_HOMES = {
     # a call that starts a process → the modules allowed to make it
-    "subprocess": {"adapters/jj_cli.py", "adapters/process.py", "adapters/verify.py",
+    "subprocess": {"adapters/process.py", "adapters/verify.py",
                    "agent/supervisor.py", "control/processes.py", "adapters/notify.py",
                    "devtools/demo.py", "devtools/demo_agent.py"},
     "os.exec": {"adapters/tmux.py", "inpane/launcher.py"},
@@ -36,8 +38,10 @@ TOOL_HOMES = {
     "import gql": {"adapters/tracker/linear/client.py"},
 }
 """ralph-dev's own CLI re-run by the daemon and the demo is not an outside tool; every
-other process start lives in its tool's adapter (jj, tmux, git/gh/systemctl/claude
-through adapters/process.py, verify's /bin/sh) or is the pane's exec of its agent."""
+tool ralph-dev waits for (jj, tmux, git, gh, bwrap, systemctl, claude --version) runs
+on the one command runner, adapters/process.py; the rest are long-lived processes with
+their own lifecycle (verify's /bin/sh, the agent supervisor, the daemon, a notify
+command) or the pane's exec of its agent."""
 
 def modules() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
@@ -127,3 +131,65 @@ def test_core_is_pure() -> None:
     found = [f"{rel(path)} imports {name}" for path in (PACKAGE / "core").rglob("*.py")
              for name in imported(path) if name.split(".")[0] in CORE_NEVER_IMPORTS]
     assert not found, found
+
+
+CHAIN_EXCEPTIONS = {
+    # tracker composition: branch trackers
+    "LinearTracker", "LocalTracker",
+}
+
+
+def project_classes() -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """Every class ralph-dev defines → the project classes it derives from, each named
+    (module, class), following the names each module imports."""
+    found: dict[tuple[str, str], list[ast.expr]] = {}
+    scopes: dict[str, dict[str, tuple[str, str]]] = {}
+    for path in modules():
+        module = "ralph_dev." + rel(path)[:-3].replace("/", ".").removesuffix(".__init__")
+        tree = ast.parse(path.read_text())
+        scope: dict[str, tuple[str, str]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    scope[alias.asname or alias.name] = (node.module, alias.name)
+            elif isinstance(node, ast.ClassDef):
+                scope[node.name] = (module, node.name)
+                found[(module, node.name)] = node.bases
+        scopes[module] = scope
+    parents: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for (module, name), bases in found.items():
+        resolved = []
+        for base in bases:
+            key = scopes[module].get(base.id) if isinstance(base, ast.Name) else None
+            resolved.append(key if key in found else ("", ast.unparse(base)))
+        parents[(module, name)] = resolved
+    return parents
+
+
+def test_no_class_sits_on_a_chain_of_three_project_classes() -> None:
+    """Composition, not inheritance: a class extends at most one project class that
+    itself extends none (exceptions and typing.Protocols aside, whose hierarchies
+    are what they are for)."""
+    parents = project_classes()
+
+    def derives(key: tuple[str, str], outside_base: Callable[[str], bool]) -> bool:
+        """Whether a class derives, through project classes, from an outside base."""
+        return any(derives((module, base), outside_base) if module else outside_base(base)
+                   for module, base in parents[key])
+
+    def exception(base: str) -> bool:
+        found = getattr(builtins, base, None)
+        return isinstance(found, type) and issubclass(found, BaseException)
+
+    def protocol(base: str) -> bool:
+        return base in ("Protocol", "typing.Protocol")
+
+    def depth(key: tuple[str, str]) -> int:
+        return 1 + max((depth(p) for p in parents[key] if p[0]), default=0)
+
+    chains = sorted(f"{module}.{name} ({depth((module, name))} deep)"
+                    for module, name in parents
+                    if depth((module, name)) >= 3 and name not in CHAIN_EXCEPTIONS
+                    and not derives((module, name), exception)
+                    and not derives((module, name), protocol))
+    assert not chains, f"classes on a chain of three project classes: {chains}"

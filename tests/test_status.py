@@ -45,7 +45,7 @@ def _ask(swarm: Swarm, issue: str, question: str, monkeypatch: pytest.MonkeyPatc
     import asyncio
 
     from ralph_dev.adapters import mailbox as ch
-    from ralph_dev.adapters.jj import JJ
+    from ralph_dev.adapters.jj import JjRepository
     from ralph_dev.adapters.tracker import open_tracker
     from ralph_dev.control.channel import Channel
     from ralph_dev.core.model import Role
@@ -55,7 +55,8 @@ def _ask(swarm: Swarm, issue: str, question: str, monkeypatch: pytest.MonkeyPatc
     tracker = open_tracker(settings)
 
     async def go() -> None:
-        channel = Channel(settings, store=store, tracker=tracker, jj=JJ.from_settings(settings))
+        channel = Channel(settings, store=store, tracker=tracker,
+                          jj=JjRepository.from_settings(settings).workspaces)
         store.update_record(issue, role=Role.EXECUTE)
         channel.prepare(await tracker.get(issue), Role.EXECUTE, swarm.root, 1)
         ch.write_report(channel.run_dir(issue), "blocked", {"text": question})

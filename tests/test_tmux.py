@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import retry_until
+from conftest import retry_until, running
 
 from ralph_dev.adapters import tmux as tmux_mod
 from ralph_dev.adapters.tmux import HISTORY_LIMIT, HOME_WINDOW, Tmux
@@ -405,14 +405,6 @@ def test_missing_tmux_binary_is_a_clear_error(tmux_socket: str) -> None:
 
 
 # --- a hung tmux --------------------------------------------------------------------
-
-
-def running(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie waiting for its reaper does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def tmux_clients(socket: str, server: int) -> list[int]:

@@ -143,7 +143,7 @@ class Controller:
                                       outage_wait=timedelta(seconds=settings.timing.outage_wait))
         self.spending = Spending(settings, self.store, clock)
         self.tripwires = Tripwires(settings, self.store, config=config_file(), clock=clock)
-        self.channel = Channel(settings, store=self.store, tracker=tracker, jj=jj)
+        self.channel = Channel(settings, store=self.store, tracker=tracker, jj=jj.workspaces)
         self.tick_seconds = TickHistogram()  # published in the heartbeat for /metrics
 
     def _end_pauses_due(self) -> None:
@@ -182,14 +182,14 @@ class Controller:
             admission.admit(self.settings, self.store, self.clock)
             self.agent_waits.pause_for_errors()
             try:
-                if not self.failures.repository_usable(self.jj.check_repo):
+                if not self.failures.repository_usable(self.jj.trunk.check_repo):
                     return self._idle_tick()
                 observed, tracker_error = await observe(
-                    self.tracker, self.tmux, self.jj, self.store,
+                    self.tracker, self.tmux, self.jj.workspaces, self.store,
                     agent_aware=self.settings.agent.runner == "claude",
                     relaying=self.channel.relay.owed())
             except RalphError:  # jj could not list the workspaces: is it the repository?
-                if self.failures.repository_failed(self.jj.check_repo):
+                if self.failures.repository_failed(self.jj.trunk.check_repo):
                     return self._idle_tick()
                 raise
             if self.failures.tracker_answered(tracker_error):  # a pause began or ended now
@@ -329,7 +329,8 @@ class Controller:
                 keep = action.keep_bookmark or self.settings.merge.mode == "pr"
                 await self.channel.discard(action.issue)
                 await while_beating(
-                    self._beat_while, "forget", self.jj.forget, action.issue, keep_bookmark=keep,
+                    self._beat_while, "forget", self.jj.workspaces.forget, action.issue,
+                    keep_bookmark=keep,
                     before_remove=workspace_hooks.before_remove(self.settings, self.store,
                                                                 action.issue))
                 self.store.delete_record(action.issue)
@@ -394,7 +395,7 @@ class Controller:
             raise TrackerError(f"{action.issue}: not in the tracker's answer this tick")
         resume = self._resumable(action)
         workspace: Path = await while_beating(
-            self._beat_while, "spawn", self.jj.add_workspace, action.issue,
+            self._beat_while, "spawn", self.jj.workspaces.add_workspace, action.issue,
             after_create=workspace_hooks.after_create(self.settings, self.store, action.issue))
         record = self.store.update_record(
             action.issue, role=action.role, attempts=action.attempt, started_at=self.clock(),

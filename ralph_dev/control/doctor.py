@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ralph_dev.adapters.gh import Gh
 from ralph_dev.adapters.git import find_git, git_toplevel, git_version
-from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.jj_cli import JjCli, child_path
 from ralph_dev.adapters.process import CommandResult
 from ralph_dev.adapters.tmux import tmux_version
@@ -103,7 +103,7 @@ async def project_checks(settings: ProjectSettings) -> list[Check]:
             f"gh ({name}, pull-request mode)", Gh(settings.merge.gh_bin, settings.repo).version(),
             (2, 0), "install the GitHub CLI and run `gh auth login` (or set merge.gh_bin)"))
     try:
-        JJ.from_settings(settings).check_repo()
+        JjRepository.from_settings(settings).trunk.check_repo()
         checks.append(Check(f"repo {name}", True, f"{settings.repo} is a jj repo with "
                                                  f"bookmark {settings.trunk}"))
     except RalphError as exc:

@@ -23,7 +23,6 @@ from pathlib import Path
 import structlog
 
 from ralph_dev.adapters.files import atomic_write_text
-from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.verify import VerifyOutcome, run_verify
 from ralph_dev.agent.sandbox import verify_wrapper
@@ -31,7 +30,7 @@ from ralph_dev.control.beating import while_beating
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError, SentBack, TrackerError
 from ralph_dev.core.model import Issue, Merge, MergeResult, Role
-from ralph_dev.core.ports import PullRequests, Repository, Tracker
+from ralph_dev.core.ports import PullRequests, Repository, Tracker, work_bookmark
 from ralph_dev.core.text import output_block
 
 log = structlog.get_logger(__name__)
@@ -81,7 +80,7 @@ class MergeLane:
             red_at = json.loads(marker.read_text()).get("commit")
         except (OSError, ValueError, AttributeError):
             red_at = None
-        now_at = await asyncio.to_thread(self.jj.trunk_commit)
+        now_at = await asyncio.to_thread(self.jj.trunk.trunk_commit)
         if red_at is not None and now_at == red_at:
             return
         outcome = await self._run_trunk_verify()
@@ -99,7 +98,7 @@ class MergeLane:
     async def _run_trunk_verify(self) -> VerifyOutcome:
         """The verify command on trunk's files, beating while it runs (it may take
         longer than the daemon's heartbeat patience)."""
-        cwd = await asyncio.to_thread(self.jj.trunk_checkout)
+        cwd = await asyncio.to_thread(self.jj.trunk.trunk_checkout)
         return await self._verify_in(cwd, "verify_trunk")
 
     async def _verify_in(self, checkout: Path, doing: str) -> VerifyOutcome:
@@ -118,11 +117,12 @@ class MergeLane:
         name = action.issue
         pr_mode = self.settings.merge.mode == "pr"
         if pr_mode:
-            result = await asyncio.to_thread(self.jj.publish, name, self.settings.merge.remote)
+            result = await asyncio.to_thread(self.jj.publisher.publish, name,
+                                             self.settings.merge.remote)
         elif self.settings.verifies_merges:
             result = await self._verified_merge(name)
         else:
-            result = await asyncio.to_thread(self.jj.merge, name)
+            result = await asyncio.to_thread(self.jj.merger.merge, name)
         if result.conflicted:
             self.store.update_record(name, done=False, role=Role.RESOLVE)
             self.store.append_event("merge_conflict", issue=name, detail=result.detail)
@@ -145,13 +145,13 @@ class MergeLane:
         """Rebase, verify the rebased change in its workspace, and only then move trunk;
         again from the rebase when trunk moved during the verify."""
         for _ in range(TRUNK_RACES):
-            head = await asyncio.to_thread(self.jj.prepare_merge, name)
+            head = await asyncio.to_thread(self.jj.merger.prepare_merge, name)
             if isinstance(head, MergeResult):
                 return head
-            outcome = await self._verify_in(self.jj.workspace_path(name), "verify_merge")
+            outcome = await self._verify_in(self.jj.workspaces.workspace_path(name), "verify_merge")
             if not outcome.ok:
                 await self._send_back(name, head, outcome)
-            result = await asyncio.to_thread(self.jj.advance_trunk, name, head)
+            result = await asyncio.to_thread(self.jj.merger.advance_trunk, name, head)
             if not result.moved:
                 self.store.append_event("merge_verified", issue=name, commit=head,
                                         seconds=round(outcome.duration_s, 1))
@@ -188,7 +188,7 @@ class MergeLane:
         body = (record.summary if record and record.summary else "") + \
             f"\n\nOpened by ralph-dev for {name}."
         url, opened = await asyncio.to_thread(
-            self.pull_requests.open_pull_request, head=JJ.bookmark(name),
+            self.pull_requests.open_pull_request, head=work_bookmark(name),
             base=self.settings.trunk, title=title, body=body)
         self.store.append_event("pull_request", issue=name, url=url)
         if not opened:
@@ -200,7 +200,7 @@ class MergeLane:
         outcome = await self._run_trunk_verify()
         if outcome.ok:
             return
-        commit = await asyncio.to_thread(self.jj.trunk_commit)
+        commit = await asyncio.to_thread(self.jj.trunk.trunk_commit)
         self._mark_red(outcome, commit)
         self.store.append_event("trunk_red", issue=issue, exit_code=outcome.exit_code)
         with contextlib.suppress(TrackerError):
