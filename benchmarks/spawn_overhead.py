@@ -32,7 +32,7 @@ def main() -> None:
     from ralph_dev.adapters import logs
     from ralph_dev.adapters.config_file import write_project
     from ralph_dev.adapters.gh import Gh
-    from ralph_dev.adapters.jj import JJ
+    from ralph_dev.adapters.jj import JjRepository
     from ralph_dev.adapters.jj_cli import find_jj
     from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.tmux import Tmux
@@ -61,7 +61,7 @@ def main() -> None:
         })
         write_project(settings)
         tmux = Tmux.from_settings(settings)
-        jj = JJ.from_settings(settings)
+        jj = JjRepository.from_settings(settings)
         tracker = open_tracker(settings)
         tmux.ensure_session(repo, {"PATH": os.environ["PATH"]})
         ctl = Controller(settings, tracker=tracker, tmux=tmux, jj=jj,

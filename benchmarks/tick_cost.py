@@ -56,7 +56,7 @@ async def populate(settings, n_issues: int) -> list[str]:
 
 def run_case(n_issues: int, n_windows: int, ticks: int) -> dict[str, float]:
     from ralph_dev.adapters.config_file import write_project
-    from ralph_dev.adapters.jj import JJ
+    from ralph_dev.adapters.jj import JjRepository
     from ralph_dev.adapters.jj_cli import find_jj
     from ralph_dev.adapters.store import StateStore, utcnow
     from ralph_dev.adapters.tmux import Tmux
@@ -79,15 +79,15 @@ def run_case(n_issues: int, n_windows: int, ticks: int) -> dict[str, float]:
         write_project(settings)
         ids = asyncio.run(populate(settings, n_issues))
         tmux = Tmux.from_settings(settings)
-        jj = JJ.from_settings(settings)
+        jj = JjRepository.from_settings(settings)
         env = {"PATH": os.environ["PATH"], "HOME": str(root)}
         try:
             tmux.ensure_session(repo, env)
             for ident in ids[:n_windows]:
-                jj.add_workspace(ident)
+                jj.workspaces.add_workspace(ident)
                 tmux.open_window(ident, cwd=repo, command=["sleep", "3600"], environment=env)
             counts = {"tmux": 0, "jj": 0}
-            real_tmux_run, real_jj_run = tmux.run, jj.run
+            real_tmux_run, real_jj_run = tmux.run, jj.cli.run
 
             def tmux_run(*a, **k):
                 counts["tmux"] += 1
@@ -97,7 +97,7 @@ def run_case(n_issues: int, n_windows: int, ticks: int) -> dict[str, float]:
                 counts["jj"] += 1
                 return real_jj_run(*a, **k)
 
-            tmux.run, jj.run = tmux_run, jj_run  # type: ignore[method-assign]
+            tmux.run, jj.cli.run = tmux_run, jj_run  # type: ignore[method-assign]
             real_many = tmux.run_many
 
             def many(*a, **k):
@@ -113,7 +113,7 @@ def run_case(n_issues: int, n_windows: int, ticks: int) -> dict[str, float]:
                 for _ in range(ticks):
                     counts["tmux"] = counts["jj"] = 0
                     t0 = time.perf_counter()
-                    observed, _ = await observe(tracker, tmux, jj, store)
+                    observed, _ = await observe(tracker, tmux, jj.workspaces, store)
                     t1 = time.perf_counter()
                     decide(observed, settings, utcnow())
                     t2 = time.perf_counter()

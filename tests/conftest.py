@@ -130,3 +130,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         print(f"\nCI: {len(_SKIPPED_IN_CI)} test(s) skipped, e.g. {_SKIPPED_IN_CI[0]}: "
               "under CI every test must run (see the skip reasons above)")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie waiting for its reaper does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -24,7 +24,8 @@ from channel_kit import ControllerEnd
 from claude_env import ClaudeUnavailable, find_claude
 from conftest import retry_until
 
-from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.jj import JjRepository
+from ralph_dev.adapters.jj_cli import child_path
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.terminal import last_words, render_tail
 from ralph_dev.adapters.tmux import Tmux
@@ -63,14 +64,14 @@ class World:
     tmp: Path
     settings: Any
     tracker: LocalTracker
-    jj: JJ
+    jj: JjRepository
     store: StateStore
     tmux: Tmux
     jj_bin: str
     controller: ControllerEnd
 
     def jj_out(self, *args: str) -> str:
-        env = {**os.environ, "PATH": self.jj.child_path()}
+        env = {**os.environ, "PATH": self.jj.cli.child_path()}
         return subprocess.run([self.jj_bin, *args, "--ignore-working-copy"],
                               cwd=self.settings.repo, env=env, capture_output=True, text=True,
                               check=True).stdout
@@ -100,7 +101,7 @@ def world(xdg: Path, jj_bin: str, tmux_socket: str, claude_bin: str,
           monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     repo = xdg / "repo"
     env = {**os.environ, "JJ_USER": "t", "JJ_EMAIL": "t@example.com",
-           "PATH": JJ(repo, xdg).child_path()}
+           "PATH": child_path()}
     subprocess.run([jj_bin, "git", "init", str(repo)], check=True, capture_output=True, env=env)
     (repo / "README").write_text("hello\n")
     for args in (["commit", "-m", "init"], ["bookmark", "create", "main", "-r", "@-"]):
@@ -124,8 +125,8 @@ def world(xdg: Path, jj_bin: str, tmux_socket: str, claude_bin: str,
     tmux = Tmux(settings.session_name, socket_name=tmux_socket)
     tmux.ensure_session(xdg, {"PATH": os.environ["PATH"]})
     tracker, jj, store = (LocalTracker(settings.paths.tracker_db, "DEMO"),
-                          JJ.from_settings(settings), StateStore(settings.paths))
-    controller = ControllerEnd(settings, store=store, tracker=tracker, jj=jj)
+                          JjRepository.from_settings(settings), StateStore(settings.paths))
+    controller = ControllerEnd(settings, store=store, tracker=tracker, jj=jj.workspaces)
     yield World(xdg, settings, tracker, jj, store, tmux, jj_bin, controller)
     tmux.kill_session()
     controller.close()
@@ -136,7 +137,7 @@ def spawn(world: World, api: FakeAnthropic, issue: str, role: Role,
     """What the controller does for a Spawn: workspace, record, state, window."""
     monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
-    workspace = world.jj.add_workspace(issue)
+    workspace = world.jj.workspaces.add_workspace(issue)
     world.store.update_record(issue, role=role, attempts=1, started_at=utcnow(), done=False,
                               blocked=False, iterations=0)
     world.tracker.set_state_sync(issue, type=StateType.STARTED)
@@ -249,7 +250,7 @@ def test_review_worker_gets_no_edit_tools_from_real_claude(world: World,
         bash(f"ralph-dev worker done {issue} --summary 'APPROVED: read it'"),
     ]}, final_text="Reviewed.")
     with FakeAnthropic(brain) as api:
-        workspace = world.jj.add_workspace(issue)
+        workspace = world.jj.workspaces.add_workspace(issue)
         (workspace / "README").write_text("a change to review\n")  # the execute worker's
         spawn(world, api, issue, Role.REVIEW, monkeypatch)
         # jj cannot run in the sandbox; `worker diff` shows the change anyway
@@ -276,12 +277,12 @@ def test_a_sandboxed_resolve_worker_finds_and_clears_its_conflicts(
     `jj status`/`jj resolve --list`: `worker diff` says what is still conflicted."""
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Resolve ok.txt")])
     env = {**os.environ, "JJ_USER": "t", "JJ_EMAIL": "t@example.com",
-           "PATH": world.jj.child_path()}
+           "PATH": world.jj.cli.child_path()}
 
     def jj(cwd: Path, *args: str) -> None:
         subprocess.run([world.jj_bin, *args], cwd=cwd, check=True, capture_output=True, env=env)
 
-    workspace = world.jj.add_workspace(issue)
+    workspace = world.jj.workspaces.add_workspace(issue)
     (workspace / "ok.txt").write_text("mine\n")
     jj(workspace, "describe", "-m", "mine")
     repo = world.settings.repo  # meanwhile trunk got its own ok.txt

@@ -43,7 +43,7 @@ def test_a_worker_writes_only_its_workspace(world: World, outside: Path,  # noqa
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     issue, other = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt"),
                                                      NewIssue(title="Someone else's")])
-    other_ws = world.jj.add_workspace(other)
+    other_ws = world.jj.workspaces.add_workspace(other)
     (other_ws / ".env").write_text("OTHER_SECRET=hunter2\n")
     paths = world.settings.paths
     config = world.tmp / "config" / "ralph-dev" / "config.toml"
@@ -107,7 +107,7 @@ def test_the_sandbox_refuses_typing_into_the_pane(world: World, tmp_path: Path  
     from ralph_dev.agent.launch import launch_via_spec, worker_sandbox
 
     worker_dir = world.settings.paths.worker_dir("DEMO-9")
-    workspace = world.jj.add_workspace("DEMO-9")
+    workspace = world.jj.workspaces.add_workspace("DEMO-9")
     sandbox = worker_sandbox(world.settings, workspace=workspace, worker_dir=worker_dir,
                              home=worker_dir / "home", environ=os.environ, readable=[])
     assert sandbox is not None and sandbox["seccomp"]

@@ -17,7 +17,7 @@ import pytest
 from swarm_kit import Swarm, run_cli, wait_for
 
 from ralph_dev.adapters.gh import Gh
-from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
@@ -63,7 +63,7 @@ def in_process(swarm: Swarm, monkeypatch: pytest.MonkeyPatch):
     tmux = Tmux.from_settings(settings)
     tmux.ensure_session(swarm.repo, {"PATH": os.environ["PATH"]})
     tracker = FlakyTracker(open_tracker(settings))
-    ctl = Controller(settings, tracker=tracker, tmux=tmux, jj=JJ.from_settings(settings),
+    ctl = Controller(settings, tracker=tracker, tmux=tmux, jj=JjRepository.from_settings(settings),
                      launcher=launcher_for(settings),
                      pull_requests=Gh(settings.merge.gh_bin, settings.repo),
                      store=StateStore(settings.paths))
@@ -100,7 +100,7 @@ def test_tracker_outage_skips_dispatch_but_keeps_workers(swarm: Swarm, in_proces
 def test_failed_action_is_recorded_and_retried(swarm: Swarm, in_process) -> None:
     ctl, _ = in_process
     swarm.import_plan('[[task]]\ntitle = "A"\n')
-    real_add = ctl.jj.add_workspace
+    real_add = ctl.jj.workspaces.add_workspace
     calls = {"n": 0}
 
     def flaky_add(name: str, **hooks: object) -> Path:
@@ -112,7 +112,7 @@ def test_failed_action_is_recorded_and_retried(swarm: Swarm, in_process) -> None
                           stderr="boom", returncode=1)
         return real_add(name, **hooks)
 
-    ctl.jj.add_workspace = flaky_add
+    ctl.jj.workspaces.add_workspace = flaky_add
     first = _tick(ctl)
     assert [a.kind for a, _ in first.failures] == ["spawn"]
     failed = [e for e in swarm.events() if e["event"] == "action_failed"]

@@ -72,7 +72,7 @@ class World:
     tmux: Tmux
 
     def observe(self) -> Observed:
-        return asyncio.run(observe(self.ctl.tracker, self.tmux, self.ctl.jj,
+        return asyncio.run(observe(self.ctl.tracker, self.tmux, self.ctl.jj.workspaces,
                                    self.project.store))[0]
 
     def act(self, action: Action) -> None:
@@ -96,7 +96,7 @@ def world(xdg: Path, jj_bin: str, tmux_socket: str) -> Iterator[World]:
         f'runner = "command"\ncommand = {agent}\n'))
     settings = load_project("demo", path=xdg / "config" / "ralph-dev" / "config.toml")
     tmux = Tmux.from_settings(settings)
-    tmux.ensure_session(project.jj.repo, {"PATH": os.environ["PATH"]})
+    tmux.ensure_session(project.jj.cli.repo, {"PATH": os.environ["PATH"]})
     ctl = Controller(settings, tracker=project.tracker, tmux=tmux, jj=project.jj,
                      launcher=launcher_for(settings),
                      pull_requests=Gh(settings.merge.gh_bin, settings.repo),
@@ -157,7 +157,8 @@ def check(world: World, action: Action, before: Observed) -> None:
     if effect.workspace == "merged":
         assert not spaces[ident].has_unmerged_change and not spaces[ident].conflicted
     if effect.workspace == "gone":
-        assert ident not in spaces and not world.project.jj.workspace_path(ident).exists()
+        assert ident not in spaces
+        assert not world.project.jj.workspaces.workspace_path(ident).exists()
 
 
 # --- one scenario per action kind ----------------------------------------------------
@@ -200,9 +201,9 @@ def stop(w: World, ident: str) -> Action:
 
 
 def merge(w: World, ident: str) -> Action:
-    path = w.project.jj.add_workspace(ident)
+    path = w.project.jj.workspaces.add_workspace(ident)
     (path / f"{ident}.txt").write_text("work\n")
-    w.project.jj.describe(ident, f"{ident}: work")
+    w.project.jj.workspaces.describe(ident, f"{ident}: work")
     return Merge(ident, "done")
 
 

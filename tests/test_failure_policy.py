@@ -23,7 +23,7 @@ import pytest
 from swarm_kit import Swarm, wait_for
 
 from ralph_dev.adapters.gh import Gh
-from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.jj_cli import JJInterrupted
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
@@ -53,7 +53,7 @@ def in_process(swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> Controller:
     tmux = Tmux.from_settings(settings)
     tmux.ensure_session(swarm.repo, {"PATH": os.environ["PATH"]})
     return Controller(settings, tracker=open_tracker(settings), tmux=tmux,
-                      jj=JJ.from_settings(settings), launcher=launcher_for(settings),
+                      jj=JjRepository.from_settings(settings), launcher=launcher_for(settings),
                       pull_requests=Gh(settings.merge.gh_bin, settings.repo),
                       store=StateStore(settings.paths),
                       agent_check=lambda: check_agent(settings))
@@ -108,7 +108,7 @@ def test_a_failing_merge_backs_off_and_does_not_block_the_next_one(
         config.write_text(config.read_text() + "\n[projects.demo.merge]\nverify_trunk = true\n")
         swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
         ctl = in_process(swarm, monkeypatch)
-        real_prepare = ctl.jj.prepare_merge
+        real_prepare = ctl.jj.merger.prepare_merge
         tried: list[str] = []
 
         def prepare_merge(name: str) -> Any:
@@ -117,7 +117,7 @@ def test_a_failing_merge_backs_off_and_does_not_block_the_next_one(
                 raise JJInterrupted("jj was killed (simulated)", command=["jj", "rebase"])
             return real_prepare(name)
 
-        ctl.jj.prepare_merge = prepare_merge  # type: ignore[method-assign]
+        ctl.jj.merger.prepare_merge = prepare_merge  # type: ignore[method-assign]
         wait_for(lambda: (tick(ctl), "DEMO-2" in tried and "user-input-needed"
                           in labels(swarm, "DEMO-1"))[1], 120,
                  "DEMO-2 merged while DEMO-1's merge keeps failing, then DEMO-1 held")
@@ -140,7 +140,7 @@ def test_two_lines_of_work_joined_as_jj_suggests_are_merged(
     makes an empty merge on top: that is the one head, and both lines reach trunk."""
     swarm.import_plan('[[task]]\ntitle = "A"\n')
     ctl = in_process(swarm, monkeypatch)
-    workspace = ctl.jj.workspace_path("DEMO-1")
+    workspace = ctl.jj.workspaces.workspace_path("DEMO-1")
     jj_env = {**swarm.env, "JJ_USER": "Agent", "JJ_EMAIL": "agent@example.com"}
 
     def jj(*args: str) -> str:
@@ -250,10 +250,10 @@ def test_an_unusable_repository_pauses_the_swarm_and_touches_no_worker(
     assert all(ctl.store.load_record(i).attempts == 1 for i in ("DEMO-1", "DEMO-2"))
     assert "repository" in swarm.cli("status", swarm.project).stdout
 
-    ctl.jj._jj_bin = "/nonexistent/jj"  # jj uninstalled meanwhile: still paused, said once
+    ctl.jj.cli._jj_bin = "/nonexistent/jj"  # jj uninstalled meanwhile: still paused, said once
     tick(ctl)
     assert len([e for e in swarm.events() if e["event"] == "swarm_paused"]) == 1
-    ctl.jj._jj_bin = None
+    ctl.jj.cli._jj_bin = None
 
     subprocess.run([swarm.jj, "bookmark", "create", "main", "-r", trunk], cwd=swarm.repo,
                    env=swarm.env, check=True, capture_output=True)  # the fix it named

@@ -138,7 +138,7 @@ def test_post_tool_use_snapshots_and_records_activity(project: Project) -> None:
 def test_post_tool_use_with_missing_workspace_is_quiet(project: Project) -> None:
     issue = project.issue()
     workspace = project.spawn(issue)
-    project.jj.forget(issue)  # its workspace is gone: the snapshot fails, quietly
+    project.jj.workspaces.forget(issue)  # its workspace is gone: the snapshot fails, quietly
     assert not workspace.exists()
 
     proc, _ = hook("post-tool-use", project.env(issue))

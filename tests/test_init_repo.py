@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 from swarm_kit import assert_git_reads, git, make_person_repo
 
-from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.jj_cli import JJError
 from ralph_dev.cli import main
 from ralph_dev.core.config import load_project
@@ -64,7 +64,7 @@ def test_a_plain_git_repo_is_named_and_colocated_only_when_asked(
     assert_git_reads(repo, jj_bin)
     assert git(repo, "status", "--porcelain").stdout.count("README.md") == status.count(
         "README.md")  # the person's edit is still an edit
-    JJ(repo, tmp_path / "ws", "master", jj_bin=jj_bin).check_repo()
+    JjRepository.open(repo, tmp_path / "ws", "master", jj_bin=jj_bin).trunk.check_repo()
 
     again = CliRunner().invoke(main, ["init", "app", "--repo", str(repo), "--colocate",
                                       "--force"])
@@ -147,11 +147,11 @@ def test_a_configured_repos_fixes_work_when_followed(tmp_path: Path, jj_bin: str
         (repo / "a.txt").write_text("a\n")
         if kind == "no trunk":
             run_as_person("jj git init && jj commit -m first", repo, jj_bin)
-    jj = JJ(repo, tmp_path / "ws", "main", jj_bin=jj_bin)
+    jj = JjRepository.open(repo, tmp_path / "ws", "main", jj_bin=jj_bin)
     for _ in range(2):  # an empty directory takes two steps: a repository, then trunk
         try:
-            jj.check_repo()
+            jj.trunk.check_repo()
             break
         except JJError as exc:
             run_as_person(suggested_command(str(exc)), repo, jj_bin)
-    jj.check_repo()
+    jj.trunk.check_repo()

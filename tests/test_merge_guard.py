@@ -20,75 +20,75 @@ from test_executor_contract import World
 from test_executor_contract import world as world  # the fixture, shared
 from test_jj import make_repo, show, trunk_commit, trunk_files, work
 
-from ralph_dev.adapters.jj import JJ
-from ralph_dev.adapters.jj_cli import JJResult
+from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.jj_guard import MergeRefused
+from ralph_dev.adapters.process import CommandResult
 from ralph_dev.core.model import StateType
 
 
-def merge_killed_before_trunk_moved(jj: JJ, name: str) -> None:
+def merge_killed_before_trunk_moved(jj: JjRepository, name: str) -> None:
     """Run a merge of NAME that dies right before it moves trunk: its work is rebased
     onto trunk (files and all) and its intent is on disk, as a killed controller leaves them."""
-    real = jj.run
+    real = jj.cli.run
 
-    def run(*args: str, cwd: Path | None = None, touch_checkout: bool = False) -> JJResult:
-        if args[:3] == ("bookmark", "set", jj.trunk):
+    def run(*args: str, cwd: Path | None = None, touch_checkout: bool = False) -> CommandResult:
+        if args[:3] == ("bookmark", "set", jj.trunk.name):
             raise KeyboardInterrupt("killed before moving trunk")
         return real(*args, cwd=cwd, touch_checkout=touch_checkout)
 
-    jj.run = run  # type: ignore[method-assign]
+    jj.cli.run = run  # type: ignore[method-assign]
     try:
         with pytest.raises(KeyboardInterrupt):
-            jj.merge(name)
+            jj.merger.merge(name)
     finally:
-        del jj.run
-    assert jj.intents.load(name)
+        del jj.cli.run
+    assert jj.home.intents.load(name)
 
 
 @pytest.fixture(params=["colocated", "plain"])
-def jj(request: pytest.FixtureRequest, tmp_path: Path, jj_bin: str) -> JJ:
+def jj(request: pytest.FixtureRequest, tmp_path: Path, jj_bin: str) -> JjRepository:
     repo = make_repo(jj_bin, tmp_path / "repo", colocate=request.param == "colocated")
-    return JJ(repo, tmp_path / "workspaces", "main", jj_bin=jj_bin)
+    return JjRepository.open(repo, tmp_path / "workspaces", "main", jj_bin=jj_bin)
 
 
 @pytest.fixture
-def colocated(tmp_path: Path, jj_bin: str) -> JJ:
+def colocated(tmp_path: Path, jj_bin: str) -> JjRepository:
     repo = make_repo(jj_bin, tmp_path / "repo", colocate=True)
-    return JJ(repo, tmp_path / "workspaces", "main", jj_bin=jj_bin)
+    return JjRepository.open(repo, tmp_path / "workspaces", "main", jj_bin=jj_bin)
 
 
-def test_a_workspace_whose_head_moved_under_it_cannot_revert_trunk(colocated: JJ) -> None:
+def test_a_workspace_whose_head_moved_under_it_cannot_revert_trunk(colocated: JjRepository) -> None:
     jj = colocated
     work(jj, "ENG-1", {"one.txt": "one\n"})
     second = work(jj, "ENG-2", {"two.txt": "two\n"})
-    assert jj.merge("ENG-1").merged
+    assert jj.merger.merge("ENG-1").merged
     merged = trunk_commit(jj)
     # the merge died after its rebase, and the workspace's files went back to before it
     merge_killed_before_trunk_moved(jj, "ENG-2")
     (second / "one.txt").unlink()
     with pytest.raises(MergeRefused, match=r"one\.txt") as refused:
-        jj.merge("ENG-2")
+        jj.merger.merge("ENG-2")
     assert "Trunk is untouched" in str(refused.value) and "jj abandon" in str(refused.value)
     assert trunk_commit(jj) == merged
     assert show(jj, "main", "one.txt") == "one\n"
     # refused again while nothing changed: the intent recorded before the damage holds
     with pytest.raises(MergeRefused):
-        jj.merge("ENG-2")
+        jj.merger.merge("ENG-2")
     assert trunk_commit(jj) == merged
     # following the refusal's advice (restore the file the stray change deleted) lets
     # the issue's own work through, and only it
     (second / "one.txt").write_text("one\n")
-    result = jj.merge("ENG-2")
+    result = jj.merger.merge("ENG-2")
     assert result.merged, result.detail
     assert trunk_files(jj) >= {"one.txt", "two.txt", "README"}
-    assert not jj.intents.load("ENG-2")
+    assert not jj.home.intents.load("ENG-2")
 
 
-def test_an_ordinary_merge_records_and_clears_its_intent(jj: JJ) -> None:
+def test_an_ordinary_merge_records_and_clears_its_intent(jj: JjRepository) -> None:
     work(jj, "ENG-1", {"one.txt": "one\n"})
-    assert jj.merge("ENG-1").merged
-    assert jj.intents.load("ENG-1") is None
-    assert not list((jj.workspace_root / ".ralph-merge").glob("*.json"))
+    assert jj.merger.merge("ENG-1").merged
+    assert jj.home.intents.load("ENG-1") is None
+    assert not list((jj.home.root / ".ralph-merge").glob("*.json"))
 
 
 # --- the controller holds a refused merge for a person ----------------------------------
@@ -132,4 +132,4 @@ def test_a_refused_merge_is_held_with_its_evidence_and_trunk_stays(world: World)
     for _ in range(3):
         asyncio.run(world.ctl.tick())
     assert {"one.txt", "two.txt", "three.txt"} <= trunk_files(jj)
-    assert third not in {w.name for w in jj.list_workspaces()}
+    assert third not in {w.name for w in jj.workspaces.list_workspaces()}

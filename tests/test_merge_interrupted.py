@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_jj import make_repo, show, trunk_files, work
 
-from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.jj_guard import MergeRefused
 
 pytestmark = pytest.mark.slow
@@ -48,19 +48,19 @@ WRAPPER = textwrap.dedent("""\
 DRIVER = textwrap.dedent("""\
     import sys
     from pathlib import Path
-    from ralph_dev.adapters.jj import JJ
+    from ralph_dev.adapters.jj import JjRepository
     repo, root, jj_bin, step, name = sys.argv[1:]
-    jj = JJ(Path(repo), Path(root), "main", jj_bin=jj_bin)
+    jj = JjRepository.open(Path(repo), Path(root), "main", jj_bin=jj_bin)
     if step == "merge":
-        jj.merge(name)
+        jj.merger.merge(name)
     elif step == "add":
-        jj.add_workspace(name)
+        jj.workspaces.add_workspace(name)
     else:
-        jj.forget(name)
+        jj.workspaces.forget(name)
 """)
 
 
-def drive(jj: JJ, jj_bin: str, tmp: Path, step: str, name: str, *, kill_at: int = 0,
+def drive(jj: JjRepository, jj_bin: str, tmp: Path, step: str, name: str, *, kill_at: int = 0,
           during: bool = False, delay: float = 0.03) -> tuple[int, int]:
     """Run one step in its own process through the killing wrapper: (exit code, jj calls)."""
     state = tmp / f"calls-{step}-{kill_at}-{during}"
@@ -69,32 +69,32 @@ def drive(jj: JJ, jj_bin: str, tmp: Path, step: str, name: str, *, kill_at: int 
     wrapper.write_text(WRAPPER.format(python=sys.executable, state=str(state), jj=jj_bin,
                                       kill_at=kill_at, during=during, delay=delay))
     wrapper.chmod(0o755)
-    git = Path(jj.child_path().split(":")[0]) / "git"
+    git = Path(jj.cli.child_path().split(":")[0]) / "git"
     if git.exists():  # keep jj's own git first on the wrapped jj's PATH too
         (tmp / "git").unlink(missing_ok=True)
         (tmp / "git").symlink_to(git)
-    proc = subprocess.run([sys.executable, "-c", DRIVER, str(jj.repo), str(jj.workspace_root),
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(jj.cli.repo), str(jj.home.root),
                            str(wrapper), step, name], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
                           cwd=tmp, check=False)
     return proc.returncode, int(state.read_text())
 
 
-def merged_exactly(jj: JJ, expected: dict[str, str]) -> None:
+def merged_exactly(jj: JjRepository, expected: dict[str, str]) -> None:
     """Trunk holds exactly these files (besides the initial ones), linearly."""
     assert trunk_files(jj) == {"README", "shared.txt", *expected}
     for path, text in expected.items():
         assert show(jj, "main", path) == text
-    parents = jj.run("--ignore-working-copy", "log", "--no-graph", "-r", "::main ~ root()",
+    parents = jj.cli.run("--ignore-working-copy", "log", "--no-graph", "-r", "::main ~ root()",
                      "-T", 'parents.len() ++ "\\n"').check().lines()
     assert set(parents) == {"1"}
 
 
-def git_branch(jj: JJ, branch: str) -> str:
+def git_branch(jj: JjRepository, branch: str) -> str:
     """Where the person's git has ``branch`` (colocated repositories)."""
-    return subprocess.run(["git", "-C", str(jj.repo), "rev-parse", f"refs/heads/{branch}"],
+    return subprocess.run(["git", "-C", str(jj.cli.repo), "rev-parse", f"refs/heads/{branch}"],
                           check=True, capture_output=True, text=True,
-                          env={"PATH": jj.child_path()}).stdout.strip()
+                          env={"PATH": jj.cli.child_path()}).stdout.strip()
 
 
 @pytest.fixture(params=["colocated", "plain"])
@@ -111,18 +111,19 @@ class Fresh:
         self.copy = root.with_name(root.name + ".pristine")
         self.jj_bin = jj_bin
         repo = make_repo(jj_bin, root / "repo", colocate=kind == "colocated")
-        jj = JJ(repo, root / "workspaces", "main", jj_bin=jj_bin)
+        jj = JjRepository.open(repo, root / "workspaces", "main", jj_bin=jj_bin)
         work(jj, "ENG-1", {"one.txt": "one\n"})
         work(jj, "ENG-2", {"two.txt": "two\n"})
-        assert jj.merge("ENG-1").merged  # trunk moved since ENG-2 started: a real rebase
+        assert jj.merger.merge("ENG-1").merged  # trunk moved since ENG-2 started: a real rebase
         if also_merge:
-            assert jj.merge("ENG-2").merged
+            assert jj.merger.merge("ENG-2").merged
         shutil.copytree(root, self.copy, symlinks=True)
 
-    def __call__(self) -> JJ:
+    def __call__(self) -> JjRepository:
         shutil.rmtree(self.root)
         shutil.copytree(self.copy, self.root, symlinks=True)
-        return JJ(self.root / "repo", self.root / "workspaces", "main", jj_bin=self.jj_bin)
+        return JjRepository.open(self.root / "repo", self.root / "workspaces", "main",
+                                 jj_bin=self.jj_bin)
 
 
 def test_a_merge_killed_at_every_step_is_finished_by_the_next_attempt(
@@ -140,16 +141,16 @@ def test_a_merge_killed_at_every_step_is_finished_by_the_next_attempt(
                             during=during)
             assert code == -9, f"call {kill_at} did not kill the merge"
             try:
-                jj.merge("ENG-2")  # the next tick
+                jj.merger.merge("ENG-2")  # the next tick
             except MergeRefused:
                 seen_refusals += 1  # refused with trunk untouched is safe, never a revert
                 merged_exactly(jj, {"one.txt": "one\n"})
                 continue
             merged_exactly(jj, {"one.txt": "one\n", "two.txt": "two\n"})
             if repo_kind == "colocated":  # and the person's git was told, whenever it was killed
-                assert git_branch(jj, "main") == jj.trunk_commit()
-            assert jj.intents.load("ENG-2") is None  # the merge ended: its intent is gone
-            assert not jj.merge("ENG-2").merged  # nothing left to merge, nothing repeated
+                assert git_branch(jj, "main") == jj.trunk.trunk_commit()
+            assert jj.home.intents.load("ENG-2") is None  # the merge ended: its intent is gone
+            assert not jj.merger.merge("ENG-2").merged  # nothing left to merge, nothing repeated
     # every interrupted merge was completed: a refusal here would need a person
     assert seen_refusals == 0
 
@@ -168,19 +169,20 @@ def test_add_and_forget_killed_at_every_step_recover(tmp_path: Path, jj_bin: str
                             delay=delay)
             assert code == -9
             if step == "add":
-                path = jj.add_workspace(name)  # the next tick: reused or made, either way usable
+                # the next tick: reused or made, either way usable
+                path = jj.workspaces.add_workspace(name)
                 (path / "three.txt").write_text("three\n")
-                jj.describe(name, f"{name}: three")
-                assert jj.merge(name).merged
+                jj.workspaces.describe(name, f"{name}: three")
+                assert jj.merger.merge(name).merged
                 merged_exactly(jj, {"one.txt": "one\n", "three.txt": "three\n"})
             else:
-                jj.forget(name)  # finished, or already done: no error either way
-                assert name not in {w.name for w in jj.list_workspaces()}
-                assert not jj.workspace_path(name).exists()
+                jj.workspaces.forget(name)  # finished, or already done: no error either way
+                assert name not in {w.name for w in jj.workspaces.list_workspaces()}
+                assert not jj.workspaces.workspace_path(name).exists()
                 merged_exactly(jj, {"one.txt": "one\n", "two.txt": "two\n"})
-            if (jj.repo / ".git").exists():  # the person's git still reads the repo
-                subprocess.run(["git", "-C", str(jj.repo), "status"], check=True,
-                               capture_output=True, env={"PATH": jj.child_path()})
+            if (jj.cli.repo / ".git").exists():  # the person's git still reads the repo
+                subprocess.run(["git", "-C", str(jj.cli.repo), "status"], check=True,
+                               capture_output=True, env={"PATH": jj.cli.child_path()})
 
 
 # --- random interleavings ---------------------------------------------------------------
@@ -202,13 +204,13 @@ def three(tmp_path_factory: pytest.TempPathFactory, jj_bin: str) -> Fresh:
     fresh = Fresh.__new__(Fresh)
     fresh.root, fresh.copy, fresh.jj_bin = root, root.with_name("world.pristine"), jj_bin
     repo = make_repo(jj_bin, root / "repo", colocate=True)
-    jj = JJ(repo, root / "workspaces", "main", jj_bin=jj_bin)
+    jj = JjRepository.open(repo, root / "workspaces", "main", jj_bin=jj_bin)
     for name, files in ISSUES.items():
-        path = jj.add_workspace(name)
+        path = jj.workspaces.add_workspace(name)
         for rel, text in files.items():
             (path / rel).parent.mkdir(parents=True, exist_ok=True)
             (path / rel).write_text(text)
-        jj.describe(name, f"{name}: work")
+        jj.workspaces.describe(name, f"{name}: work")
     shutil.copytree(root, fresh.copy, symlinks=True)
     return fresh
 
@@ -225,13 +227,13 @@ def test_no_interleaving_of_merges_kills_and_damage_reverts_trunk(
         name = op[1]
         if op[0] == "merge":
             with contextlib.suppress(MergeRefused):  # refused with trunk untouched is safe
-                jj.merge(name)
+                jj.merger.merge(name)
         elif op[0] == "kill":
             drive(jj, jj_bin, scratch, "merge", name, kill_at=op[2], during=op[3])
-        elif jj.intents.load(name):  # a merge of it died after its rebase: its files go
+        elif jj.home.intents.load(name):  # a merge of it died after its rebase: its files go
             for other, files in ISSUES.items():  # back to before (what others merged vanishes)
                 for rel in files if other != name else ():
-                    (jj.workspace_path(name) / rel).unlink(missing_ok=True)
+                    (jj.workspaces.workspace_path(name) / rel).unlink(missing_ok=True)
         files = trunk_files(jj)
         for issue, wanted in ISSUES.items():
             present = [rel for rel in wanted if rel in files]
@@ -242,6 +244,6 @@ def test_no_interleaving_of_merges_kills_and_damage_reverts_trunk(
                 in_trunk.add(issue)
             assert issue not in in_trunk or present, f"{issue}'s merged work was reverted"
         assert {"README", "shared.txt"} <= files
-        parents = jj.run("--ignore-working-copy", "log", "--no-graph", "-r", "::main ~ root()",
+        parents = jj.cli.run("--ignore-working-copy", "log", "--no-graph", "-r", "::main ~ root()",
                          "-T", 'parents.len() ++ "\\n"').check().lines()
         assert set(parents) == {"1"}

@@ -90,7 +90,7 @@ def test_a_pass_on_a_trunk_that_moved_meanwhile_is_verified_again(
             subprocess.run([swarm.jj, *args], cwd=swarm.repo, env=jj_env, check=True,
                            capture_output=True)
 
-        real_prepare = ctl.jj.prepare_merge
+        real_prepare = ctl.jj.merger.prepare_merge
         prepared: list[Any] = []
 
         def prepare_merge(name: str) -> Any:
@@ -102,7 +102,7 @@ def test_a_pass_on_a_trunk_that_moved_meanwhile_is_verified_again(
                 person("bookmark", "set", "main", "-r", "@")
             return head
 
-        ctl.jj.prepare_merge = prepare_merge  # type: ignore[method-assign]
+        ctl.jj.merger.prepare_merge = prepare_merge  # type: ignore[method-assign]
         wait_for(lambda: (tick(ctl), "changes/DEMO-1.txt" in swarm.trunk_files())[1], 90,
                  "DEMO-1 merged")
         assert len(prepared) == 2 and prepared[0] != prepared[1]  # rebased and verified again

@@ -18,7 +18,7 @@ from swarm_kit import Swarm, wait_for
 from test_jj import make_repo
 
 from ralph_dev.adapters import logs
-from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.jj_cli import JJInterrupted
 
 pytestmark = pytest.mark.slow
@@ -140,9 +140,10 @@ def test_an_interrupted_repo_check_says_so_not_that_the_repo_is_gone(
     killer = tmp_path / "jj"
     killer.write_text("#!/bin/sh\nkill -9 $$\n")
     killer.chmod(0o755)
-    jj = JJ(repo, tmp_path / "ws", jj_bin=str(killer))
+    jj = JjRepository.open(repo, tmp_path / "ws", jj_bin=str(killer))
     with pytest.raises(JJInterrupted, match="interrupted") as interrupted:
-        jj.check_repo()
+        jj.trunk.check_repo()
     assert interrupted.value.retryable and "not a jj repository" not in str(interrupted.value)
-    JJ(repo, tmp_path / "ws", jj_bin=jj_bin).check_repo()  # the repo itself is fine
+    # the repo itself is fine
+    JjRepository.open(repo, tmp_path / "ws", jj_bin=jj_bin).trunk.check_repo()
     assert subprocess.run([jj_bin, "root"], cwd=repo, capture_output=True).returncode == 0

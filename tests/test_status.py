@@ -45,7 +45,7 @@ def _ask(swarm: Swarm, issue: str, question: str, monkeypatch: pytest.MonkeyPatc
     from channel_kit import ControllerEnd
 
     from ralph_dev.adapters import mailbox as ch
-    from ralph_dev.adapters.jj import JJ
+    from ralph_dev.adapters.jj import JjRepository
     from ralph_dev.adapters.tracker import open_tracker
     from ralph_dev.core.model import Role
 
@@ -53,7 +53,8 @@ def _ask(swarm: Swarm, issue: str, question: str, monkeypatch: pytest.MonkeyPatc
     settings = load_project(swarm.project)
     tracker = open_tracker(settings)
 
-    end = ControllerEnd(settings, store=store, tracker=tracker, jj=JJ.from_settings(settings))
+    end = ControllerEnd(settings, store=store, tracker=tracker,
+                        jj=JjRepository.from_settings(settings).workspaces)
     try:
         store.update_record(issue, role=Role.EXECUTE)
         end.dirs.prepare(end.call(tracker.get(issue)), Role.EXECUTE, swarm.root, 1)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
-from conftest import retry_until
+from conftest import retry_until, running
 
 from ralph_dev.adapters import tmux as tmux_mod
 from ralph_dev.adapters.tmux import HISTORY_LIMIT, HOME_WINDOW, Tmux
@@ -129,15 +131,15 @@ def test_ensure_session_is_idempotent(tmux_socket: str, tmp_path: Path) -> None:
     t.ensure_session(tmp_path, {**ENV, "RALPH_DEV_PROJECT": "demo;"})
     t.ensure_session(tmp_path, ENV)
     shown = t.run("show-environment", "-t", "ralph-test", "RALPH_DEV_PROJECT").check()
-    assert shown.stdout == ["RALPH_DEV_PROJECT=demo;"]
+    assert shown.lines() == ["RALPH_DEV_PROJECT=demo;"]
     assert t.session_exists() and t.server_alive()
     windows = t.list_windows()
     assert [w.name for w in windows] == [HOME_WINDOW]
     assert windows[0].alive
     limit = t.run("show-options", "-v", "-t", "ralph-test", "history-limit").check()
-    assert limit.stdout == [str(HISTORY_LIMIT)]
-    assert t.run("show-options", "-v", "-t", "ralph-test", "destroy-unattached").stdout == ["off"]
-    sessions = t.run("list-sessions", "-F", "#{session_name}").check().stdout
+    assert limit.lines() == [str(HISTORY_LIMIT)]
+    assert t.run("show-options", "-v", "-t", "ralph-test", "destroy-unattached").lines() == ["off"]
+    sessions = t.run("list-sessions", "-F", "#{session_name}").check().lines()
     assert sessions == ["ralph-test"]
 
 
@@ -213,7 +215,7 @@ def test_list_windows_is_exactly_one_tmux_process(
         calls.append(list(argv))
         return real_popen(argv, *args, **kwargs)
 
-    # libtmux starts every tmux process with subprocess.Popen: count them all
+    # the command runner starts every tmux process with subprocess.Popen: count them all
     monkeypatch.setattr(subprocess, "Popen", counting_popen)
     windows = tx.list_windows()
     assert len(calls) == 1
@@ -364,7 +366,7 @@ def test_send_text_leaves_copy_mode_first(tx: Tmux, tmp_path: Path) -> None:
     )
     retry_until(lambda: (x := window(tx, w.window_id)) and x.command == "cat", what="cat running")
     tx.run("copy-mode", "-t", w.pane_id).check()
-    assert tx.run("display-message", "-p", "-t", w.pane_id, "#{pane_in_mode}").stdout == ["1"]
+    assert tx.run("display-message", "-p", "-t", w.pane_id, "#{pane_in_mode}").lines() == ["1"]
     tx.send_text(w.pane_id, "qhello", submit_delay=0)
     retry_until(lambda: read(out) == "qhello\n", what="text typed after copy mode")
 
@@ -400,3 +402,54 @@ def test_missing_tmux_binary_is_a_clear_error(tmux_socket: str) -> None:
     t = Tmux("ralph-test", tmux_socket, tmux_bin="/nonexistent/tmux")
     with pytest.raises(tmux_mod.TmuxNotFound, match="install tmux"):
         t.list_windows()
+
+
+# --- a hung tmux --------------------------------------------------------------------
+
+
+def tmux_clients(socket: str, server: int) -> list[int]:
+    """Running processes whose command line names ``socket``, the server itself aside."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in (server, os.getpid()):
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if socket.encode() in cmdline and running(int(entry.name)):  # `-L NAME` or `-LNAME`
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_wedged_tmux_server_is_a_timeout_and_leaves_no_client_behind(
+        tmux_socket: str, tmp_path: Path) -> None:
+    t = Tmux("ralph-test", tmux_socket, timeout=1.0)
+    t.ensure_session(tmp_path, ENV)
+    server = int(t.run("display-message", "-p", "#{pid}").check().lines()[0])
+    os.kill(server, signal.SIGSTOP)  # the server accepts clients but never answers
+    try:
+        started = time.monotonic()
+        with pytest.raises(TmuxError, match=r"did not answer within 1 s.*wedged") as info:
+            t.list_windows()
+        assert time.monotonic() - started < 1.0 + 4  # the timeout, and the kill
+        assert "list-panes" in info.value.command
+        assert tmux_clients(tmux_socket, server) == []
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert t.session_exists()  # the server itself was left alone
+
+
+def test_a_hung_tmux_client_is_killed_with_what_it_started(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    fake = tmp_path / "tmux"
+    fake.write_text(f"#!/bin/sh\nsleep 600 &\necho $$ $! > {pids}\nwait\n")
+    fake.chmod(0o755)
+    t = Tmux("ralph-test", "never-used", tmux_bin=str(fake), timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(TmuxError, match="did not answer within 1 s") as info:
+        t.kill_window("@1")
+    assert time.monotonic() - started < 1.0 + 4
+    assert info.value.returncode == 124
+    for pid in map(int, pids.read_text().split()):
+        retry_until(lambda pid=pid: not running(pid), timeout=5, what=f"process {pid} gone")

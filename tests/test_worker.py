@@ -15,7 +15,8 @@ import pytest
 from channel_kit import ControllerEnd
 from click.testing import CliRunner, Result
 
-from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.jj import JjRepository
+from ralph_dev.adapters.jj_cli import child_path
 from ralph_dev.adapters.mailbox import RUN_DIR_VAR
 from ralph_dev.adapters.pattern_store import ledger_path, load_ledger
 from ralph_dev.adapters.store import StateStore, utcnow
@@ -33,7 +34,7 @@ VERIFY = (
 class Project:
     settings: ProjectSettings
     tracker: LocalTracker
-    jj: JJ
+    jj: JjRepository
     store: StateStore
     jj_bin: str
     tmp: Path
@@ -43,7 +44,7 @@ class Project:
     def controller(self) -> ControllerEnd:
         if not self.ends:
             self.ends.append(ControllerEnd(self.settings, store=self.store,
-                                           tracker=self.tracker, jj=self.jj))
+                                           tracker=self.tracker, jj=self.jj.workspaces))
         return self.ends[0]
 
     def issue(self, title: str = "Add the thing", description: str = "Do it well.", **kw) -> str:
@@ -53,7 +54,7 @@ class Project:
     def spawn(self, issue: str, role: Role = Role.EXECUTE, *, listen: bool = True) -> Path:
         """What the controller does before starting an agent: workspace, fresh record, the
         worker's run dir, and a listener on its socket."""
-        workspace = self.jj.add_workspace(issue)
+        workspace = self.jj.workspaces.add_workspace(issue)
         self.store.update_record(issue, role=role, attempts=1, started_at=utcnow(), done=False,
                                  blocked=False, iterations=0)
         self.tracker.set_state_sync(issue, type=StateType.STARTED)
@@ -70,7 +71,7 @@ class Project:
                                  blocked=False)
         self.publish()
         self.controller.dirs.prepare(self.tracker.get_sync(issue), role,
-                                        self.jj.workspace_path(issue), 1)
+                                        self.jj.workspaces.workspace_path(issue), 1)
 
     def publish(self) -> None:
         """The controller's next tick: its view of every issue, refreshed."""
@@ -99,7 +100,7 @@ class Project:
 def make_project(root: Path, jj_bin: str, *, verify: str | None = VERIFY,
                  extra: str = "") -> Project:
     repo = root / "repo"
-    env = {"JJ_USER": "t", "JJ_EMAIL": "t@example.com", "PATH": JJ(repo, root).child_path()}
+    env = {"JJ_USER": "t", "JJ_EMAIL": "t@example.com", "PATH": child_path()}
     subprocess.run([jj_bin, "git", "init", str(repo)], check=True, capture_output=True, env=env)
     (repo / "README").write_text("hello\n")
     for args in (["commit", "-m", "init"], ["bookmark", "create", "main", "-r", "@-"]):
@@ -112,7 +113,7 @@ def make_project(root: Path, jj_bin: str, *, verify: str | None = VERIFY,
     config.write_text("\n".join([*lines, extra, "[projects.demo.tracker]", 'key = "DEMO"', ""]))
     settings = load_project("demo", path=config)
     return Project(settings, LocalTracker(settings.paths.tracker_db, "DEMO"),
-                   JJ.from_settings(settings), StateStore(settings.paths), jj_bin, root)
+                   JjRepository.from_settings(settings), StateStore(settings.paths), jj_bin, root)
 
 
 @pytest.fixture

@@ -67,7 +67,7 @@ def test_hooks_prepare_and_tidy_workspaces_and_their_outputs_go_with_them(
     first = tick(ctl)
     assert [a.kind for a in first.plan.actions] == ["spawn", "spawn"] and not first.failures
     for issue in ("DEMO-1", "DEMO-2"):  # ready before the agent started
-        assert (ctl.jj.workspace_path(issue) / "node_modules/dep/index.js").exists()
+        assert (ctl.jj.workspaces.workspace_path(issue) / "node_modules/dep/index.js").exists()
     disk = swarm.status()["disk"]  # status shows what the build outputs cost
     assert all(disk["workspaces"][i] >= 100_000 for i in ("DEMO-1", "DEMO-2")), disk
 
@@ -76,7 +76,7 @@ def test_hooks_prepare_and_tidy_workspaces_and_their_outputs_go_with_them(
         return swarm.all_done() and not swarm.workspaces()
 
     wait_for(finished, 90, "both issues merged and their workspaces removed", interval=0.5)
-    root = ctl.jj.workspace_root
+    root = ctl.jj.home.root
     assert not leftovers(root)  # nothing left behind
     assert sorted(removed.read_text().splitlines()) == ["DEMO-1 dep", "DEMO-2 dep"]
     assert "node_modules/dep/index.js" not in swarm.trunk_files()
@@ -130,7 +130,7 @@ def test_a_failing_after_create_is_a_failed_spawn(swarm: Swarm, command: str,
     record = ctl.store.load_record("DEMO-1")
     assert record and record.last_failure and "after_create" in record.last_failure
     assert not swarm.worker_windows() and not swarm.workspaces()
-    assert not ctl.jj.workspace_path("DEMO-1").exists()
+    assert not ctl.jj.workspaces.workspace_path("DEMO-1").exists()
     log = ctl.store.log_path("DEMO-1").read_text()
     assert "after_create hook exited" in log
     if retryable:

@@ -1,10 +1,14 @@
 """jj's command line: the one place ralph-dev starts a ``jj`` process.
 
-Every call goes through :meth:`JjCli.run`, never a shell, with a timeout, and
-comes back as a :class:`JJResult`; :meth:`JJResult.check` is the separate
-"raise if it failed" step, whose :class:`JJError` carries the command and jj's
+Every call goes through :meth:`JjCli.run`, on the one command runner
+(``adapters.process``: never a shell, a timeout that kills jj and the git it
+started), and comes back as that runner's result; its ``check()`` raises a
+:class:`JJError` (:func:`jj_failure` reads which) carrying the command and jj's
 own words. Finding the binary and the PATH every repo-touching process needs
-(jj's own git first: colocated repos) live here too.
+(jj's own git first: colocated repos) live here too, and so do the queries every
+part of the jj adapter asks (bookmarks, counts, logs). The parts themselves —
+workspaces, merges, trunk, publishing — are small classes that each hold the
+one ``JjCli`` of a repository (``adapters.jj`` puts them together).
 
 The person's own checkout is theirs: any jj command run anywhere but in one of
 ralph-dev's workspaces gets ``--ignore-working-copy`` here, whoever wrote the
@@ -18,20 +22,21 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
+from ralph_dev.adapters.process import CommandResult, run_command
 from ralph_dev.core.errors import CommandError
 
 log = structlog.get_logger(__name__)
 
 JJ_TIMEOUT = 120.0
 """Seconds before a jj command is considered hung (they normally take < 0.1 s)."""
+FIELD_SEP = "\x1f"  # field separator in our templates (never in names we accept)
+LIST_SEP = "\x1e"  # list separator inside a field
 
 
 class JJError(CommandError):
@@ -44,45 +49,27 @@ class JJInterrupted(JJError):
     retryable = True
 
 
-@dataclass(frozen=True)
-class JJResult:
-    argv: tuple[str, ...]
-    cwd: str
-    returncode: int
-    stdout: str
-    stderr: str
+def jj_failure(result: CommandResult, fix: str = "") -> JJError:
+    """How a failed jj command reads: interrupted (killed, timed out: try again) or jj's
+    own refusal, in jj's own words."""
+    where = f" in {result.cwd}" if result.cwd else ""
+    if result.interrupted:
+        return JJInterrupted(
+            f"jj {' '.join(result.argv[1:4])}… was interrupted ({result.how_it_ended}){where}; "
+            "nothing is known to be wrong, the next attempt runs it again",
+            command=result.argv, stderr=result.stderr, returncode=result.returncode,
+        )
+    return JJError(
+        f"jj {' '.join(result.argv[1:])} failed (exit {result.returncode}){where}: "
+        f"{result.words}" + (f"; {fix}" if fix else ""),
+        command=result.argv, stderr=result.stderr, returncode=result.returncode,
+    )
 
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
 
-    @property
-    def interrupted(self) -> bool:
-        """Killed by a signal (negative code) or by our timeout (124), not jj's verdict."""
-        return self.returncode < 0 or self.returncode == 124
-
-    def check(self) -> JJResult:
-        """Return self, or raise JJError with jj's own explanation."""
-        if self.interrupted:
-            how = "timed out" if self.returncode == 124 else f"killed by signal {-self.returncode}"
-            raise JJInterrupted(
-                f"jj {' '.join(self.argv[1:4])}… was interrupted ({how}) in {self.cwd}; "
-                "nothing is known to be wrong, the next attempt runs it again",
-                command=self.argv, stderr=self.stderr, returncode=self.returncode,
-            )
-        if self.returncode != 0:
-            detail = self.stderr.strip() or self.stdout.strip() or "no output"
-            raise JJError(
-                f"jj {' '.join(self.argv[1:])} failed (exit {self.returncode}) in {self.cwd}: "
-                f"{detail}",
-                command=self.argv,
-                stderr=self.stderr,
-                returncode=self.returncode,
-            )
-        return self
-
-    def lines(self) -> list[str]:
-        return [line for line in self.stdout.split("\n") if line]
+def is_stale(result: CommandResult) -> bool:
+    """jj refused because the workspace's working copy is stale (another workspace
+    rewrote its commit): ``jj workspace update-stale`` repairs it."""
+    return not result.ok and "stale" in result.stderr
 
 
 # --- binary discovery and PATH --------------------------------------------------
@@ -151,11 +138,15 @@ class JjCli:
         self,
         repo: Path,
         *,
+        workspace_root: Path | None = None,
         jj_bin: str | None = None,
         user: tuple[str, str] | None = ("ralph-dev", "ralph-dev@localhost"),
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.repo = Path(repo)
+        self.workspace_root = Path(workspace_root) if workspace_root is not None else None
+        """Where ralph-dev's own workspaces are: the only working copies jj may touch
+        (None: none at all)."""
         self._jj_bin = jj_bin
         self.user = user
         """Author of the commits jj makes (None: the person's own jj settings)."""
@@ -186,10 +177,14 @@ class JjCli:
 
     def owns_checkout(self, where: Path) -> bool:
         """Whether jj may snapshot and update the working copy at ``where``: only in
-        ralph-dev's own workspaces (which this class has none of)."""
-        return False
+        ralph-dev's own workspaces, below ``workspace_root``."""
+        if self.workspace_root is None:
+            return False
+        root = self.workspace_root.resolve()
+        return Path(where).resolve().is_relative_to(root) and Path(where).resolve() != root
 
-    def run(self, *args: str, cwd: Path | None = None, touch_checkout: bool = False) -> JJResult:
+    def run(self, *args: str, cwd: Path | None = None,
+            touch_checkout: bool = False) -> CommandResult:
         """Run jj once (never through a shell); failures come back in the result.
 
         Outside ralph-dev's workspaces jj runs with ``--ignore-working-copy``
@@ -201,35 +196,26 @@ class JjCli:
         argv = (self.jj_bin, "--no-pager", "--color", "never", *args)
         self.calls += 1
         started = time.monotonic()
-        try:
-            proc = subprocess.run(
-                argv,
-                cwd=where,
-                env=self.child_env(),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=JJ_TIMEOUT,
-                check=False,
-            )
-        except FileNotFoundError as exc:
-            missing = exc.filename or where
-            return JJResult(argv, str(where), 127, "", f"{missing}: does not exist")
-        except subprocess.TimeoutExpired:
-            return JJResult(argv, str(where), 124, "", f"timed out after {JJ_TIMEOUT:.0f}s")
-        except OSError as exc:
-            return JJResult(argv, str(where), 126, "", str(exc))
+        result = run_command(argv, cwd=where, env=self.child_env(), timeout=JJ_TIMEOUT,
+                             classify=jj_failure)
         ms = round((time.monotonic() - started) * 1000)
-        log.debug("jj", args=list(args[:3]), cwd=str(where), rc=proc.returncode, ms=ms)
-        return JJResult(argv, str(where), proc.returncode, proc.stdout, proc.stderr)
+        log.debug("jj", args=list(args[:3]), cwd=str(where), rc=result.returncode, ms=ms)
+        return result
 
-    def _read(self, *args: str) -> JJResult:
+    def read(self, *args: str) -> CommandResult:
         """A query run from the repo root, which never touches the person's working copy
         (see :meth:`run`); repo-level *writes* run in a workspace of ralph-dev's own,
         because in a colocated repo any jj transaction at the root also resets the
         person's git index."""
         return self.run("--ignore-working-copy", *args).check()
+
+    def count(self, revset: str, cwd: Path | None = None) -> int:
+        """How many commits ``revset`` holds, asked in workspace ``cwd`` (snapshotting
+        it) or, with None, from the repo root without touching any working copy."""
+        args = ("log", "--no-graph", "-r", revset, "-T", '"x\\n"')
+        if cwd is None:
+            return len(self.read(*args).lines())
+        return len(self.run(*args, cwd=cwd).check().lines())
 
     def init_colocated(self, *, message: str, trunk: str) -> None:
         """A new colocated repo in ``repo`` with its files committed and a trunk bookmark
@@ -249,11 +235,11 @@ class JjCli:
 
     def local_bookmarks(self) -> list[str]:
         """The repository's own bookmarks (not remote-tracking ones)."""
-        return self._read("bookmark", "list", "-T", 'if(remote, "", name ++ "\\n")').lines()
+        return self.read("bookmark", "list", "-T", 'if(remote, "", name ++ "\\n")').lines()
 
     def has_commits(self) -> bool:
         """Whether the person's working copy sits on a commit other than the root one."""
-        return bool(self._read("log", "--no-graph", "-r", "@- ~ root()", "-T", '"x"').stdout)
+        return bool(self.read("log", "--no-graph", "-r", "@- ~ root()", "-T", '"x"').stdout)
 
     def missing_trunk_fix(self, trunk: str, bookmarks: list[str], choose: str) -> str:
         """What to do when bookmark ``trunk`` is missing: each suggested command works

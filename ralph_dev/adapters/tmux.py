@@ -1,10 +1,15 @@
 """The tmux adapter: the only place ralph-dev talks to tmux.
 
 tmux is the source of truth for processes: which worker windows exist, whether
-their command still runs, and how it ended. Everything here goes through one
-subprocess site (:meth:`Tmux.run`, via libtmux's ``Server.cmd``) so that
-timeouts, error reporting, secret
-redaction and tmux's own argument quirks are handled once.
+their command still runs, and how it ended. Every tmux command goes through one
+site, :meth:`Tmux.run`, on ralph-dev's command runner (``adapters.process``), so
+that timeouts, error reporting, secret redaction and tmux's own argument quirks
+are handled once. A wedged tmux server makes a client hang: the runner kills
+that client at the timeout, so none is left behind.
+
+libtmux is not on this path: ralph-dev only ever used its ``Server.cmd``, one
+process start it makes itself, with the timeout libtmux does not have. It is
+asked one thing, at the edge: tmux's version for ``doctor`` (:func:`tmux_version`).
 
 Traps this module exists to absorb (all checked against tmux 3.3a):
 
@@ -41,23 +46,20 @@ import os
 import re
 import shlex
 import shutil
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import libtmux
 import structlog
-from libtmux import exc as libtmux_exc
 
+from ralph_dev.adapters.process import CommandResult, run_command, show_argv
 from ralph_dev.adapters.tmux_args import (
     LIST_FORMAT,
     TmuxError,
     TmuxInputError,
     TmuxNotFound,
-    TmuxResult,
     as_int,
     check_target,
     check_window_name,
@@ -65,10 +67,10 @@ from ralph_dev.adapters.tmux_args import (
     environment_args,
     escape_arg,
     escape_format,
+    is_absent,
     parse_panes,
-    redact_argv,
     sanitize_text,
-    show_argv,
+    tmux_failure,
 )
 from ralph_dev.core.environment import is_secret_name
 from ralph_dev.core.model import Window
@@ -119,8 +121,6 @@ class Tmux:
         self.socket_name = socket_name
         self.tmux_bin = tmux_bin
         self.timeout = timeout
-        resolved = shutil.which(tmux_bin) or tmux_bin
-        self._server = libtmux.Server(socket_name=socket_name, tmux_bin=resolved)
 
     @classmethod
     def from_settings(cls, settings: ProjectSettings) -> Tmux:
@@ -133,13 +133,13 @@ class Tmux:
     def _session_target(self) -> str:
         return f"={self.session}"
 
-    # The one subprocess site.
-    def run(self, *args: str, timeout: float | None = None) -> TmuxResult:
+    # The one place a tmux process starts (attach aside, which becomes one).
+    def run(self, *args: str, timeout: float | None = None) -> CommandResult:
         """Run one tmux command (or several joined by :meth:`run_many`); never raises
-        for tmux's own failures — call :meth:`TmuxResult.check` for that."""
+        for tmux's own failures — the result's ``check()`` does (:func:`tmux_failure`)."""
         return self._invoke([escape_arg(a) for a in args], timeout=timeout)
 
-    def run_many(self, *commands: Sequence[str]) -> TmuxResult:
+    def run_many(self, *commands: Sequence[str]) -> CommandResult:
         """Several tmux commands in ONE invocation: tmux runs them back to back,
         before it reaps any child, which is what makes window creation race-free."""
         argv: list[str] = []
@@ -149,57 +149,14 @@ class Tmux:
             argv += [escape_arg(a) for a in command]
         return self._invoke(argv)
 
-    def _invoke(self, args: list[str], *, timeout: float | None = None) -> TmuxResult:
-        """Run tmux through libtmux (``Server.cmd``), bounded by a timeout.
-
-        libtmux waits on its tmux client without a limit, and a wedged tmux server
-        must not freeze the controller: the call runs on a short-lived thread and
-        the caller stops waiting after ``timeout`` (a hung client thread is left to
-        finish on its own; it holds nothing of ours).
-        """
-        shown = redact_argv(
-            [self.tmux_bin, *(["-L", self.socket_name] if self.socket_name else []), *args])
-        limit = timeout or self.timeout
-        outcome: list[libtmux.common.tmux_cmd | BaseException] = []
-
-        def call() -> None:
-            try:
-                outcome.append(self._server.cmd(*args))
-            except BaseException as exc:
-                outcome.append(exc)
-
-        worker = threading.Thread(target=call, name="tmux-cmd", daemon=True)
-        worker.start()
-        worker.join(limit)
-        if not outcome:
-            raise TmuxError(
-                f"tmux did not answer within {limit:.0f}s: {show_argv(shown)}; "
-                "the tmux server may be wedged (check `tmux ls`)",
-                command=shown,
-                stderr="timeout",
-            )
-        answer = outcome[0]
-        if isinstance(answer, libtmux_exc.TmuxCommandNotFound | FileNotFoundError):
-            raise TmuxNotFound(
-                f"tmux is not installed (looked for {self.tmux_bin!r} on PATH): "
-                "install tmux 3.3 or newer",
-                command=shown,
-            ) from answer
-        if isinstance(answer, BaseException):
-            raise answer
-        result = TmuxResult(
-            argv=shown,
-            returncode=answer.returncode,
-            stdout=list(answer.stdout),
-            stderr=list(answer.stderr),
-        )
+    def _invoke(self, args: list[str], *, timeout: float | None = None) -> CommandResult:
+        """One tmux client, bounded by a timeout after which it is killed (a wedged
+        server must not freeze the controller, nor leave clients piling up)."""
+        argv = [self.tmux_bin, *(["-L", self.socket_name] if self.socket_name else []), *args]
+        result = run_command(argv, timeout=timeout or self.timeout, classify=tmux_failure)
         if not result.ok:
-            log.debug("tmux_failed", argv=show_argv(shown), stderr=" ".join(result.stderr)[:300])
+            log.debug("tmux_failed", argv=show_argv(result.argv), stderr=result.stderr[:300])
         return result
-
-    def version(self) -> str:
-        """``tmux -V`` (raises TmuxNotFound / TmuxError when tmux cannot run)."""
-        return " ".join(self.run("-V").check().stdout).strip()
 
     def attach(self, window: str | None = None) -> None:
         """Replace this process with a tmux client attached to the session (at ``window``,
@@ -217,7 +174,7 @@ class Tmux:
         result = self.run("list-sessions", "-F", "#{session_id}")
         if result.ok:
             return True
-        if result.absent:
+        if is_absent(result):
             return False
         result.check()
         return False  # unreachable: check() raised
@@ -226,7 +183,7 @@ class Tmux:
         result = self.run("has-session", "-t", self._session_target)
         if result.ok:
             return True
-        if result.absent:
+        if is_absent(result):
             return False
         result.check()
         return False
@@ -246,9 +203,9 @@ class Tmux:
             "-x", "200", "-y", "50", "-c", escape_format(str(cwd)),
             *environment_args(environment), "-P", "-F", "#{session_id}",
         )
-        if not result.ok and "duplicate session" in "\n".join(result.stderr):
+        if not result.ok and "duplicate session" in result.stderr:
             return  # someone else created it meanwhile: already as wanted
-        session_id = result.check().stdout[0] if result.stdout else self.session
+        session_id = next(iter(result.check().lines()), self.session)
         # set-option does not understand `=NAME`, so the new session's $id is the target;
         # panes take the limit when they are created: every ralph-dev window gets it.
         if starts_server:  # a person's own server keeps its environment: it is theirs
@@ -265,7 +222,7 @@ class Tmux:
         its keys) as its global environment, which any pane inherits and any client
         can list (``show-environment -g``): secrets are removed from it."""
         listed = self.run("show-environment", "-g")
-        names = [line.split("=", 1)[0] for line in listed.stdout if "=" in line]
+        names = [line.split("=", 1)[0] for line in listed.lines() if "=" in line]
         doomed = [name for name in names if is_secret_name(name)]
         if doomed:
             self.run_many(*(["set-environment", "-g", "-u", name] for name in doomed)).check()
@@ -273,12 +230,12 @@ class Tmux:
     def kill_server(self) -> None:
         """End the whole tmux server (the demo's private one); already gone is fine."""
         result = self.run("kill-server")
-        if not result.ok and not result.absent:
+        if not result.ok and not is_absent(result):
             result.check()
 
     def kill_session(self) -> None:
         result = self.run("kill-session", "-t", self._session_target)
-        if not result.ok and not result.absent:
+        if not result.ok and not is_absent(result):
             result.check()
 
     # --- windows -------------------------------------------------------------------
@@ -289,9 +246,9 @@ class Tmux:
         # then falls back to prefix matching, listing `NAME-other`'s panes.
         listing = ["list-panes", "-s", "-t", f"{self._session_target}:", "-F", LIST_FORMAT]
         result = self.run(*listing)
-        if result.absent:
+        if is_absent(result):
             return []
-        windows = parse_panes(result.check().stdout)
+        windows = parse_panes(result.check().lines())
         if any(not w.alive and w.exit_status is None for w in windows):
             # tmux 3.3a sometimes misses the SIGCHLD of a command that exits within
             # milliseconds: the pane is dead, its process a zombie, its status unknown
@@ -299,7 +256,7 @@ class Tmux:
             # child, and tmux waits for it, so the listing after it has the status.
             again = self.run_many(["run-shell", "true"], listing)
             if again.ok:
-                windows = parse_panes(again.stdout)
+                windows = parse_panes(again.lines())
         return windows
 
     def find(self, name: str) -> list[Window]:
@@ -339,17 +296,17 @@ class Tmux:
             "-c", escape_format(str(cwd)), "-P", "-F", "#{window_id} #{pane_id}",
             "--", *_PLACEHOLDER,
         )
-        if created.absent:
+        if is_absent(created):
             raise TmuxError(
                 f"cannot open window {name}: tmux session {self.session!r} does not exist "
                 "(ralph-dev creates it when the daemon starts; run `ralph-dev start`)",
                 command=created.argv,
-                stderr="\n".join(created.stderr),
+                stderr=created.stderr,
                 returncode=created.returncode,
             )
         created.check()
         try:
-            window_id, pane_id = [*created.stdout[0].split(), "", ""][:2]
+            window_id, pane_id = [*created.stdout.split(), "", ""][:2]
             check_target(window_id)
             check_target(pane_id)
         except (IndexError, TmuxInputError) as exc:
@@ -373,7 +330,7 @@ class Tmux:
         except BaseException:
             self.kill_window(window_id)
             raise
-        pid = as_int(started.stdout[-1]) if started.stdout else None
+        pid = as_int(started.lines()[-1]) if started.lines() else None
         log.info("tmux_window_opened", window=name, window_id=window_id, pane_id=pane_id,
                  pid=pid)
         return Window(
@@ -389,7 +346,7 @@ class Tmux:
     def kill_window(self, target: str) -> None:
         """Kill a window by id (a pane id kills its window); already gone is fine."""
         result = self.run("kill-window", "-t", check_target(target))
-        if not result.ok and not result.absent:
+        if not result.ok and not is_absent(result):
             result.check()
 
     # --- pane I/O --------------------------------------------------------------------
@@ -400,7 +357,7 @@ class Tmux:
         result = self.run(
             "capture-pane", "-p", "-J", "-t", check_target(target), "-S", f"-{lines}"
         ).check()
-        text = [line.rstrip() for line in result.stdout]
+        text = [line.rstrip() for line in result.stdout.split("\n")]
         while text and not text[-1]:
             text.pop()
         return "\n".join(text[-lines:])
@@ -444,3 +401,22 @@ def _check_dir(path: Path) -> Path:
     if not path.is_dir():
         raise TmuxInputError(f"{path} is not a directory: a tmux window cannot start there")
     return path
+
+
+def tmux_version(tmux_bin: str = "tmux") -> str:
+    """tmux's version as ``tmux X.Y (what tmux said)``, read by libtmux, which knows the
+    forms tmux reports (``3.3a``, ``next-3.6``, ``master``; OpenBSD's tmux has no
+    ``-V``): the one thing ralph-dev asks libtmux, for ``doctor``. Raises
+    :class:`TmuxNotFound` when there is no tmux."""
+    from libtmux import exc as libtmux_exc
+    from libtmux.common import get_version, get_version_str
+
+    found = shutil.which(tmux_bin) or tmux_bin
+    try:
+        return f"tmux {get_version(found)} ({get_version_str(found)})"
+    except (libtmux_exc.TmuxCommandNotFound, FileNotFoundError) as exc:
+        raise TmuxNotFound(f"tmux is not installed (looked for {tmux_bin!r} on PATH): "
+                           "install tmux 3.3 or newer", command=[tmux_bin, "-V"]) from exc
+    except libtmux_exc.LibTmuxException as exc:
+        raise TmuxError(f"`{tmux_bin} -V` did not say its version: {exc}",
+                        command=[tmux_bin, "-V"]) from exc

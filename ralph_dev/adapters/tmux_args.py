@@ -1,18 +1,19 @@
-"""What goes into tmux commands and what comes out: errors, results, escaping, parsing.
+"""What goes into tmux commands and what comes out: escaping, parsing, and how a failed
+tmux command reads (its errors).
 
 Pure functions and plain data, so tmux's argument quirks (a trailing ``;``,
 ``#{…}`` expansion, control characters typed into a pane, a 16 kB command
-limit) are handled and tested in one place without a tmux server.
+limit) and the meaning of its failures ("no server running" is an answer, not
+an error) are handled and tested in one place without a tmux server.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ralph_dev.adapters.process import CommandResult, show_argv
 from ralph_dev.core.errors import CommandError
 from ralph_dev.core.model import CONTROLLER_WINDOW, Window, check_identifier
 
@@ -62,37 +63,31 @@ class TmuxInputError(TmuxError, ValueError):
     """ralph-dev was asked to do something unsafe or impossible (bad name, target…)."""
 
 
-@dataclass(frozen=True)
-class TmuxResult:
-    """One tmux invocation: the argv (secrets redacted) and what it printed."""
+def is_absent(result: CommandResult) -> bool:
+    """True when the failure only says a server/session/window/pane is missing."""
+    return not result.ok and any(marker in result.stderr for marker in ABSENT_MARKERS)
 
-    argv: tuple[str, ...]
-    returncode: int
-    stdout: list[str]
-    stderr: list[str]
 
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-    @property
-    def absent(self) -> bool:
-        """True when the failure only says a server/session/window/pane is missing."""
-        text = "\n".join(self.stderr)
-        return not self.ok and any(marker in text for marker in ABSENT_MARKERS)
-
-    def check(self) -> TmuxResult:
-        """Return self, or raise :class:`TmuxError` naming the command and tmux's words."""
-        if self.ok:
-            return self
-        stderr = "\n".join(self.stderr).strip()
-        raise TmuxError(
-            f"tmux command failed (exit {self.returncode}): {show_argv(self.argv)}: "
-            f"{stderr or 'no error message'}",
-            command=self.argv,
-            stderr=stderr,
-            returncode=self.returncode,
-        )
+def tmux_failure(result: CommandResult, fix: str = "") -> TmuxError:
+    """How a failed tmux command reads: tmux missing, tmux hung (a wedged server), or
+    tmux's own refusal, naming the command (``-e`` values redacted) and tmux's words."""
+    shown = show_argv(result.argv)
+    stderr = result.stderr.strip()
+    more = f"; {fix}" if fix else ""
+    if result.returncode == 127 and not result.timed_out:
+        return TmuxNotFound(
+            f"tmux is not installed (looked for {result.argv[0]!r} on PATH): "
+            f"install tmux 3.3 or newer{more}",
+            command=result.argv, stderr=stderr, returncode=result.returncode)
+    if result.timed_out:
+        return TmuxError(
+            f"tmux {stderr.splitlines()[-1]}: {shown}; the tmux server may be wedged "
+            f"(check `tmux ls`){more}",
+            command=result.argv, stderr=stderr, returncode=result.returncode)
+    return TmuxError(
+        f"tmux command failed ({result.how_it_ended}): {shown}: "
+        f"{stderr or 'no error message'}{more}",
+        command=result.argv, stderr=stderr, returncode=result.returncode)
 
 
 # --- pure helpers ------------------------------------------------------------------
@@ -177,25 +172,6 @@ def environment_args(environment: Mapping[str, str]) -> list[str]:
             raise TmuxInputError(f"environment variable {key} holds a NUL byte")
         args += ["-e", f"{key}={value}"]
     return args
-
-
-def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
-    """argv with environment values hidden: they may carry API keys."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(arg.split("=", 1)[0] + "=<redacted>")
-            hide_next = False
-        else:
-            out.append(arg)
-            hide_next = arg == "-e"
-    return tuple(out)
-
-
-def show_argv(argv: Sequence[str], limit: int = 300) -> str:
-    text = shlex.join(argv)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def as_int(text: str) -> int | None:

@@ -47,7 +47,7 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
     from ralph_dev.control.wiring import jj_for, tmux_for
 
     settings = cli.project(project)
-    jj_for(settings).check_repo()
+    jj_for(settings).trunk.check_repo()
     if not foreground:
         pid = start_background(settings)
         click.echo(f"ralph-dev started for {project} (daemon pid {pid}).")
@@ -86,7 +86,7 @@ def stop(cli: CliContext, project: str, workers: bool) -> None:
         store = StateStore(settings.paths)
         for window in worker_windows(tmux.list_windows()):
             try:
-                jj.snapshot(window.name)
+                jj.workspaces.snapshot(window.name)
             except RalphError as exc:
                 click.echo(f"warning: could not snapshot {window.name}: {exc}", err=True)
             tmux.kill_window(window.window_id)
@@ -117,9 +117,9 @@ async def preview(settings: ProjectSettings) -> tuple[Plan, list[str]]:
 
     notes: list[str] = []
     repo = jj_for(settings)
-    jj: WorkspaceLister = repo
+    jj: WorkspaceLister = repo.workspaces
     try:
-        repo.check_repo()
+        repo.trunk.check_repo()
     except RalphError as exc:
         notes.append(f"jj not observed: {exc}")
         jj = _NoWorkspaces()

@@ -195,7 +195,7 @@ class Actuator:
                 self._kill_windows(action.issue, observed)
             case Stop():
                 with contextlib.suppress(RalphError):  # what its agent wrote is recorded
-                    await asyncio.to_thread(self.jj.snapshot, action.issue)
+                    await asyncio.to_thread(self.jj.workspaces.snapshot, action.issue)
                 self._kill_windows(action.issue, observed)
             case Merge():
                 outcome = await self.merges.merge(action, issue)
@@ -211,7 +211,8 @@ class Actuator:
                 await self.server.stop(action.issue)
                 self.dirs.discard(action.issue)
                 await while_beating(
-                    self.beat, "forget", self.jj.forget, action.issue, keep_bookmark=keep,
+                    self.beat, "forget", self.jj.workspaces.forget, action.issue,
+                    keep_bookmark=keep,
                     before_remove=workspace_hooks.before_remove(self.settings, self.store,
                                                                 action.issue))
             case Hold():
@@ -309,7 +310,7 @@ class Actuator:
             raise TrackerError(f"{action.issue}: not in the tracker's answer this tick")
         resume = self._resumable(action)
         workspace: Path = await while_beating(
-            self.beat, "spawn", self.jj.add_workspace, action.issue,
+            self.beat, "spawn", self.jj.workspaces.add_workspace, action.issue,
             after_create=workspace_hooks.after_create(self.settings, self.store, action.issue))
         record = self.store.update_record(
             action.issue, **{**action.record_changes(self.clock()),

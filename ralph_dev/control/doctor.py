@@ -12,10 +12,10 @@ from pathlib import Path
 
 from ralph_dev.adapters.gh import Gh
 from ralph_dev.adapters.git import find_git, git_toplevel, git_version
-from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.jj_cli import JjCli, child_path
 from ralph_dev.adapters.process import CommandResult
-from ralph_dev.adapters.tmux import Tmux
+from ralph_dev.adapters.tmux import tmux_version
 from ralph_dev.adapters.tracker import open_tracker
 from ralph_dev.agent.claude import AgentError, claude_version, resolve_claude_bin
 from ralph_dev.agent.sandbox import try_sandbox
@@ -62,7 +62,7 @@ def _adapter_check(name: str, ask: Callable[[], str], minimum: tuple[int, ...],
 async def run_checks(config_path: Path, project: str | None,
                      load: Callable[[str], ProjectSettings]) -> list[Check]:
     checks = [
-        _adapter_check("tmux", Tmux("ralph-doctor").version, MIN_TMUX,
+        _adapter_check("tmux", tmux_version, MIN_TMUX,
                        "install tmux >= 3.0 (apt install tmux)"),
         _adapter_check("jj", JjCli(Path.cwd()).version, MIN_JJ,
                        "install jj >= 0.46 (https://jj-vcs.github.io/jj/latest/install-and-setup/)"),
@@ -103,7 +103,7 @@ async def project_checks(settings: ProjectSettings) -> list[Check]:
             f"gh ({name}, pull-request mode)", Gh(settings.merge.gh_bin, settings.repo).version(),
             (2, 0), "install the GitHub CLI and run `gh auth login` (or set merge.gh_bin)"))
     try:
-        JJ.from_settings(settings).check_repo()
+        JjRepository.from_settings(settings).trunk.check_repo()
         checks.append(Check(f"repo {name}", True, f"{settings.repo} is a jj repo with "
                                                  f"bookmark {settings.trunk}"))
     except RalphError as exc:

@@ -27,7 +27,6 @@ from pathlib import Path
 import structlog
 
 from ralph_dev.adapters.files import atomic_write_text
-from ralph_dev.adapters.jj import JJ
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.verify import VerifyOutcome, run_verify
 from ralph_dev.agent.sandbox import verify_wrapper
@@ -36,7 +35,7 @@ from ralph_dev.core.actions import Merge
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError, SentBack
 from ralph_dev.core.model import Issue, MergeResult, Role
-from ralph_dev.core.ports import PullRequests, Repository
+from ralph_dev.core.ports import PullRequests, Repository, work_bookmark
 from ralph_dev.core.text import output_block
 
 log = structlog.get_logger(__name__)
@@ -113,7 +112,7 @@ class MergeLane:
     async def _run_trunk_verify(self) -> VerifyOutcome:
         """The verify command on trunk's files, beating while it runs (it may take
         longer than the daemon's heartbeat patience)."""
-        cwd = await asyncio.to_thread(self.jj.trunk_checkout)
+        cwd = await asyncio.to_thread(self.jj.trunk.trunk_checkout)
         return await self._verify_in(cwd, "verify_trunk")
 
     async def _verify_in(self, checkout: Path, doing: str) -> VerifyOutcome:
@@ -134,11 +133,12 @@ class MergeLane:
         pr_mode = self.settings.merge.mode == "pr"
         result: MergeResult | MergeOutcome
         if pr_mode:
-            result = await asyncio.to_thread(self.jj.publish, name, self.settings.merge.remote)
+            result = await asyncio.to_thread(self.jj.publisher.publish, name,
+                                             self.settings.merge.remote)
         elif self.settings.verifies_merges:
             result = await self._verified_merge(name)
         else:
-            result = await asyncio.to_thread(self.jj.merge, name)
+            result = await asyncio.to_thread(self.jj.merger.merge, name)
         if isinstance(result, MergeOutcome):
             return result  # sent back: the change went back to a worker of its issue
         if result.conflicted:
@@ -162,13 +162,14 @@ class MergeLane:
         """Rebase, verify the rebased change in its workspace, and only then move trunk;
         again from the rebase when trunk moved during the verify."""
         for _ in range(TRUNK_RACES):
-            head = await asyncio.to_thread(self.jj.prepare_merge, name)
+            head = await asyncio.to_thread(self.jj.merger.prepare_merge, name)
             if isinstance(head, MergeResult):
                 return head
-            outcome = await self._verify_in(self.jj.workspace_path(name), "verify_merge")
+            outcome = await self._verify_in(self.jj.workspaces.workspace_path(name),
+                                            "verify_merge")
             if not outcome.ok:
                 return self._send_back(name, head, outcome)
-            result = await asyncio.to_thread(self.jj.advance_trunk, name, head)
+            result = await asyncio.to_thread(self.jj.merger.advance_trunk, name, head)
             if not result.moved:
                 self.store.append_event("merge_verified", issue=name, commit=head,
                                         seconds=round(outcome.duration_s, 1))
@@ -203,7 +204,7 @@ class MergeLane:
         body = (record.summary if record and record.summary else "") + \
             f"\n\nOpened by ralph-dev for {name}."
         url, opened = await asyncio.to_thread(
-            self.pull_requests.open_pull_request, head=JJ.bookmark(name),
+            self.pull_requests.open_pull_request, head=work_bookmark(name),
             base=self.settings.trunk, title=title, body=body)
         self.store.append_event("pull_request", issue=name, url=url)
         if not opened:
@@ -214,7 +215,7 @@ class MergeLane:
         outcome = await self._run_trunk_verify()
         if outcome.ok:
             return []
-        commit = await asyncio.to_thread(self.jj.trunk_commit)
+        commit = await asyncio.to_thread(self.jj.trunk.trunk_commit)
         self._mark_red(outcome, commit)
         self.store.append_event("trunk_red", issue=issue, exit_code=outcome.exit_code)
         return [f"ralph-dev: after merging {issue}, `{outcome.command}` failed on "

@@ -149,7 +149,7 @@ class Observer:
                 and (error := self._repository_error()) is not None:
             return dataclasses.replace(blind, repository_error=error)
         try:
-            observed, _ = await observe(self.tracker, self.panes, self.jj, self.store,
+            observed, _ = await observe(self.tracker, self.panes, self.jj.workspaces, self.store,
                                         agent_aware=self.settings.agent.runner == "claude")
         except RalphError:  # jj could not list the workspaces: is it the repository?
             if (error := self._repository_error()) is not None:
@@ -162,7 +162,7 @@ class Observer:
         trunk_head, red_at = None, None
         if observed.trunk_red:
             red_at = self.merges.red_at()
-            trunk_head = await asyncio.to_thread(self.jj.trunk_commit)
+            trunk_head = await asyncio.to_thread(self.jj.trunk.trunk_commit)
         return dataclasses.replace(
             observed, setup_error=setup_error, config_loaded_at=self.config_loaded_at,
             owed=tuple(item.owed() for item in self.writebacks.items()),
@@ -185,7 +185,7 @@ class Observer:
         """Whether jj can use the repository at all (one jj call): jj missing, the
         repository gone or not a jj repository, the trunk bookmark deleted."""
         try:
-            self.jj.check_repo()
+            self.jj.trunk.check_repo()
         except RalphError as exc:
             return str(exc)
         return None

@@ -77,7 +77,7 @@ class StateSources:
         """Trunk's newest changes (newest first) or the reason they could not be read."""
         if not self._fresh(self._trunk, self.trunk_ttl):
             try:
-                changes = await asyncio.to_thread(self.jj.trunk_changes, MERGES_SHOWN)
+                changes = await asyncio.to_thread(self.jj.trunk.trunk_changes, MERGES_SHOWN)
                 self._trunk = (self.clock(), changes, None)
             except (RalphError, OSError) as exc:
                 self._trunk = (self.clock(), None, str(exc)[:300])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ralph_dev.adapters.gh import Gh
-from ralph_dev.adapters.jj import JJ
+from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
@@ -25,8 +25,8 @@ def tmux_for(settings: ProjectSettings) -> Tmux:
     return Tmux.from_settings(settings)
 
 
-def jj_for(settings: ProjectSettings) -> JJ:
-    return JJ.from_settings(settings)
+def jj_for(settings: ProjectSettings) -> JjRepository:
+    return JjRepository.from_settings(settings)
 
 
 def launcher_for(settings: ProjectSettings) -> AgentLauncher:

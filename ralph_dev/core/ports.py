@@ -70,28 +70,21 @@ class WorkspaceLister(Protocol):
 WorkspaceHook = Callable[[Path], None]
 """Called with a workspace's directory: the project's after_create / before_remove hooks."""
 
+WORK_BOOKMARK_PREFIX = "ralph/"
+
+
+def work_bookmark(issue: str) -> str:
+    """The bookmark an issue's change is kept under, ``ralph/ISSUE``: a canceled issue's
+    work stays there, the publisher pushes it, and its pull request's head is it."""
+    return WORK_BOOKMARK_PREFIX + issue
+
 
 class Workspaces(WorkspaceLister, Protocol):
-    """Adding, merging and forgetting workers' workspaces."""
+    """Workers' workspaces: adding, snapshotting, naming and forgetting them."""
 
     def add_workspace(self, name: str, *, after_create: WorkspaceHook | None = None) -> Path: ...
 
     def workspace_path(self, name: str) -> Path: ...
-
-    def check_repo(self) -> None:
-        """Raise, naming the fix, unless jj can use the repository and its trunk."""
-        ...
-
-    def merge(self, name: str) -> MergeResult: ...
-
-    def prepare_merge(self, name: str) -> MergeResult | str:
-        """The change rebased onto trunk and checked out in its workspace: its commit id,
-        or the result that ends the merge here (nothing to merge, a conflict)."""
-        ...
-
-    def advance_trunk(self, name: str, head: str) -> MergeResult:
-        """Trunk moved to the prepared ``head``, unless trunk moved since (``moved``)."""
-        ...
 
     def forget(self, name: str, *, keep_bookmark: bool = False,
                before_remove: WorkspaceHook | None = None) -> None: ...
@@ -112,8 +105,28 @@ class Workspaces(WorkspaceLister, Protocol):
         ...
 
 
+class Merger(Protocol):
+    """Merging a worker's change into trunk, behind the merge guard."""
+
+    def merge(self, name: str) -> MergeResult: ...
+
+    def prepare_merge(self, name: str) -> MergeResult | str:
+        """The change rebased onto trunk and checked out in its workspace: its commit id,
+        or the result that ends the merge here (nothing to merge, a conflict)."""
+        ...
+
+    def advance_trunk(self, name: str, head: str) -> MergeResult:
+        """Trunk moved to the prepared ``head``, unless trunk moved since (``moved``)."""
+        ...
+
+
 class Trunk(Protocol):
-    """Trunk's commit and a checkout of it, for verifying trunk after merges."""
+    """The repository's trunk: that it is usable, its commit, and a checkout of it for
+    verifying trunk after merges."""
+
+    def check_repo(self) -> None:
+        """Raise, naming the fix, unless jj can use the repository and its trunk."""
+        ...
 
     def trunk_commit(self) -> str: ...
 
@@ -126,8 +139,21 @@ class Publisher(Protocol):
     def publish(self, name: str, remote: str = "origin") -> MergeResult: ...
 
 
-class Repository(Workspaces, Trunk, Publisher, Protocol):
-    """Everything the controller does with the project's repository."""
+class Repository(Protocol):
+    """The project's repository as the controller holds it: one port per job, so each
+    consumer is handed (and names) only the one it uses."""
+
+    @property
+    def workspaces(self) -> Workspaces: ...
+
+    @property
+    def merger(self) -> Merger: ...
+
+    @property
+    def trunk(self) -> Trunk: ...
+
+    @property
+    def publisher(self) -> Publisher: ...
 
 
 # --- the tracker ------------------------------------------------------------------------
