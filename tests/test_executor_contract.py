@@ -266,7 +266,7 @@ def end_pause(w: World, ident: str) -> Action:
 
 def verify_trunk(w: World, ident: str) -> Action:
     w.ctl.merges.settings = dataclasses.replace(w.ctl.settings, verify_command="true")
-    commit = w.project.jj.trunk_commit()
+    commit = w.project.jj.trunk.trunk_commit()
     w.ctl.store.paths.trunk_red_file.write_text(json.dumps({"commit": "0" * 12}))
     return VerifyTrunk(SWARM, "trunk moved", commit=commit)
 
