@@ -430,13 +430,12 @@ def test_workers_get_no_secret_of_the_daemon(world: World, tmp_path: Path,
                     what="the agent's Bash step" + diagnostics(world, api, issue))
         (window,) = world.tmux.find(issue)
         pid = world.tmux.run("display-message", "-p", "-t", window.pane_id, "#{pane_pid}")
-        claude_env = Path(f"/proc/{pid.check().stdout[0]}/environ").read_bytes().decode()
+        claude_env = Path(f"/proc/{pid.check().stdout.split()[0]}/environ").read_bytes().decode()
         seen = {
             "claude": claude_env,
             "its Bash shell": Path(f"{dump}.env").read_text(),
             "the shell's parent": Path(f"{dump}.parent").read_text(),
-            "tmux show-environment -g": "\n".join(
-                world.tmux.run("show-environment", "-g").check().stdout),
+            "tmux show-environment -g": world.tmux.run("show-environment", "-g").check().stdout,
         }
         for where, text in seen.items():
             # the server's own list keeps a person's harmless variables, never a secret
@@ -577,7 +576,7 @@ def test_a_crashed_agent_is_resumed_in_its_own_session(
         (window,) = world.tmux.find(issue)
         pid = world.tmux.run("display-message", "-p", "-t", window.pane_id, "#{pane_pid}")
         crashed["yet"] = True
-        os.kill(int(pid.check().stdout[0]), 9)  # kill -9 of the agent
+        os.kill(int(pid.check().stdout.split()[0]), 9)  # kill -9 of the agent
         retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
                              is StateType.COMPLETED)[1], 120,
                     what="the issue done after the crash" + diagnostics(world, api, issue))

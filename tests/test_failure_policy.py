@@ -303,7 +303,7 @@ def test_a_tracker_outage_during_merge_costs_nothing_and_loses_nothing(
     def down(*_: Any, **__: Any) -> Any:
         raise TrackerUnavailable("the tracker is down (simulated outage)")
 
-    for name in ("list_issues", "refresh", "get", "comment", "set_state", "add_labels",
+    for name in ("list_issues", "get", "comment", "set_state", "add_labels",
                  "remove_labels", "create_issues"):
         monkeypatch.setattr(tracker, name, down)
     wait_for(lambda: (tick(ctl), "changes/DEMO-1.txt" in swarm.trunk_files())[1], 60,
