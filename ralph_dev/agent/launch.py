@@ -126,7 +126,6 @@ def agent_env(
         environ, project=settings.name, home=str(home), path=path,
         config_file=str(config_path) if config_path is not None else None,
         isolated_home=settings.agent.home == "isolated",
-        tracker_key=settings.tracker.kind == "linear",
         pass_env=settings.agent.pass_env,
     )
 

@@ -111,7 +111,11 @@ def _confined(settings: ProjectSettings, *, workspace: Path, person_home: Path,
             "--tmpfs", "/run", "--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve",
             *private_tmp]
     hidden = [Path(SANDBOX_TMP), Path("/run")]
-    secret = [config_home(), state_home(), data_home(), settings.workspaces]
+    # ralph-dev's dirs, and the files holding the controller's secrets (the tracker's key,
+    # the dashboard's token): no worker needs them
+    secret = [config_home(), state_home(), data_home(), settings.workspaces,
+              *(f for f in (settings.tracker.linear_api_key_file, settings.web.token_file)
+                if f is not None)]
     for path in (*(p.resolve() for p in secret),
                  *(person_home / name for name in CREDENTIALS)):
         if _under(path, hidden) or not path.exists():
