@@ -166,7 +166,8 @@ def test_a_worker_that_cannot_run_pauses_the_swarm_and_charges_nothing(
 def test_what_is_bound_back_never_shows_a_secret_inside_it(
         xdg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A tool installed under /tmp is bound back with its whole tree; ralph-dev's own
-    config inside that tree stays hidden, and the host's /tmp stays the worker's own."""
+    config inside that tree stays hidden, and the host's /tmp stays the worker's own.
+    Inside ralph-dev's own dirs only the program itself is bound, never its tree."""
     from ralph_dev.agent.launch import worker_sandbox
 
     tree = tmp_path / "tree"
@@ -197,3 +198,19 @@ def test_what_is_bound_back_never_shows_a_secret_inside_it(
     assert "tool ran" in said and "its tree shows" in said, said
     assert "hunter2" not in said and "secret-hidden" in said, said
     assert "the host's /tmp" not in said and "host-tmp-hidden" in said, said
+
+    # an agent inside ralph-dev's own data dir: the program alone shows, not its tree
+    data = settings.paths.data_dir
+    inside = data / "bin" / "agent"
+    inside.parent.mkdir(parents=True)
+    shutil.copy2(tool, inside)
+    (data / "tracker.db").write_text("every issue\n")
+    sandbox = worker_sandbox(settings, workspace=workspace, worker_dir=worker_dir,
+                             home=worker_dir / "home", environ=os.environ,
+                             program=str(inside), path=os.environ["PATH"])
+    assert sandbox is not None
+    look = f"{inside}; cat {data}/tracker.db || echo tracker-hidden"
+    out = subprocess.run([sandbox["bwrap"], *sandbox["args"], "--", "/bin/sh", "-c", look],
+                         capture_output=True, text=True, timeout=60, check=False)
+    said = out.stdout + out.stderr
+    assert "tool ran" in said and "tracker-hidden" in said and "every issue" not in said, said

@@ -334,8 +334,9 @@ def worker_sandbox(settings: ProjectSettings, *, workspace: Path, worker_dir: Pa
     else:
         (home / ".claude").mkdir(mode=0o700, exist_ok=True)
     person_home = Path(environ.get("HOME") or Path.home())
-    tools = [p for p in (agent_bin_dir(settings), *readable, *worker_tools(program, path))
-             if p is not None]
+    bin_dir = agent_bin_dir(settings)
+    tools = [*([bin_dir / "ralph-dev"] if bin_dir else []), *readable,
+             *worker_tools(program, path)]
     args = sandbox_args(settings, workspace=workspace, worker_dir=worker_dir, agent_home=home,
                         person_home=person_home, tool_dirs=tools)
     seccomp = write_filter(worker_dir)

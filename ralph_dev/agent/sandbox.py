@@ -12,8 +12,12 @@ hostile. ``agent.sandbox = "bwrap"`` (the default) starts it inside bubblewrap
 * **hidden** (an empty tmpfs over them): ralph-dev's config, state and data dirs (every
   project's tracker, records, events, other workers' run dirs and workspaces), the
   workspace root when it lies elsewhere, the host's ``/run`` (tmux's, systemd's and
-  docker's sockets) and ``/tmp`` (tmux's socket), and the person's well-known
-  credential files (``~/.ssh``, ``~/.aws``, ``~/.config/gh``…);
+  docker's sockets) and ``/tmp`` (tmux's socket), the person's well-known
+  credential files (``~/.ssh``, ``~/.aws``, ``~/.config/gh``…) and the files holding
+  the controller's secrets (the tracker's key file, the dashboard's token file);
+* **bound back** read-only at their own paths, even from a hidden place: what the
+  worker runs (ralph-dev's venv and package, the agent and its interpreter:
+  ``agent.toolchain``);
 * no capabilities (``--cap-drop ALL``: as root a read-only bind is otherwise undone by
   a remount), no new user namespaces, its own pid, ipc and uts namespaces (it sees no
   other process, so not the daemon's environment), killed with its pane;
@@ -110,14 +114,22 @@ def _secrets(settings: ProjectSettings, person_home: Path) -> list[Path]:
             *(Path(f).resolve() for f in files if f is not None)]
 
 
+def _bindable(tool: Path, hidden: list[Path], secrets: list[Path]) -> bool:
+    """Whether ``tool`` must be bound back (it lies where the sandbox hides it) and may
+    be (inside ralph-dev's own dirs or a credentials dir: a single file only)."""
+    if any(secret in tool.parents for secret in secrets):
+        return tool.is_file()
+    return any(root in tool.parents for root in hidden)
+
+
 def _tools_and_secrets(tools: Iterable[Path], secrets: list[Path]) -> list[str]:
     """Bind back what a worker runs from a hidden place (read-only, at its own path) and
     hide the secrets, the shallower path first: a tool inside a hidden dir (ralph-dev's
     ``agent-bin`` link, a venv under /tmp) shows through it, and a secret inside a tool's
-    tree (a config dir inside a checkout) stays hidden."""
+    tree (a config dir inside a checkout) stays hidden. Inside ralph-dev's own dirs
+    only single files are bound (a directory there may hold a tracker or a record)."""
     hidden = [Path(SANDBOX_TMP), Path("/run")]
-    bound = [t for t in dict.fromkeys(tools)
-             if any(root in t.parents for root in [*hidden, *secrets])]
+    bound = [t for t in dict.fromkeys(tools) if _bindable(t, hidden, secrets)]
     mounts: list[tuple[int, list[str]]] = []
     for path in secrets:
         if not path.exists() or (_under(path, hidden) and not _under(path, bound)):
