@@ -208,7 +208,7 @@ def test_exec_wrapper_reports_a_missing_spec(tmp_path: Path) -> None:
 
 def test_worker_environment(xdg: Path, recorder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
-    monkeypatch.setenv("LINEAR_API_KEY", "lin_api_test_0000")  # not a Linear project: kept back
+    monkeypatch.setenv("LINEAR_API_KEY", "lin_api_test_0000")  # the controller's alone
     monkeypatch.setenv("RALPH_DEV_LINEAR_WEBHOOK_SECRET", "whsec-controller-only")
     monkeypatch.setenv("RALPH_DEV_LOG_LEVEL", "INFO")
     monkeypatch.setenv("UNRELATED_SECRET", "nope")
@@ -592,6 +592,36 @@ def test_claude_env_refuses_a_claude_of_another_version(tmp_path: Path,
         find_claude(allow_install=False)
     fake.write_text(f"#!/bin/sh\necho '{CLAUDE_CODE_VERSION} (Claude Code)'\n")
     assert find_claude(allow_install=False) == str(fake)
+
+
+def test_only_the_supervisor_holds_the_tracker_key(xdg: Path, recorder: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25: in Linear mode a worker gets no tracker key (the controller relays every
+    write); the supervisor, which reads the tracker through people's commands, does, and
+    only through the launcher's 0600 file. No configuration hands it to workers."""
+    monkeypatch.setenv("LINEAR_API_KEY", "lin_api_sentinel_25")
+    monkeypatch.setenv("RALPH_DEV_WEB_TOKEN", "web-token-sentinel-25")
+    raw = {"repo": str(xdg / "repo"), "workspace_root": str(xdg / "workspaces"),
+           "tracker": {"kind": "linear", "linear_project": "Alpha"},
+           "agent": {"home": "isolated", "sandbox": "off", "claude_bin": str(recorder)}}
+    settings = build_project("demo", raw)
+    (xdg / "repo").mkdir()
+    worker = build_launch(settings, hostile_issue(), Role.EXECUTE,
+                          workspace_for(settings, "DEMO-7"), "sonnet", attempt=1)
+    supervisor = build_supervisor_launch(settings, "status", reason="crash loop")
+    for launch in (worker, supervisor):
+        assert launch.spec_file is not None
+        held = every_string(launch)
+        secrets = launch.spec_file.with_suffix(".secrets.json")
+        if secrets.exists():
+            held += secrets.read_text()
+        assert "web-token-sentinel-25" not in held
+        assert ("lin_api_sentinel_25" in held) is (launch is supervisor)
+        assert "lin_api_sentinel_25" not in every_string(launch)  # never in argv or the spec
+    for name in ("LINEAR_API_KEY", "RALPH_DEV_WEB_TOKEN", "RALPH_DEV_LINEAR_WEBHOOK_SECRET"):
+        raw["agent"] = {"pass_env": [name]}
+        with pytest.raises(ConfigError, match=f"agent.pass_env: {name} is the controller's"):
+            build_project("demo", raw)
 
 
 def test_supervisor_launch(xdg: Path, recorder: Path, tmp_path: Path,

@@ -384,8 +384,9 @@ def test_supervisor_runs_ralph_dev_commands_only(world: World, tmp_path: Path,
 SENTINELS = {
     "GH_TOKEN": "sentinel-gh-4711",
     "MY_DB_PASSWORD": "sentinel-pw-4711",
-    "LINEAR_API_KEY": "lin_api_sentinel4711",  # the project's tracker is local: not needed
+    "LINEAR_API_KEY": "lin_api_sentinel4711",  # the controller relays every tracker write
     "RALPH_DEV_LINEAR_WEBHOOK_SECRET": "sentinel-whsec-4711",
+    "RALPH_DEV_WEB_TOKEN": "sentinel-webtoken-4711",
     "PERSONAL_NOTE": "sentinel-note-4711",  # from a person's shell: no agent needs it
 }
 
@@ -406,9 +407,12 @@ def test_workers_get_no_secret_of_the_daemon(world: World, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 12: the tmux server and every agent start from an allowlist. The daemon's
     keys and a person's shell variables reach neither claude, nor its Bash shells (nor
-    the hooks, its children), nor the server's global environment."""
+    the hooks, its children), nor the server's global environment. Issue 25: not even
+    the tracker's key in Linear mode (worker commands and hooks never call Linear)."""
     for name, value in SENTINELS.items():
         monkeypatch.setenv(name, value)
+    tracker = dataclasses.replace(world.settings.tracker, kind="linear", linear_project="Alpha")
+    world.settings = dataclasses.replace(world.settings, tracker=tracker)  # the launch's view
     world.tmux.kill_session()  # the server starts again, from this environment
     world.tmux.ensure_session(world.tmp, {"PATH": os.environ["PATH"]})
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Look around")])

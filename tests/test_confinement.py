@@ -109,7 +109,8 @@ def test_the_sandbox_refuses_typing_into_the_pane(world: World, tmp_path: Path  
     worker_dir = world.settings.paths.worker_dir("DEMO-9")
     workspace = world.jj.workspaces.add_workspace("DEMO-9")
     sandbox = worker_sandbox(world.settings, workspace=workspace, worker_dir=worker_dir,
-                             home=worker_dir / "home", environ=os.environ, readable=[])
+                             home=worker_dir / "home", environ=os.environ,
+                             program=sys.executable, path=os.environ["PATH"])
     assert sandbox is not None and sandbox["seccomp"]
     code = ("import fcntl, sys, termios\n"
             "try:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x')\n"

@@ -4,11 +4,17 @@ loop (saying so once), and then hands the swarm to the supervisor agent."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from conftest import make_jj_repo, retry_until
+from swarm_kit import Swarm, wait_for
 
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
@@ -70,3 +76,73 @@ def test_crash_loop_backs_off_once_and_starts_the_supervisor(
                     what="the supervisor's answer in its log")
         assert any("ralph-dev-supervisor" in text or "supervisor" in text for text in seen)
         assert any("controller" in text and "demo" in text for text in seen)  # the snapshot
+
+
+class Frozen:
+    """A process stopped as a hung one is: it runs no code and leaves every signal but
+    SIGKILL pending. (A SIGSTOP will not do: tmux continues a stopped pane at once.) The
+    test holds it in a ptrace stop, which its parent never hears of."""
+
+    SEIZE, INTERRUPT, DETACH = 0x4206, 0x4207, 17
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
+                                     ctypes.c_void_p]
+        # every thread: a running one would take the signal for the stopped main thread
+        self.threads = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+        for tid in self.threads:
+            for request in (self.SEIZE, self.INTERRUPT):
+                assert self.libc.ptrace(request, tid, None, None) == 0, ctypes.get_errno()
+
+    def pending(self, signum: int) -> bool:
+        """True once ``signum`` was sent to it (and, frozen, it left it waiting)."""
+        try:
+            status = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return False
+        masks = [int(line.split()[1], 16) for line in status.splitlines()
+                 if line.startswith(("SigPnd:", "ShdPnd:"))]
+        return any(mask & (1 << (signum - 1)) for mask in masks)
+
+    def release(self) -> None:
+        """Let go (a tracee the tracer leaves is detached by the kernel) and reap it."""
+        for tid in self.threads:
+            self.libc.ptrace(self.DETACH, tid, None, None)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(tid, os.WNOHANG | 0x40000000)  # __WALL
+
+
+def test_a_stop_while_the_health_check_restarts_a_frozen_controller_is_clean(
+        tmp_path: Path, jj_bin: str, tmux_socket: str) -> None:
+    """Issue 25: `ralph-dev stop` lands while the health check is restarting a frozen
+    controller (waiting for it to end). The daemon stops cleanly: no traceback in its
+    logs, and no controller started after the stop."""
+    swarm = Swarm.create(tmp_path, jj_bin, tmux_socket,
+                         timing={"heartbeat_stale": 2, "health_interval": 0.5})
+    frozen: Frozen | None = None
+    try:
+        swarm.start()
+        swarm.wait_first_tick()
+        daemon = swarm.daemon_pid()
+        controller = next(e["pid"] for e in swarm.events() if e["event"] == "controller_started")
+        frozen = Frozen(controller)
+        wait_for(lambda: frozen.pending(signal.SIGTERM), 30,
+                 "the health check asking the frozen controller to stop (its restart)")
+        stopped = swarm.cli("stop", swarm.project)
+        assert f"stopped daemon pid {daemon}" in stopped.stdout
+        wait_for(lambda: not Path(f"/proc/{daemon}").exists(), 30, "the daemon's exit")
+        time.sleep(1)  # a restart that outlived the stop would have opened its window now
+        assert "controller" not in swarm.windows()
+        logs = {name: (swarm.state_dir / "logs" / name).read_text()
+                for name in ("daemon.log", "daemon.jsonl")}
+        for name, text in logs.items():
+            assert "Traceback" not in text and "CancelledError" not in text, f"{name}:\n{text}"
+        kinds = [e["event"] for e in swarm.events()]
+        assert kinds[-1] == "daemon_stopped", kinds[-5:]
+        assert "health_check_failed" not in kinds
+    finally:
+        if frozen is not None:
+            frozen.release()
+        swarm.teardown()

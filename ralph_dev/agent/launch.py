@@ -50,6 +50,7 @@ from ralph_dev.agent.claude import (
 )
 from ralph_dev.agent.prompt import render_prompt, write_prompt
 from ralph_dev.agent.sandbox import bwrap_path, sandbox_args, write_filter
+from ralph_dev.agent.toolchain import ralph_dev_script, worker_tools
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import (
     NESTED_CLAUDE_VARS,
@@ -60,15 +61,6 @@ from ralph_dev.core.errors import ConfigError
 from ralph_dev.core.model import Issue, Launch, Role, check_identifier
 
 log = structlog.get_logger(__name__)
-
-def ralph_dev_script() -> Path | None:
-    """The ``ralph-dev`` console script of THIS installation (hooks and skills call it)."""
-    beside = Path(sys.executable).parent / "ralph-dev"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return beside
-    found = shutil.which("ralph-dev")
-    return Path(found) if found else None
-
 
 def agent_bin_dir(settings: ProjectSettings) -> Path | None:
     """A directory holding only a ``ralph-dev`` link, for the front of the agent's PATH.
@@ -126,7 +118,6 @@ def agent_env(
         environ, project=settings.name, home=str(home), path=path,
         config_file=str(config_path) if config_path is not None else None,
         isolated_home=settings.agent.home == "isolated",
-        tracker_key=settings.tracker.kind == "linear",
         pass_env=settings.agent.pass_env,
     )
 
@@ -242,22 +233,27 @@ def launch_via_spec(argv: Sequence[str], env: Mapping[str, str], cwd: Path, spec
     )
 
 
-def check_agent(settings: ProjectSettings, environ: Mapping[str, str] | None = None) -> None:
-    """Raise (naming the fix) when the project's agent program cannot be found on the
-    workers' PATH: a setup error, which pauses dispatch instead of charging attempts."""
+def agent_program(settings: ProjectSettings, environ: Mapping[str, str] | None = None) -> str:
+    """The agent program workers run, as their PATH finds it; raises (naming the fix) when
+    it cannot be found: a setup error, which pauses dispatch instead of charging attempts."""
     environ = os.environ if environ is None else environ
     path = child_path(base=environ.get("PATH", os.defpath))
     if settings.agent.sandbox == "bwrap":
         bwrap_path()
     if settings.agent.runner != "command":
-        resolve_claude_bin(settings, path)
-        return
+        return resolve_claude_bin(settings, path)
     program = command_argv(settings.agent.command or "", dict.fromkeys(PLACEHOLDERS, "x"))[0]
-    found = (os.access(program, os.X_OK) and Path(program).is_file() if os.sep in program
-             else shutil.which(program, path=path) is not None)
+    found = (program if os.access(program, os.X_OK) and Path(program).is_file() else None
+             ) if os.sep in program else shutil.which(program, path=path)
     if not found:
         raise AgentError(f"agent.command's program {program!r} is not an executable on the "
                          "workers' PATH; install it or fix agent.command")
+    return found
+
+
+def check_agent(settings: ProjectSettings, environ: Mapping[str, str] | None = None) -> None:
+    """Raise (naming the fix) when the project's agent program cannot be found."""
+    agent_program(settings, environ)
 
 
 def build_launch(
@@ -313,8 +309,8 @@ def build_launch(
                            workspace=workspace.resolve())
         prompt_arg = True
     sandbox = worker_sandbox(settings, workspace=workspace, worker_dir=worker_dir,
-                             home=home, environ=environ,
-                             readable=[prompt_file, Path(argv[0]).resolve().parent])
+                             home=home, environ=environ, program=argv[0], path=env["PATH"],
+                             readable=[prompt_file])
     log.info("agent_launch", issue=identifier, role=role.value, runner=settings.agent.runner,
              model=model, attempt=attempt, home=settings.agent.home, program=Path(argv[0]).name,
              sandbox=settings.agent.sandbox)
@@ -324,8 +320,11 @@ def build_launch(
 
 
 def worker_sandbox(settings: ProjectSettings, *, workspace: Path, worker_dir: Path, home: Path,
-                   environ: Mapping[str, str], readable: Sequence[Path]) -> dict[str, Any] | None:
-    """How the launcher confines this worker (``agent.sandbox``; None: unconfined)."""
+                   environ: Mapping[str, str], program: str, path: str,
+                   readable: Sequence[Path] = ()) -> dict[str, Any] | None:
+    """How the launcher confines this worker (``agent.sandbox``; None: unconfined): what
+    it runs (ralph-dev, the agent ``program`` as its PATH ``path`` finds it) and
+    ``readable`` are bound back wherever they are (``agent.toolchain``)."""
     if settings.agent.sandbox == "off":
         return None
     for own in ("tmp", "run"):
@@ -335,7 +334,9 @@ def worker_sandbox(settings: ProjectSettings, *, workspace: Path, worker_dir: Pa
     else:
         (home / ".claude").mkdir(mode=0o700, exist_ok=True)
     person_home = Path(environ.get("HOME") or Path.home())
-    tools = [p for p in (agent_bin_dir(settings), *readable) if p is not None]
+    bin_dir = agent_bin_dir(settings)
+    tools = [*([bin_dir / "ralph-dev"] if bin_dir else []), *readable,
+             *worker_tools(program, path)]
     args = sandbox_args(settings, workspace=workspace, worker_dir=worker_dir, agent_home=home,
                         person_home=person_home, tool_dirs=tools)
     seccomp = write_filter(worker_dir)

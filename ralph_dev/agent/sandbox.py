@@ -12,8 +12,12 @@ hostile. ``agent.sandbox = "bwrap"`` (the default) starts it inside bubblewrap
 * **hidden** (an empty tmpfs over them): ralph-dev's config, state and data dirs (every
   project's tracker, records, events, other workers' run dirs and workspaces), the
   workspace root when it lies elsewhere, the host's ``/run`` (tmux's, systemd's and
-  docker's sockets) and ``/tmp`` (tmux's socket), and the person's well-known
-  credential files (``~/.ssh``, ``~/.aws``, ``~/.config/gh``…);
+  docker's sockets) and ``/tmp`` (tmux's socket), the person's well-known
+  credential files (``~/.ssh``, ``~/.aws``, ``~/.config/gh``…) and the files holding
+  the controller's secrets (the tracker's key file, the dashboard's token file);
+* **bound back** read-only at their own paths, even from a hidden place: what the
+  worker runs (ralph-dev's venv and package, the agent and its interpreter:
+  ``agent.toolchain``);
 * no capabilities (``--cap-drop ALL``: as root a read-only bind is otherwise undone by
   a remount), no new user namespaces, its own pid, ipc and uts namespaces (it sees no
   other process, so not the daemon's environment), killed with its pane;
@@ -100,30 +104,63 @@ def _under(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)
 
 
+def _secrets(settings: ProjectSettings, person_home: Path) -> list[Path]:
+    """What no worker may read: ralph-dev's dirs (every tracker, record and event, other
+    workers' run dirs and workspaces), the person's credentials, and the files holding
+    the controller's secrets (the tracker's key, the dashboard's token)."""
+    dirs = [config_home(), state_home(), data_home(), settings.workspaces]
+    files = [settings.tracker.linear_api_key_file, settings.web.token_file]
+    return [*(p.resolve() for p in dirs), *(person_home / name for name in CREDENTIALS),
+            *(Path(f).resolve() for f in files if f is not None)]
+
+
+def _bindable(tool: Path, hidden: list[Path], secrets: list[Path]) -> bool:
+    """Whether ``tool`` must be bound back (it lies where the sandbox hides it) and may
+    be (inside ralph-dev's own dirs or a credentials dir: a single file only)."""
+    if any(secret in tool.parents for secret in secrets):
+        return tool.is_file()
+    return any(root in tool.parents for root in hidden)
+
+
+def _tools_and_secrets(tools: Iterable[Path], secrets: list[Path]) -> list[str]:
+    """Bind back what a worker runs from a hidden place (read-only, at its own path) and
+    hide the secrets, the shallower path first: a tool inside a hidden dir (ralph-dev's
+    ``agent-bin`` link, a venv under /tmp) shows through it, and a secret inside a tool's
+    tree (a config dir inside a checkout) stays hidden. Inside ralph-dev's own dirs
+    only single files are bound (a directory there may hold a tracker or a record)."""
+    hidden = [Path(SANDBOX_TMP), Path("/run")]
+    bound = [t for t in dict.fromkeys(tools) if _bindable(t, hidden, secrets)]
+    mounts: list[tuple[int, list[str]]] = []
+    for path in secrets:
+        if not path.exists() or (_under(path, hidden) and not _under(path, bound)):
+            continue
+        mounts.append((len(path.parts), ["--tmpfs", str(path)] if path.is_dir()
+                       else ["--ro-bind", "/dev/null", str(path)]))
+        if path.is_dir():
+            hidden.append(path)
+    for tool in bound:
+        if tool in secrets:  # a secret named as a tool stays hidden
+            continue
+        # inside another tool's tree it shows already, unless a secret hides it there
+        outer = [b for b in bound if b in tool.parents]
+        if outer and not any(_under(tool, [s]) and any(b in s.parents for b in outer)
+                             for s in hidden):
+            continue
+        mounts.append((len(tool.parts), ["--ro-bind", str(tool), str(tool)]))
+    return [word for _, words in sorted(mounts, key=lambda m: m[0]) for word in words]
+
+
 def _confined(settings: ProjectSettings, *, workspace: Path, person_home: Path,
               private_tmp: list[str], tool_dirs: Iterable[Path] = ()) -> list[str]:
     """The part every sandbox shares: read-only everything, secrets hidden, its own
-    /tmp (``private_tmp``), ``agent.shared_paths`` and the workspace writable."""
+    /tmp (``private_tmp``), what a worker runs bound back (``tool_dirs``: see
+    ``agent.toolchain``), ``agent.shared_paths`` and the workspace writable."""
     workspace = workspace.resolve()
     args = ["--die-with-parent", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", "/run", "--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve",
-            *private_tmp]
-    hidden = [Path(SANDBOX_TMP), Path("/run")]
-    secret = [config_home(), state_home(), data_home(), settings.workspaces]
-    for path in (*(p.resolve() for p in secret),
-                 *(person_home / name for name in CREDENTIALS)):
-        if _under(path, hidden) or not path.exists():
-            continue
-        if path.is_dir():
-            args += ["--tmpfs", str(path)]
-            hidden.append(path)
-        else:
-            args += ["--ro-bind", "/dev/null", str(path)]
-    for tool in tool_dirs:  # put back what the agent runs from a hidden place (agent-bin)
-        if tool.exists():
-            args += ["--ro-bind", str(tool), str(tool)]
+            *private_tmp, *_tools_and_secrets(tool_dirs, _secrets(settings, person_home))]
     for shared in settings.agent.shared_paths:
         if not Path(shared).is_absolute():
             raise AgentError(f"agent.shared_paths: {shared!r} is not an absolute path; "

@@ -26,6 +26,7 @@ from ralph_dev.agent.fence import (
 from ralph_dev.agent.launch import agent_env, agent_home, launch_via_spec
 from ralph_dev.agent.prompt import MAX_DESCRIPTION_BYTES, cap, fence_token, visible
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.environment import tracker_key
 from ralph_dev.core.model import Launch
 
 log = structlog.get_logger(__name__)
@@ -72,6 +73,8 @@ def build_supervisor_launch(
     home = agent_home(settings, environ)
     env = agent_env(settings, home=home, config_path=config_path, environ=environ)
     env["RALPH_DEV_ROLE"] = "supervisor"
+    if settings.tracker.kind == "linear":  # a secret, so through the launcher's 0600 file
+        env.update(tracker_key(environ))
     directory = settings.paths.prompts_dir
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)

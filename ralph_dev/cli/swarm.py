@@ -43,12 +43,16 @@ def controller(cli: CliContext, project: str, once: bool) -> None:
 def start(cli: CliContext, project: str, foreground: bool) -> None:
     """Start PROJECT: tmux session, controller window, health loop."""
     from ralph_dev.adapters.processes import start_background
+    from ralph_dev.agent.probe import try_worker_sandbox
     from ralph_dev.control.daemon import Daemon
     from ralph_dev.control.wiring import jj_for, tmux_for
 
     settings = cli.project(project)
     jj_for(settings).trunk.check_repo()
     if not foreground:
+        # a person is here to read why: every worker would fail the same way. (A service
+        # starts anyway; its controller pauses dispatch and says so until it is fixed.)
+        try_worker_sandbox(settings)
         pid = start_background(settings)
         click.echo(f"ralph-dev started for {project} (daemon pid {pid}).")
         click.echo(f"  watch:  ralph-dev status {project}")

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -73,6 +74,11 @@ class Daemon:
         self.tmux = tmux
         self.store = store or StateStore(settings.paths)
         self.stop_event = asyncio.Event()
+        self.stopping = threading.Event()
+        """Set with ``stop_event``, for the threads restarting the controller."""
+        self._controller_change = threading.Lock()
+        """A restart and the final stop never interleave: the stop waits for a restart
+        under way (which then opens no window), so nothing outlives the daemon."""
         self.started_controller_at: datetime | None = None
         self._backoff_announced = False
         self._supervisor: subprocess.Popen[bytes] | None = None
@@ -100,13 +106,22 @@ class Daemon:
         log.info("session_created", lost_workers=lost)
 
     def start_controller(self, reason: str) -> None:
-        # SIGTERM first: let it finish its action; a frozen one is killed. So is one that
-        # holds the lock without a window: either would make a new controller exit at once.
-        killed = stop_controller_window(self.tmux)
-        killed += kill_stale_controller(self.store.paths.controller_lock, self.settings.name)
-        for pid in killed:
-            self.store.append_event("controller_killed", pid=pid,
-                                    reason="it did not stop when asked and held the lock")
+        with self._controller_change:
+            # SIGTERM first: let it finish its action; a frozen one is killed. So is one
+            # that holds the lock without a window: either would make a new controller
+            # exit at once.
+            killed = stop_controller_window(self.tmux)
+            killed += kill_stale_controller(self.store.paths.controller_lock,
+                                            self.settings.name)
+            for pid in killed:
+                self.store.append_event("controller_killed", pid=pid,
+                                        reason="it did not stop when asked and held the lock")
+            if self.stopping.is_set():  # stopped while the old one was ending: no new one
+                log.info("controller_start_skipped", reason="the daemon is stopping")
+                return
+            self._open_controller(reason)
+
+    def _open_controller(self, reason: str) -> None:
         launch = launch_via_spec(
             ralph_command("controller", self.settings.name),
             child_environment(self.settings, {"RALPH_DEV_PROJECT": self.settings.name}),
@@ -174,7 +189,22 @@ class Daemon:
 
     # -- health loop --------------------------------------------------------
 
+    def request_stop(self) -> None:
+        """SIGTERM, SIGINT, SIGHUP: stop the loop, and any restart under way with it."""
+        self.stopping.set()
+        self.stop_event.set()
+
     async def health_check(self) -> None:
+        try:
+            await self._health_check()
+        except asyncio.CancelledError:
+            # the scheduler cancels a check still running when the daemon stops (say,
+            # waiting for a frozen controller to end): a stop, not a failure
+            if not self.stopping.is_set():
+                raise
+            log.info("health_check_stopped", reason="the daemon is stopping")
+
+    async def _health_check(self) -> None:
         self.notifier.alive()  # a hung loop skips this, and systemd restarts the daemon
         if self._supervisor is not None:
             self._supervisor.poll()  # reap a finished supervisor (no zombie)
@@ -223,7 +253,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.stop_event.set)
+                loop.add_signal_handler(sig, self.request_stop)
         with daemon_lock(self.store.paths.daemon_pid):
             self.store.append_event("daemon_started", pid=os.getpid())
             scheduler = AsyncIOScheduler(job_defaults={"max_instances": 1, "coalesce": True})
@@ -257,8 +287,11 @@ class Daemon:
                 self.store.append_event("daemon_stopped", pid=os.getpid())
 
     def stop_controller(self, timeout: float = 20.0) -> None:
-        """SIGTERM the controller (it finishes its current action), then close its window."""
-        stop_controller_window(self.tmux, timeout)
+        """SIGTERM the controller (it finishes its current action), then close its window;
+        after a restart under way, which sees the stop and starts nothing."""
+        self.stopping.set()
+        with self._controller_change:
+            stop_controller_window(self.tmux, timeout)
 
 
 

@@ -18,6 +18,7 @@ from ralph_dev.adapters.process import CommandResult
 from ralph_dev.adapters.tmux import tmux_version
 from ralph_dev.adapters.tracker import open_tracker
 from ralph_dev.agent.claude import AgentError, claude_version, resolve_claude_bin
+from ralph_dev.agent.probe import try_worker_sandbox
 from ralph_dev.agent.sandbox import try_sandbox
 from ralph_dev.core.config import ProjectSettings, project_names
 from ralph_dev.core.errors import ConfigError, RalphError
@@ -98,6 +99,7 @@ async def project_checks(settings: ProjectSettings) -> list[Check]:
         checks.append(_claude_check(settings))
     if settings.agent.sandbox == "bwrap":
         checks.append(_sandbox_check(settings))
+    checks.append(_worker_check(settings))
     if settings.merge.mode == "pr":
         checks.append(version_check(
             f"gh ({name}, pull-request mode)", Gh(settings.merge.gh_bin, settings.repo).version(),
@@ -132,6 +134,19 @@ def _sandbox_check(settings: ProjectSettings) -> Check:
         return Check(name, True, f"{try_sandbox()}: workers are confined")
     except AgentError as exc:
         return Check(name, False, str(exc))
+
+
+def _worker_check(settings: ProjectSettings) -> Check:
+    """What a worker runs (ralph-dev's hooks and worker commands, the agent), run where a
+    worker runs it: a sandbox that hides the install makes every worker fail."""
+    name = f"workers ({settings.name})"
+    try:
+        version = try_worker_sandbox(settings)
+    except RalphError as exc:
+        return Check(name, False, str(exc))
+    where = "in their sandbox" if settings.agent.sandbox == "bwrap" else "unconfined"
+    return Check(name, True, f"ralph-dev's hooks, worker commands and the agent run {where}"
+                             + (f" (agent: {version})" if version else ""))
 
 
 def _git_reads_repo(settings: ProjectSettings) -> list[Check]:

@@ -40,7 +40,8 @@ log = structlog.get_logger(__name__)
 
 SetupCheck = Callable[[], None]
 """Raises a :class:`RalphError` naming the problem and its fix when workers cannot start
-(``agent.launch.check_agent``)."""
+(``agent.probe.WorkerSetupCheck``: the agent program, and a real probe in a worker's
+sandbox)."""
 
 
 def _mtime(path: Path) -> datetime | None:

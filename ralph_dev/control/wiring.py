@@ -14,7 +14,8 @@ from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
-from ralph_dev.agent.launch import build_launch, check_agent
+from ralph_dev.agent.launch import build_launch
+from ralph_dev.agent.probe import WorkerSetupCheck
 from ralph_dev.control.controller import Controller
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import Issue, Launch, Role
@@ -54,5 +55,5 @@ def controller_for(settings: ProjectSettings) -> Controller:
         launcher=launcher_for(settings),
         pull_requests=pull_requests,
         store=StateStore(settings.paths),
-        agent_check=lambda: check_agent(settings),
+        agent_check=WorkerSetupCheck(settings),
     )

@@ -6,6 +6,7 @@ import re
 import shlex
 from typing import TYPE_CHECKING
 
+from ralph_dev.core.environment import controller_secret
 from ralph_dev.core.errors import ConfigError
 from ralph_dev.core.model import Role
 from ralph_dev.core.patterns import compile_strategy
@@ -54,6 +55,10 @@ def validate(settings: ProjectSettings, where: str) -> None:
             raise bad(f"limits.per_role.{role}", f"unknown role (roles: {', '.join(Role)})")
         if cap < 0:
             raise bad(f"limits.per_role.{role}", "must not be negative")
+    for name in settings.agent.pass_env:
+        if controller_secret(name):
+            raise bad("agent.pass_env", f"{name} is the controller's secret, and workers never "
+                      "need it (the controller makes every tracker write for them): remove it")
     for role in settings.agent.models:
         if role not in {r.value for r in Role}:
             raise bad(f"agent.models.{role}", f"unknown role (roles: {', '.join(Role)})")

@@ -91,12 +91,26 @@ _AGENT_EXACT = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
 # CLAUDE_CODE_: how Claude Code reaches its model (a subscriber's CLAUDE_CODE_OAUTH_TOKEN,
 # CLAUDE_CODE_USE_BEDROCK…), minus what a session sets for its own children.
 _AGENT_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "JJ_", "CLAUDE_CODE_")
-# Worker commands talk to the tracker too (`worker done` on Linear): its key goes
-# along, as a secret (through the launcher's 0600 file, never the tmux command line),
-# and only when the project's tracker is Linear.
-_AGENT_TRACKER = ("LINEAR_API_KEY",)
-# What an agent never needs: the controller's webhook secret.
-_AGENT_NEVER = ("RALPH_DEV_LINEAR_WEBHOOK_SECRET",)
+CONTROLLER_SECRETS = ("LINEAR_API_KEY", "RALPH_DEV_LINEAR_WEBHOOK_SECRET",
+                      "RALPH_DEV_WEB_TOKEN")
+"""The tracker's key, the webhook's secret and the dashboard's token. Only the
+controller and the daemon use them: worker commands and hooks never call the tracker
+(the controller relays every write), so a worker holding one could only write to other
+issues as the swarm's own user."""
+
+
+def controller_secret(name: str) -> bool:
+    """True for a secret no agent, hook or verify run may hold, whatever
+    ``agent.pass_env`` says: the named ones, and any secret of ralph-dev's or Linear's."""
+    return name in CONTROLLER_SECRETS or (
+        name.startswith(("RALPH_DEV_", "LINEAR_")) and is_secret_name(name))
+
+
+def tracker_key(environ: Mapping[str, str]) -> dict[str, str]:
+    """The tracker's key, for the one agent that works as a person would: the
+    supervisor, unconfined, repairs through people's commands (``issue comment``…)."""
+    return {name: environ[name] for name in ("LINEAR_API_KEY",) if name in environ}
+
 
 WORKER_IDENTITY = ("RALPH_DEV_ISSUE", "RALPH_DEV_ROLE", "RALPH_DEV_WORKSPACE",
                    "RALPH_DEV_ATTEMPT")
@@ -115,16 +129,14 @@ pane's launcher removes them."""
 
 def agent_environment(environ: Mapping[str, str], *, project: str, home: str, path: str,
                       config_file: str | None, isolated_home: bool,
-                      tracker_key: bool = False, pass_env: tuple[str, ...] = ()
-                      ) -> dict[str, str]:
+                      pass_env: tuple[str, ...] = ()) -> dict[str, str]:
     """What every agent process of the project gets, and all it gets: the pane's
     launcher starts from this, not from the tmux server's environment."""
     env: dict[str, str] = {}
     for name, value in environ.items():
-        if name in WORKER_IDENTITY or name in _AGENT_NEVER or name in NESTED_CLAUDE_VARS:
+        if name in WORKER_IDENTITY or controller_secret(name) or name in NESTED_CLAUDE_VARS:
             continue
-        if (name in _AGENT_EXACT or (tracker_key and name in _AGENT_TRACKER)
-                or name in pass_env or name.startswith(_AGENT_PREFIXES)):
+        if name in _AGENT_EXACT or name in pass_env or name.startswith(_AGENT_PREFIXES):
             env[name] = value
     if isolated_home:
         env.pop("CLAUDE_CONFIG_DIR", None)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ralph_dev.adapters.jj_cli import JjCli, find_jj
 from ralph_dev.agent.claude import find_claude
+from ralph_dev.core.errors import RalphError
 
 DEMO_PLAN = """\
 # A small, real plan: a phase of dependent tasks, a second phase blocked on
@@ -81,8 +82,9 @@ DEMO_KEY = "KV"
 def _cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([sys.executable, "-m", "ralph_dev", *args], env=env, text=True,
                           capture_output=True, stdin=subprocess.DEVNULL, check=False)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"ralph-dev {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
+    if check and proc.returncode != 0:  # its own words name the problem and the fix
+        raise RalphError(f"the demo's `ralph-dev {' '.join(args)}` failed:\n"
+                         f"{proc.stdout}{proc.stderr}".rstrip())
     return proc
 
 
