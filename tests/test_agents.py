@@ -210,6 +210,7 @@ def test_worker_environment(xdg: Path, recorder: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
     monkeypatch.setenv("LINEAR_API_KEY", "lin_api_test_0000")  # not a Linear project: kept back
     monkeypatch.setenv("RALPH_DEV_LINEAR_WEBHOOK_SECRET", "whsec-controller-only")
+    monkeypatch.setenv("RALPH_DEV_WEB_TOKEN", "web-token-the-daemons-alone")
     monkeypatch.setenv("RALPH_DEV_LOG_LEVEL", "INFO")
     monkeypatch.setenv("UNRELATED_SECRET", "nope")
     settings = make_settings(xdg, claude_bin=str(recorder))
@@ -235,6 +236,7 @@ def test_worker_environment(xdg: Path, recorder: Path, monkeypatch: pytest.Monke
     secrets_file = launch.spec_file.with_suffix(".secrets.json")
     assert json.loads(secrets_file.read_text()) == {"ANTHROPIC_API_KEY": FAKE_KEY}
     assert "whsec-controller-only" not in json.dumps(env) + secrets_file.read_text()
+    assert "web-token-the-daemons-alone" not in json.dumps(env) + secrets_file.read_text()
     assert secrets_file.stat().st_mode & 0o777 == 0o600
     assert "UNRELATED_SECRET" not in env
     for flag in ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_TELEMETRY",

@@ -10,7 +10,8 @@ hostile. ``agent.sandbox = "bwrap"`` (the default) starts it inside bubblewrap
   which Claude Code keeps its sessions in) and its run directory at
   ``/run/ralph-dev`` (its reports: ``adapters.mailbox``);
 * **hidden** (an empty tmpfs over them): ralph-dev's config, state and data dirs (every
-  project's tracker, records, events, other workers' run dirs and workspaces), the
+  project's tracker, records, events, other workers' run dirs and workspaces, the
+  dashboard's token and login key), ``web.token_file`` wherever it lies, the
   workspace root when it lies elsewhere, the host's ``/run`` (tmux's, systemd's and
   docker's sockets) and ``/tmp`` (tmux's socket), and the person's well-known
   credential files (``~/.ssh``, ``~/.aws``, ``~/.config/gh``…);
@@ -112,6 +113,8 @@ def _confined(settings: ProjectSettings, *, workspace: Path, person_home: Path,
             *private_tmp]
     hidden = [Path(SANDBOX_TMP), Path("/run")]
     secret = [config_home(), state_home(), data_home(), settings.workspaces]
+    if settings.web.token_file is not None:  # the dashboard's token, wherever it is kept
+        secret.append(Path(settings.web.token_file).expanduser())
     for path in (*(p.resolve() for p in secret),
                  *(person_home / name for name in CREDENTIALS)):
         if _under(path, hidden) or not path.exists():

@@ -41,6 +41,7 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
     from ralph_dev.control.state_sources import StateSources
     from ralph_dev.control.status import SCHEMA_VERSION, snapshot, tracker_ttl
     from ralph_dev.control.status_text import render
+    from ralph_dev.control.web.access import login_url
 
     if watch and as_json:
         raise click.UsageError("--watch redraws the terminal view; use --json without it")
@@ -51,6 +52,10 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
 
     async def documents(sources: list[StateSources]) -> list[dict[str, Any]]:
         return [await snapshot(s.settings, events=n_events, sources=s) for s in sources]
+
+    def shown(docs: list[dict[str, Any]]) -> str:
+        return "\n\n".join(render(d, login=login_url(s.paths)) for d, s in zip(docs, settings,
+                                                                                strict=True))
 
     async def once() -> list[dict[str, Any]]:
         sources = [StateSources(s) for s in settings]
@@ -66,14 +71,14 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
             echo_json(docs[0] if project else {"schema_version": SCHEMA_VERSION,
                                                 "projects": docs})
         else:
-            click.echo("\n\n".join(render(d) for d in docs))
+            click.echo(shown(docs))
         return
 
     async def watch_loop() -> None:
         sources = [StateSources(s, issues_ttl=tracker_ttl(s)) for s in settings]
         try:
             while True:
-                text = "\n\n".join(render(d) for d in await documents(sources))
+                text = shown(await documents(sources))
                 click.echo(CLEAR_SCREEN + text + f"\n\n(every {interval:g}s; Ctrl-C ends)")
                 await asyncio.sleep(interval)
         finally:

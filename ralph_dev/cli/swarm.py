@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import click
@@ -51,6 +52,8 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
         pid = start_background(settings)
         click.echo(f"ralph-dev started for {project} (daemon pid {pid}).")
         click.echo(f"  watch:  ralph-dev status {project}")
+        if settings.web.enabled:
+            click.echo(f"  dashboard: {_dashboard_login(settings, pid)}")
         socket = f" -L {settings.tmux_socket}" if settings.tmux_socket else ""
         click.echo(f"  attach: tmux{socket} attach -t {settings.session_name}")
         return
@@ -59,6 +62,28 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
     logs.configure("INFO", json_file=settings.paths.logs_dir / "daemon.jsonl")
     daemon = Daemon(settings, tmux=tmux_for(settings))
     asyncio.run(daemon.run())
+
+
+DASHBOARD_WAIT = 15.0
+"""Seconds ``start`` waits for the new daemon to serve its dashboard before it leaves
+the login link to ``status``."""
+
+
+def _dashboard_login(settings: ProjectSettings, pid: int) -> str:
+    """The new daemon's one-time login link, once it serves the dashboard (or why not)."""
+    from ralph_dev.control.web.access import login_url, served
+
+    deadline = time.monotonic() + DASHBOARD_WAIT
+    while time.monotonic() < deadline:
+        said = served(settings.paths)
+        if said.get("pid") == pid:
+            if not said.get("url"):
+                return f"not served: {said.get('error')}"
+            link = login_url(settings.paths)
+            if link:
+                return f"{link}  (works once; `ralph-dev status` prints a new one)"
+        time.sleep(0.1)
+    return f"not up yet: `ralph-dev status {settings.name}` prints its login link"
 
 
 @main.command()

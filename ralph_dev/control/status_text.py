@@ -13,6 +13,7 @@ from typing import Any
 from ralph_dev.adapters.store import from_iso, utcnow
 from ralph_dev.control.disk import human_bytes
 from ralph_dev.control.status import ON_HOLD_SHOWN, age
+from ralph_dev.control.web.access import LOGIN_TTL
 
 
 def local_time(value: Any, *, now: datetime | None = None) -> str:
@@ -40,9 +41,11 @@ def fmt_secs(value: float | None) -> str:
     return f"{value / 86400:.1f}d"
 
 
-def render(doc: Mapping[str, Any]) -> str:
+def render(doc: Mapping[str, Any], *, login: str | None = None) -> str:
     """The state document as text for a terminal (and for the supervisor's prompt):
-    what needs a person first."""
+    what needs a person first. ``login``: a one-time link into the dashboard, for the
+    person's own terminal only (never in the document, which the API and the supervisor
+    get)."""
     lines = [f"project {doc['project']}  (tmux session {doc['session']})  "
              f"at {local_time(doc['generated_at'])}"]
     if doc["needs_you"]:
@@ -60,7 +63,11 @@ def render(doc: Mapping[str, Any]) -> str:
                                                          f" (unhealthy: {ctl['why']})"))
     else:
         lines.append(f"  controller: {'exited' if ctl['window'] else 'not running'}")
-    if doc["dashboard"]["url"]:
+    if doc["dashboard"]["url"] and login:
+        lines.append(f"  dashboard:  {login}")
+        lines.append(f"              (a login link: it works once, within {LOGIN_TTL / 60:.0f} "
+                     "minutes; `status` prints a new one)")
+    elif doc["dashboard"]["url"]:
         lines.append(f"  dashboard:  {doc['dashboard']['url']}")
     elif doc["dashboard"]["error"]:
         lines.append(f"  dashboard:  not served: {doc['dashboard']['error']}")

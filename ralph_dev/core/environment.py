@@ -64,12 +64,17 @@ _CONTROLLER_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "CLAUDE_", "LINEAR_", "JJ_",
                         "GH_", "GITHUB_")
 
 
+WEB_TOKEN = "RALPH_DEV_WEB_TOKEN"  # noqa: S105 - a variable name, not a secret
+"""The dashboard's access token: the daemon's alone. Neither the controller nor anything
+it starts needs it, and a worker holding it could read every issue and pane."""
+
+
 def controller_environment(environ: Mapping[str, str], *, path: str, config_file: str,
                            pass_env: tuple[str, ...] = ()) -> dict[str, str]:
     """What the controller window needs (it talks to the tracker and starts agents, so
     it carries what they are to get: ``agent.pass_env``)."""
-    env = {k: v for k, v in environ.items()
-           if k in _CONTROLLER_EXACT or k in pass_env or k.startswith(_CONTROLLER_PREFIXES)}
+    env = {k: v for k, v in environ.items() if k != WEB_TOKEN and (
+        k in _CONTROLLER_EXACT or k in pass_env or k.startswith(_CONTROLLER_PREFIXES))}
     env["PATH"] = path
     env.setdefault("RALPH_DEV_CONFIG", config_file)
     return env
@@ -95,8 +100,9 @@ _AGENT_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "JJ_", "CLAUDE_CODE_")
 # along, as a secret (through the launcher's 0600 file, never the tmux command line),
 # and only when the project's tracker is Linear.
 _AGENT_TRACKER = ("LINEAR_API_KEY",)
-# What an agent never needs: the controller's webhook secret.
-_AGENT_NEVER = ("RALPH_DEV_LINEAR_WEBHOOK_SECRET",)
+# What an agent never needs, even through agent.pass_env: the controller's webhook
+# secret and the dashboard's token.
+_AGENT_NEVER = ("RALPH_DEV_LINEAR_WEBHOOK_SECRET", WEB_TOKEN)
 
 WORKER_IDENTITY = ("RALPH_DEV_ISSUE", "RALPH_DEV_ROLE", "RALPH_DEV_WORKSPACE",
                    "RALPH_DEV_ATTEMPT")
