@@ -7,6 +7,7 @@ sandboxed worker reads nothing without it); browsers log in with the one-time li
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import os
 import shutil
@@ -199,8 +200,14 @@ def _value(metrics: dict, name: str, **labels: str) -> float:
 @pytest.mark.slow
 def test_metrics_count_a_swarm_run_and_survive_a_daemon_restart(swarm: Swarm) -> None:
     swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n[[task]]\ntitle = "C"\n')
-    swarm.start()
+    started = swarm.cli("start", swarm.project).stdout
     url = _web_json(swarm)["url"]
+    link = next(x for x in started.splitlines() if "dashboard:" in x).split()[1]
+    assert link.startswith(url + "?token="), started  # `start` prints a login link too
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    with opener.open(link, timeout=20) as page:
+        assert page.status == 200 and page.url == url
     before = _metrics(url)
     assert _value(before, "ralph_dev_merges_total") == 0
     assert _value(before, "ralph_dev_usage_limit_pauses_total") == 0
