@@ -33,15 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from ralph_dev.adapters.files import atomic_write_text, private_dir
+from ralph_dev.core.environment import RUN_DIR_VAR
 from ralph_dev.core.model import SESSION_ID_RE, check_identifier
 from ralph_dev.core.text import strip_ansi
 
 RUN_MOUNT = Path("/run/ralph-dev")
 """Where a sandboxed worker sees its own run directory (and nothing else of ralph-dev)."""
 
-RUN_DIR_VAR = "RALPH_DEV_RUN_DIR"
-"""Where an UNconfined worker (``agent.sandbox = "off"``) finds its run directory. A
-sandboxed worker's commands ignore it: only :data:`RUN_MOUNT` counts there."""
+# RUN_DIR_VAR (core.environment): where an UNconfined worker finds its run directory. A
+# sandboxed worker's commands ignore it: only RUN_MOUNT counts there.
 
 WORKER_FILE = "worker.json"
 ISSUE_FILE = "issue.json"

@@ -108,6 +108,15 @@ WORKER_IDENTITY = ("RALPH_DEV_ISSUE", "RALPH_DEV_ROLE", "RALPH_DEV_WORKSPACE",
                    "RALPH_DEV_ATTEMPT")
 """Variables that say which worker a process is: set per worker, never inherited."""
 
+RUN_DIR_VAR = "RALPH_DEV_RUN_DIR"
+"""Where an UNconfined worker (``agent.sandbox = "off"``) finds its run directory."""
+
+
+def worker_identity(*, issue: str, role: str, workspace: str, attempt: int) -> dict[str, str]:
+    """The :data:`WORKER_IDENTITY` variables of one worker (its agent's, and its verify's)."""
+    return {"RALPH_DEV_ISSUE": issue, "RALPH_DEV_ROLE": role, "RALPH_DEV_WORKSPACE": workspace,
+            "RALPH_DEV_ATTEMPT": str(int(attempt))}
+
 NESTED_CLAUDE_VARS = (
     "CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_SSE_PORT", "CLAUDE_CODE_CHILD_SESSION",
     "CLAUDE_CODE_SESSION_ID", "CLAUDE_ENV_FILE", "CLAUDE_PROJECT_DIR", "CLAUDE_PLUGIN_ROOT",
@@ -138,4 +147,26 @@ def agent_environment(environ: Mapping[str, str], *, project: str, home: str, pa
     env.update({"PATH": path, "HOME": home, "RALPH_DEV_PROJECT": project})
     if config_file is not None:
         env["RALPH_DEV_CONFIG"] = config_file
+    return env
+
+
+# --- verify commands --------------------------------------------------------------------
+
+
+def verify_environment(base: Mapping[str, str], *, project: str,
+                       identity: Mapping[str, str] | None) -> dict[str, str]:
+    """What the verify command gets, the same wherever it runs: at ``worker done`` (inside
+    the worker, ``base`` its agent's environment) and when the controller verifies the
+    change on top of trunk (``base`` rebuilt as that agent's). A verify that passed at
+    ``worker done`` must not fail at the merge for a missing variable.
+
+    No secrets (it runs code agents wrote), not the worker's channel, not what a Claude
+    Code session sets for its own children; the worker's identity from ralph-dev's own
+    record of it (``identity``, :func:`worker_identity`), never from ``base``. Trunk's own
+    verify belongs to no worker: ``identity`` None leaves those variables unset."""
+    env = {k: v for k, v in public_env(base).items()
+           if k not in WORKER_IDENTITY and k != RUN_DIR_VAR and k not in NESTED_CLAUDE_VARS}
+    env["RALPH_DEV_PROJECT"] = project
+    env["TERM"] = "dumb"  # its output goes to a log at both sites, never to a terminal
+    env.update(identity or {})
     return env

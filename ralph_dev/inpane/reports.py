@@ -22,6 +22,7 @@ from typing import Any
 
 from ralph_dev.adapters import mailbox as ch
 from ralph_dev.adapters.verify import VerifyOutcome, run_verify
+from ralph_dev.core.environment import verify_environment, worker_identity
 from ralph_dev.core.model import Comment, Role, StateType
 from ralph_dev.core.patterns import PLAN_TEXT_CHARS
 from ralph_dev.inpane.worker import (
@@ -96,7 +97,10 @@ def done(w: Worker, summary: str, *, timeout: float = VERIFY_TIMEOUT
     command = w.info.verify_command
     if command and w.role in VERIFY_ROLES:
         cwd = w.workspace_dir()
-        verify = run_verify(command, cwd, timeout=timeout)
+        # the same variables the controller's verify of the merge gets (core.environment)
+        env = verify_environment(os.environ, project=w.info.project, identity=worker_identity(
+            issue=w.issue, role=w.role.value, workspace=str(w.workspace), attempt=w.info.attempt))
+        verify = run_verify(command, cwd, timeout=timeout, env=env)
         if not verify.ok:
             ch.tell(w.run_dir, "verify_failed", {"exit_code": verify.exit_code,
                                                  "duration_s": verify.duration_s})
