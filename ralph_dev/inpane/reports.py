@@ -72,9 +72,34 @@ class Outcome:
     already: bool = False
 
 
+SHORTER = {
+    "plan": "Split the plan into phases: keep this file to the first phase's tasks and give "
+            "each later part as one task with labels = [\"ralph:phase\"] and a short "
+            "description (a plan worker splits it when its turn comes), or shorten the "
+            "descriptions; then run `ralph-dev worker plan` again.",
+    "done": "Shorten --summary to a few sentences (the details are in the change) and run "
+            "`ralph-dev worker done` again.",
+    "blocked": "Ask a shorter question and run `ralph-dev worker blocked` again.",
+    "note": "Shorten the note, or split it over several notes.",
+    "propose": "Shorten --description and run `ralph-dev worker propose` again.",
+}
+"""What to do when a report is over the limit, by report kind."""
+
+
+class ReportTooLarge(WorkerError):
+    """A report the controller would refuse unread: refused here, with what to do."""
+
+
 def send(w: Worker, kind: str, fields: dict[str, Any]) -> Outcome:
-    """Hand one report to the controller and say what became of it (or raise its refusal)."""
-    _report, answer = ch.submit(w.run_dir, kind, fields)
+    """Hand one report to the controller and say what became of it (or raise its refusal).
+    One the controller would refuse unread (over ``REPORT_LIMIT``, malformed) is refused
+    here, before anything is written, so nothing is dropped later in silence."""
+    try:
+        _report, answer = ch.submit(w.run_dir, kind, fields)
+    except ch.ReportRefused as exc:
+        what = SHORTER.get(kind, "Make it shorter and run the command again.") \
+            if exc.size is not None else "Run the command again with plain text."
+        raise ReportTooLarge(f"refused, nothing was sent: {exc}. {what}") from None
     if answer is None:
         return Outcome("ralph-dev's controller is not answering right now; the report is "
                        "recorded and applied as soon as it runs.")
