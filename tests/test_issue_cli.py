@@ -296,13 +296,14 @@ def test_concurrent_processes(project: Path) -> None:
     assert len(data[0]["comments"]) == 15
 
 
-def test_terminal_escapes_in_issue_text_are_blanked(project: Path) -> None:
+def test_terminal_escapes_in_issue_text_are_shown_not_obeyed(project: Path) -> None:
     ok("issue", "add", "demo", "evil \x1b]2;pwned\x07 title", "-d", "line\x1b[2J one\nline two")
     ok("issue", "comment", "DEMO-1", "bell\x07 here")
     for out in (ok("issue", "list", "demo"), ok("issue", "show", "DEMO-1")):
         assert "\x1b" not in out and "\x07" not in out
     shown = ok("issue", "show", "DEMO-1")
-    assert "line two" in shown and "bell  here" in shown
+    assert "line two" in shown and "bell␇ here" in shown  # visible (core.text.for_terminal)
+    assert "evil ␛]2;pwned␇ title" in shown
     # --json keeps the data exactly (JSON escapes it).
     data = json.loads(ok("issue", "show", "DEMO-1", "--json"))
     assert data["title"] == "evil \x1b]2;pwned\x07 title"
@@ -314,7 +315,7 @@ def test_labels_with_control_characters_are_refused_and_never_shown_raw(project:
     assert json.loads(ok("issue", "list", "demo", "--json")) == []  # nothing half-made
     ok("issue", "add", "demo", "t", "--label", "backend")
     refused("issue", "label", "DEMO-1", "+" + evil, match="no control characters")
-    # a label made elsewhere (Linear's UI, an older version) is blanked when shown
+    # a label made elsewhere (Linear's UI, an older version) is shown, never obeyed
     import sqlite3
 
     with sqlite3.connect(project) as db:
@@ -322,4 +323,4 @@ def test_labels_with_control_characters_are_refused_and_never_shown_raw(project:
     for out in (ok("issue", "list", "demo"), ok("issue", "show", "DEMO-1"),
                 ok("issue", "label", "DEMO-1", "+frontend")):
         assert "\x1b" not in out and "\x07" not in out, out
-        assert " [2Jwipe" in out
+        assert "␛[2Jwipe" in out

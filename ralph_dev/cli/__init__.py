@@ -21,6 +21,7 @@ from ralph_dev.core.config import ProjectSettings, load_project, project_names
 from ralph_dev.core.errors import ConfigError, RalphError
 from ralph_dev.core.model import check_identifier
 from ralph_dev.core.paths import check_project_name, config_file
+from ralph_dev.core.text import for_terminal, terminal_line
 
 T = TypeVar("T")
 
@@ -73,7 +74,8 @@ class RalphGroup(click.Group):
         try:
             return super().invoke(ctx)
         except RalphError as exc:
-            click.echo(f"Error: {exc}", err=True)
+            # errors quote tracker text (names, states, Linear's own messages)
+            click.echo(f"Error: {for_terminal(str(exc))}", err=True)
             ctx.exit(exc.exit_code or 1)
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
@@ -200,7 +202,7 @@ def init(
 
         linear = run(prepare_linear(settings))
     for note in found.notes:
-        click.echo(note)
+        click.echo(terminal_line(note))
     path = write_project(settings, force=force, path=cli.config_path)
     if linear is not None:
         linear.record(settings)

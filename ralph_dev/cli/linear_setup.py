@@ -18,6 +18,7 @@ import click
 from ralph_dev.adapters.tracker.linear.cache import PROJECT_FILE, save_project
 from ralph_dev.adapters.tracker.linear.parse import LinearProject
 from ralph_dev.adapters.tracker.linear.tracker import LinearTracker
+from ralph_dev.core.text import terminal_line
 
 if TYPE_CHECKING:
     from ralph_dev.core.config import ProjectSettings
@@ -58,8 +59,9 @@ async def prepare_linear(settings: ProjectSettings, *, echo: bool = True) -> Lin
         project_ref=tracker.project_ref,
     )
     if echo:
-        click.echo(f"Linear: signed in as {setup.viewer}; project {setup.project!r} "
-                   f"(teams {', '.join(setup.teams)})")
+        # names from Linear: shown through the terminal sanitizer
+        click.echo(terminal_line(f"Linear: signed in as {setup.viewer}; project "
+                                 f"{setup.project!r} (teams {', '.join(setup.teams)})"))
         if created:
             click.echo(f"Created labels: {', '.join(created)}")
     return setup

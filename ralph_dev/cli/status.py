@@ -14,6 +14,7 @@ from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, run
 from ralph_dev.core.config import project_names
 from ralph_dev.core.errors import ConfigError, RalphError
 from ralph_dev.core.model import check_identifier
+from ralph_dev.core.text import for_terminal, terminal_line
 
 LOG_REPLAY_BYTES = 4 * 2**20
 """How much of a log ``logs`` replays: the end of a long run, not all of it."""
@@ -125,10 +126,10 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
         except FileNotFoundError:
             chunk = b""
         for line in replay.feed(chunk):
-            click.echo(line)
+            click.echo(for_terminal(line))
         if not follow:
             for line in replay.shown():
-                click.echo(line)
+                click.echo(for_terminal(line))
             return
         time.sleep(FOLLOW_POLL)
 
@@ -230,7 +231,7 @@ def doctor(cli: CliContext, project: str | None) -> None:
     problems = 0
     for check in run(run_checks(cli.config_path, project, cli.project)):
         mark = "OK  " if check.ok else "FAIL"
-        click.echo(f"[{mark}] {check.name}: {check.detail}")
+        click.echo(f"[{mark}] {check.name}: {terminal_line(check.detail)}")
         problems += not check.ok
     if problems:
         raise RalphError(f"{problems} check(s) failed; fix them as described above")
@@ -255,7 +256,7 @@ def notify_test(cli: CliContext, project: str) -> None:
     )
     problems = deliver(message, notify.urls, notify.command)
     for problem in problems:
-        click.echo(f"FAIL {problem}", err=True)
+        click.echo(f"FAIL {terminal_line(problem)}", err=True)
     if problems:
         raise RalphError(f"{len(problems)} notification target(s) failed, as listed above")
     targets = len(notify.urls) + bool(notify.command)

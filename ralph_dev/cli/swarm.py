@@ -13,6 +13,7 @@ from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
 from ralph_dev.core.model import Action, Plan, Restart, Spawn, Workspace, worker_windows
 from ralph_dev.core.ports import WorkspaceLister
+from ralph_dev.core.text import terminal_line
 
 
 @main.command()
@@ -171,13 +172,13 @@ def plan(cli: CliContext, project: str, as_json: bool) -> None:
                    "notes": notes})
         return
     for note in notes:
-        click.echo(f"note: {note}", err=True)
+        click.echo(f"note: {terminal_line(note)}", err=True)
     if not result.actions:
         click.echo("Nothing to do: everything is as wanted.")
         return
     for action in result.actions:
         extra = f" [{action.role.value}]" if isinstance(action, Spawn | Restart) else ""
-        click.echo(f"{action.kind:<9} {action.issue:<10}{extra} {action.reason}")
+        click.echo(f"{action.kind:<9} {action.issue:<10}{extra} {terminal_line(action.reason)}")
 
 
 @main.command()
