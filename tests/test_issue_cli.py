@@ -324,3 +324,46 @@ def test_labels_with_control_characters_are_refused_and_never_shown_raw(project:
                 ok("issue", "label", "DEMO-1", "+frontend")):
         assert "\x1b" not in out and "\x07" not in out, out
         assert "␛[2Jwipe" in out
+
+
+# --- issue 27: unknown and no-op input says so (each exited 0 and said nothing) ----------
+
+
+def test_removing_an_absent_label_says_it_was_not_there(project: Path) -> None:
+    ok("issue", "add", "demo", "t", "--label", "backend")
+    before = dump(project)
+    out = ok("issue", "label", "DEMO-1", "-absent", "+backend")
+    assert "DEMO-1: label 'absent' was not there: nothing removed" in out
+    assert "DEMO-1: label 'backend' was already there" in out
+    assert dump(project) == before  # and indeed nothing changed
+    out = ok("issue", "label", "DEMO-1", "-backend", "+new")
+    assert "was not there" not in out and "already" not in out and "DEMO-1: new" in out
+
+
+def test_events_of_an_unknown_issue_is_an_error(project: Path) -> None:
+    ok("issue", "add", "demo", "t")
+    err = refused("events", "demo", "--issue", "DEMO-999", match="no issue DEMO-999")
+    assert "no event of demo names DEMO-999" in err and "issue list demo" in err
+    refused("events", "demo", "--issue", "OTHER-1", match="no event of demo names OTHER-1")
+    assert ok("events", "demo", "--issue", "DEMO-1") == ""  # known, nothing happened yet
+
+
+def test_a_missing_config_file_is_named(project: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent.toml"
+    for args in (["status"], ["issue", "list", "demo"], ["events", "demo"]):
+        err = refused("--config", str(missing), *args,
+                      match=f"the config file {missing} (--config) does not exist")
+        assert "no projects configured" not in err
+    result = CliRunner().invoke(main, ["status"], env={"RALPH_DEV_CONFIG": str(missing)})
+    assert result.exit_code != 0 and f"{missing} (RALPH_DEV_CONFIG) does not exist" in \
+        result.stderr
+    make_jj_repo(tmp_path / "third")  # init is what makes the file
+    ok("--config", str(missing), "init", "third", "--repo", str(tmp_path / "third"))
+    assert "third" in ok("--config", str(missing), "status", "--json")
+
+
+def test_a_setting_variable_with_a_typo_is_refused_naming_the_setting(project: Path) -> None:
+    result = CliRunner().invoke(main, ["issue", "list", "demo"],
+                                env={"RALPH_DEV_LIMITS_MAX_WORKER": "5"})
+    assert result.exit_code != 0
+    assert "did you mean RALPH_DEV_LIMITS_MAX_WORKERS?" in result.stderr

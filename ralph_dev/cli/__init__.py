@@ -110,12 +110,23 @@ def main(ctx: click.Context, config_path: Path | None, log_level: str) -> None:
         from ralph_dev.inpane.worker import refuse_inside_a_worker
 
         refuse_inside_a_worker(str(ctx.invoked_subcommand))
+    if config_path is not None and ctx.invoked_subcommand not in NO_CONFIG_READ \
+            and not config_path.exists():
+        given = ("--config" if ctx.get_parameter_source("config_path")
+                 is click.core.ParameterSource.COMMANDLINE else "RALPH_DEV_CONFIG")
+        raise ConfigError(
+            f"the config file {config_path} ({given}) does not exist: check the path, or "
+            f"create it with `ralph-dev --config {config_path} init PROJECT --repo PATH`")
     ctx.obj = CliContext(config_path=config_path or config_file())
 
 
 WORKERS_COMMANDS = frozenset({"worker", "hook"})
 """The only commands a worker may run (its reports and Claude Code's hooks): inside a
 worker's sandbox every other command, a person's, refuses."""
+
+NO_CONFIG_READ = WORKERS_COMMANDS | {"init", "demo", None}
+"""Commands that work without a config file: ``init`` writes it, the demo makes its own,
+worker commands read none (and bare ``ralph-dev`` or ``--help`` runs no command)."""
 
 
 def project_argument(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -226,8 +226,32 @@ def label(cli: CliContext, identifier: str, changes: tuple[str, ...]) -> None:
             )
         (add if token[0] == "+" else remove).append(token[1:])
     settings, tracker = _tracker_for_issue(cli, identifier)
-    issue = _write(settings, tracker, tracker.change_labels(identifier, add=add, remove=remove))
+
+    async def change() -> tuple[Issue, Issue]:
+        before = await tracker.get(identifier)
+        return before, await tracker.change_labels(identifier, add=add, remove=remove)
+
+    before, issue = _write(settings, tracker, change())
+    for note in _unchanged_labels(before, issue, add=add, remove=remove):
+        click.echo(f"{issue.identifier}: {note}")
     click.echo(f"{issue.identifier}: {_labels(issue) or '(no labels)'}")
+
+
+def _unchanged_labels(before: Issue, after: Issue, *, add: list[str],
+                      remove: list[str]) -> list[str]:
+    """What a label change did not do, in words: removing a label that was not there (a
+    typo, most likely) or adding one that was must not pass in silence."""
+    had = {label.casefold() for label in before.labels}
+    has = {label.casefold(): label for label in after.labels}
+    notes = [f"label {terminal_line(name)!r} was already there" for name in add
+             if name.casefold() in had]
+    for name in remove:
+        if name.casefold() not in had:
+            notes.append(f"label {terminal_line(name)!r} was not there: nothing removed")
+        elif name.casefold() in has:
+            notes.append(f"label {terminal_line(name)!r} was not removed: the issue's label "
+                         f"is spelled {terminal_line(has[name.casefold()])!r}")
+    return notes
 
 
 @issue_group.command(name="comment")

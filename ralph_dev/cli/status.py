@@ -10,8 +10,9 @@ from typing import Any
 
 import click
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, run
-from ralph_dev.core.config import project_names
+from ralph_dev.core.config import ProjectSettings, project_names
 from ralph_dev.core.errors import ConfigError, RalphError
 from ralph_dev.core.model import check_identifier
 from ralph_dev.core.text import for_terminal, terminal_line
@@ -99,7 +100,6 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
     """Print a worker's pane as the terminal showed it (its log replayed through a
     terminal emulator: lines that scrolled by, then the last screen). --follow prints
     lines as they scroll; `ralph-dev attach` shows the live screen."""
-    from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.terminal import Replay
 
     if issue == "controller":
@@ -191,12 +191,13 @@ def events(cli: CliContext, project: str, issue: str | None, since: str | None,
     """The project's event log: what ralph-dev did and why (times local, zone shown)."""
     import json
 
-    from ralph_dev.adapters.store import StateStore, from_iso
+    from ralph_dev.adapters.store import from_iso
     from ralph_dev.control.status_text import format_event
 
     settings = cli.project(project)
+    store = StateStore(settings.paths)
     if issue:
-        check_identifier(issue)
+        _known_issue(settings, check_identifier(issue), store)
     cutoff = _parse_since(since) if since else None
 
     def wanted(event: dict[str, Any]) -> bool:
@@ -208,7 +209,6 @@ def events(cli: CliContext, project: str, issue: str | None, since: str | None,
         return True
 
     offset = 0
-    store = StateStore(settings.paths)
     with contextlib.suppress(KeyboardInterrupt):
         while True:
             found, after = store.read_events_from(offset)
@@ -219,6 +219,32 @@ def events(cli: CliContext, project: str, issue: str | None, since: str | None,
                     return
                 time.sleep(FOLLOW_POLL)
             offset = after
+
+
+def _known_issue(settings: ProjectSettings, issue: str, store: StateStore) -> None:
+    """``events --issue`` for an issue the tracker does not know and no event names is a
+    typo, not an issue without events: say so rather than print nothing."""
+    from ralph_dev.adapters.tracker import open_tracker
+    from ralph_dev.core.errors import TrackerError, TrackerInputError, UnknownIssue
+
+    async def ask() -> None:
+        tracker = open_tracker(settings)
+        try:
+            await tracker.get(issue)
+        finally:
+            await tracker.close()
+
+    try:
+        run(ask())
+        return
+    except TrackerInputError as exc:
+        why = str(exc)
+    except TrackerError as exc:  # the tracker is down: the events alone decide
+        why = f"the tracker could not be asked ({exc})"
+    if any(event.get("issue") == issue for event in store.iter_events()):
+        return  # the history of an issue that has gone from the tracker
+    raise UnknownIssue(f"{why}; and no event of {settings.name} names {issue}: check the "
+                       f"identifier (`ralph-dev issue list {settings.name}`)")
 
 
 @main.command()
