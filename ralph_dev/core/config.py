@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from ralph_dev.core.config_rules import validate
 from ralph_dev.core.costs import CostSettings
+from ralph_dev.core.environment import OWN_PREFIXES, OWN_VARIABLES
 from ralph_dev.core.errors import ConfigError, UnknownProject
 from ralph_dev.core.groom import GroomSettings
 from ralph_dev.core.model import Role
@@ -332,23 +333,6 @@ def _build(cls: type, raw: Mapping[str, Any], where: str, **fixed: Any) -> Any:
 _ENV_ALIASES = {
     "RALPH_DEV_TMUX_SOCKET": ("tmux_socket",),
 }
-
-OWN_VARIABLES = frozenset({
-    # who a worker is and where its things are (set for workers, hooks and panes)
-    "RALPH_DEV_PROJECT", "RALPH_DEV_ISSUE", "RALPH_DEV_ROLE", "RALPH_DEV_WORKSPACE",
-    "RALPH_DEV_ATTEMPT", "RALPH_DEV_RUN_DIR", "RALPH_DEV_REPO",
-    # read by the command line, the daemon and the adapters
-    "RALPH_DEV_CONFIG", "RALPH_DEV_LOG_LEVEL", "RALPH_DEV_JJ", "RALPH_DEV_WEB_TOKEN",
-    "RALPH_DEV_LINEAR_URL", "RALPH_DEV_LINEAR_WEBHOOK_SECRET",
-    # the set-up scripts and the tests
-    "RALPH_DEV_CLAUDE_BIN", "RALPH_DEV_LINEAR_SCHEMA", "RALPH_DEV_CHAOS_SEED",
-    "RALPH_DEV_SHARED", "RALPH_DEV_WITH_CLAUDE",
-})
-"""``RALPH_DEV_*`` variables that are no setting: ralph-dev sets them for its own
-processes or reads them elsewhere. Any other is a setting, or a mistake."""
-OWN_PREFIXES = ("RALPH_DEV_DEMO_", "RALPH_DEV_TEST_")
-"""The demo agent's and the test suite's own variables."""
-
 
 def setting_variables() -> dict[str, tuple[str, ...]]:
     """Every environment variable that overrides a setting, and the setting's key path."""

@@ -112,6 +112,23 @@ RUN_DIR_VAR = "RALPH_DEV_RUN_DIR"
 """Where an UNconfined worker (``agent.sandbox = "off"``) finds its run directory."""
 
 
+OWN_VARIABLES = frozenset({
+    # who a worker is and where its things are (set for workers, hooks and panes)
+    "RALPH_DEV_PROJECT", *WORKER_IDENTITY, RUN_DIR_VAR, "RALPH_DEV_REPO",
+    # read by the command line, the daemon and the adapters
+    "RALPH_DEV_CONFIG", "RALPH_DEV_LOG_LEVEL", "RALPH_DEV_JJ", WEB_TOKEN,
+    "RALPH_DEV_LINEAR_URL", "RALPH_DEV_LINEAR_WEBHOOK_SECRET",
+    # the set-up scripts and the tests
+    "RALPH_DEV_CLAUDE_BIN", "RALPH_DEV_LINEAR_SCHEMA", "RALPH_DEV_CHAOS_SEED",
+    "RALPH_DEV_SHARED", "RALPH_DEV_WITH_CLAUDE",
+})
+"""``RALPH_DEV_*`` variables that are no setting: ralph-dev sets them for its own
+processes or reads them elsewhere. Any other is a setting (``core.config``), or a
+mistake said as one."""
+OWN_PREFIXES = ("RALPH_DEV_DEMO_", "RALPH_DEV_TEST_")
+"""The demo agent's and the test suite's own variables."""
+
+
 def worker_identity(*, issue: str, role: str, workspace: str, attempt: int) -> dict[str, str]:
     """The :data:`WORKER_IDENTITY` variables of one worker (its agent's, and its verify's)."""
     return {"RALPH_DEV_ISSUE": issue, "RALPH_DEV_ROLE": role, "RALPH_DEV_WORKSPACE": workspace,
