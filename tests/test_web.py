@@ -370,6 +370,14 @@ async def test_a_token_is_required_when_one_is_set(services_env: Swarm,
             async with http.get(url + "api/v1/state",
                                 headers={"Authorization": f"Bearer {TOKEN}"}) as answer:
                 assert answer.status == 200
+            # a token the person set is asked on every route, whatever the Host name (a
+            # proxy in front of the loopback address)
+            for path in ("metrics", "healthz"):
+                async with http.get(url + path) as answer:
+                    assert answer.status == 401, path
+            async with http.get(url + "metrics", headers={
+                    "Authorization": f"Bearer {TOKEN}", "Host": "ralph.example"}) as answer:
+                assert answer.status == 200
         jar = aiohttp.CookieJar(unsafe=True)
         async with aiohttp.ClientSession(cookie_jar=jar) as browser_like:
             async with browser_like.get(url + f"?token={TOKEN}") as answer:

@@ -152,7 +152,7 @@ class DaemonServices:
             token = configured or generated_token(paths)
             logins = LoginLinks(write_login_key(paths))
             server = DashboardServer(self, web_settings, token, project=self.settings.name,
-                                     logins=logins)
+                                     logins=logins, configured=configured is not None)
             self.url = await server.start()
         except WebError as exc:
             forget_login_key(paths)

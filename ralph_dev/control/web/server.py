@@ -12,14 +12,16 @@ Routes:
 * ``GET /metrics`` — Prometheus text format; ``GET /healthz`` — 200 while the
   controller's heartbeat is fresh, else 503 with why.
 
-Access (``access.py``): every route but ``/healthz`` and ``/metrics`` needs the access
-token, on loopback too (workers share the host's network): ``Authorization: Bearer …``,
-or the HttpOnly cookie a one-time login link (``/?token=…``, printed by ``status`` and
-``start``) is exchanged for. Served on 127.0.0.1 by default, where only loopback Host
-names are answered, so a web page elsewhere cannot reach even the open routes through
-DNS rebinding; any other address needs a configured token (``web.token_file`` or
-``RALPH_DEV_WEB_TOKEN``) and then asks it on every route. Every answer carries a strict
-Content-Security-Policy: issue text is data and the page only ever sets it as text.
+Access (``access.py``): every route needs the access token, on loopback too (workers
+share the host's network): ``Authorization: Bearer …``, or the HttpOnly cookie a one-time
+login link (``/?token=…``, printed by ``status`` and ``start``) is exchanged for. With
+the token ralph-dev makes itself (none configured) the dashboard is served on loopback
+only, answers only loopback Host names (so a web page elsewhere cannot reach it through
+DNS rebinding) and leaves ``/healthz`` and ``/metrics`` open there. A token the person
+set (``web.token_file`` or ``RALPH_DEV_WEB_TOKEN``, needed for any other address) is
+asked on every route, whatever the Host name (a proxy may sit in front). Every answer
+carries a strict Content-Security-Policy: issue text is data and the page only ever sets
+it as text.
 """
 
 from __future__ import annotations
@@ -58,8 +60,9 @@ log = structlog.get_logger(__name__)
 
 MIN_TOKEN_CHARS = 16
 OPEN_ON_LOOPBACK = frozenset({"/healthz", "/metrics"})
-"""Routes a loopback dashboard answers without the token: they carry counts and health,
-no issue text (Prometheus and a liveness probe need no secret on the same host)."""
+"""Routes a loopback dashboard with ralph-dev's own token answers without it: they carry
+counts and health, no issue text (Prometheus and a liveness probe on the same host need
+no secret)."""
 STATIC = {
     "index.html": "text/html",
     "app.js": "text/javascript",
@@ -116,7 +119,7 @@ class DashboardServer:
     """The aiohttp application over one project's :class:`DaemonServices`."""
 
     def __init__(self, services: DaemonServices, settings: WebSettings, token: str, *,
-                 project: str, logins: LoginLinks) -> None:
+                 project: str, logins: LoginLinks, configured: bool) -> None:
         self.services = services
         self.settings = settings
         self.token = token
@@ -124,7 +127,9 @@ class DashboardServer:
         self.cookie = cookie_name(project)
         self.project = project
         self._session = session_value(token)
-        self._loopback = is_loopback(settings.host)
+        # ralph-dev's own token on loopback: loopback names only, health and counters open;
+        # a token the person set: every route asks it, whatever the name (a proxy in front)
+        self._loopback_only = is_loopback(settings.host) and not configured
         self._runner: web.AppRunner | None = None
         self.port = 0
         self._static = {name: resources.files("ralph_dev.control.web").joinpath("static", name)
@@ -155,12 +160,13 @@ class DashboardServer:
     async def guard(self, request: web.Request,
                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                     ) -> web.StreamResponse:
-        if self._loopback and not is_loopback(request.url.host or ""):
+        if self._loopback_only and not is_loopback(request.url.host or ""):
             return _refusal(421, "421: this dashboard answers only to loopback names "
                             "(127.0.0.1, localhost).\n")
         if request.path == "/" and "token" in request.query:
             response = self._login(request)
-        elif (self._loopback and request.path in OPEN_ON_LOOPBACK) or self._authorized(request):
+        elif (self._loopback_only and request.path in OPEN_ON_LOOPBACK) \
+                or self._authorized(request):
             response = await handler(request)
         else:
             return _refusal(401, (
