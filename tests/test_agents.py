@@ -195,6 +195,37 @@ def test_exec_wrapper_passes_the_prompt_as_one_argv_element(
     assert not (Path("/tmp/ralph-pwned-title").exists() or Path("/tmp/ralph-pwned-desc").exists())
 
 
+def test_the_controllers_verify_gets_what_worker_dones_verify_had(
+        xdg: Path, recorder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27: the verified merge lane ran the verify command without the worker's
+    variables. Both sites now build it with one function, from the same agent environment:
+    the worker's (as its pane's launcher gives it, plus what a Claude session sets for its
+    shells) and the controller's rebuilt copy are equal, variable for variable."""
+    from ralph_dev.agent.launch import verify_env
+    from ralph_dev.core.environment import verify_environment, worker_identity
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("RALPH_DEV_LOG_LEVEL", "INFO")
+    settings = make_settings(xdg, claude_bin=str(recorder))
+    workspace = workspace_for(settings, "DEMO-7")
+    launch = build_launch(settings, hostile_issue(), Role.RESOLVE, workspace, "sonnet",
+                          attempt=2)
+    secrets = json.loads(launch.spec_file.with_suffix(".secrets.json").read_text())
+    in_the_worker = {**launch.env, **secrets, "TERM": "tmux-256color", "CLAUDECODE": "1",
+                     "CLAUDE_CODE_ENTRYPOINT": "cli"}
+    at_done = verify_environment(in_the_worker, project="demo", identity=worker_identity(
+        issue="DEMO-7", role="resolve", workspace=str(workspace), attempt=2))
+    at_merge = verify_env(settings, workspace, issue="DEMO-7", role=Role.RESOLVE, attempt=2)
+    assert at_merge == at_done
+    assert at_merge["RALPH_DEV_ISSUE"] == "DEMO-7" and at_merge["RALPH_DEV_ATTEMPT"] == "2"
+    assert at_merge["RALPH_DEV_ROLE"] == "resolve" and at_merge["RALPH_DEV_PROJECT"] == "demo"
+    assert at_merge["RALPH_DEV_WORKSPACE"] == str(workspace)
+    assert at_merge["HOME"] == launch.env["HOME"] and at_merge["PATH"] == launch.env["PATH"]
+    assert "ANTHROPIC_API_KEY" not in at_merge and "RALPH_DEV_RUN_DIR" not in at_merge
+    trunk = verify_env(settings, settings.repo, issue=None)
+    assert "RALPH_DEV_ISSUE" not in trunk and trunk["RALPH_DEV_PROJECT"] == "demo"
+
+
 def test_exec_wrapper_reports_a_missing_spec(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "ralph_dev.launcher",
                            str(tmp_path / "gone.json")], capture_output=True, text=True,
@@ -210,6 +241,7 @@ def test_worker_environment(xdg: Path, recorder: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
     monkeypatch.setenv("LINEAR_API_KEY", "lin_api_test_0000")  # the controller's alone
     monkeypatch.setenv("RALPH_DEV_LINEAR_WEBHOOK_SECRET", "whsec-controller-only")
+    monkeypatch.setenv("RALPH_DEV_WEB_TOKEN", "web-token-the-daemons-alone")
     monkeypatch.setenv("RALPH_DEV_LOG_LEVEL", "INFO")
     monkeypatch.setenv("UNRELATED_SECRET", "nope")
     settings = make_settings(xdg, claude_bin=str(recorder))
@@ -235,6 +267,7 @@ def test_worker_environment(xdg: Path, recorder: Path, monkeypatch: pytest.Monke
     secrets_file = launch.spec_file.with_suffix(".secrets.json")
     assert json.loads(secrets_file.read_text()) == {"ANTHROPIC_API_KEY": FAKE_KEY}
     assert "whsec-controller-only" not in json.dumps(env) + secrets_file.read_text()
+    assert "web-token-the-daemons-alone" not in json.dumps(env) + secrets_file.read_text()
     assert secrets_file.stat().st_mode & 0o777 == 0o600
     assert "UNRELATED_SECRET" not in env
     for flag in ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_TELEMETRY",

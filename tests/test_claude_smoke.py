@@ -386,7 +386,7 @@ SENTINELS = {
     "MY_DB_PASSWORD": "sentinel-pw-4711",
     "LINEAR_API_KEY": "lin_api_sentinel4711",  # the controller relays every tracker write
     "RALPH_DEV_LINEAR_WEBHOOK_SECRET": "sentinel-whsec-4711",
-    "RALPH_DEV_WEB_TOKEN": "sentinel-webtoken-4711",
+    "RALPH_DEV_WEB_TOKEN": "sentinel-web-token-4711",  # the dashboard's: the daemon's alone
     "PERSONAL_NOTE": "sentinel-note-4711",  # from a person's shell: no agent needs it
 }
 

@@ -94,6 +94,41 @@ def test_bad_environment_value_names_the_variable(xdg: Path) -> None:
         load_project("app", environ={"RALPH_DEV_TIMING_POLL_INTERVAL": "soon"})
 
 
+TYPO = "RALPH_DEV_LIMITS_MAX_WORKER"
+"""The typo issue 27 found ignored in silence (MAX_WORKERS is the setting)."""
+
+
+def test_an_unknown_environment_variable_names_the_closest(xdg: Path) -> None:
+    write_config('[projects.app]\nrepo = "/r"\n')
+    with pytest.raises(ConfigError, match=f"environment variable {TYPO}: ralph-dev has no "
+                                          "such setting; did you mean "
+                                          "RALPH_DEV_LIMITS_MAX_WORKERS\\?"):
+        load_project("app", environ={TYPO: "5"})
+    with pytest.raises(ConfigError, match="RALPH_DEV_NOPE_AT_ALL: ralph-dev has no such"):
+        load_project("app", environ={"RALPH_DEV_NOPE_AT_ALL": "1"})
+    assert load_project("app", environ={"RALPH_DEV_LIMITS_MAX_WORKERS": "5"}
+                        ).limits.max_workers == 5
+
+
+def test_every_ralph_dev_variable_ralph_dev_uses_is_accepted(xdg: Path) -> None:
+    """ralph-dev sets RALPH_DEV_* variables of its own (for workers, hooks, the tests): each
+    one named anywhere in the code, scripts, tests or README loads a project untouched."""
+    import re
+
+    from ralph_dev.core.config import OWN_PREFIXES, _env_overrides
+
+    root = Path(__file__).resolve().parent.parent
+    files = [*root.glob("ralph_dev/**/*.py"), *root.glob("ralph_dev/**/*.md"),
+             *root.glob("tests/*.py"), *root.glob("scripts/*"), root / "README.md"]
+    named = {m for f in files if f.is_file()
+             for m in re.findall(r"RALPH_DEV_[A-Z0-9_]*[A-Z0-9]", f.read_text(errors="replace"))}
+    named -= {TYPO, "RALPH_DEV_NOPE_AT_ALL"}  # this file's deliberate mistakes
+    named -= {prefix.rstrip("_") for prefix in OWN_PREFIXES}  # the prefixes themselves
+    assert {"RALPH_DEV_ISSUE", "RALPH_DEV_RUN_DIR", "RALPH_DEV_WEB_TOKEN",
+            "RALPH_DEV_DEMO_SCRIPT", "RALPH_DEV_TEST_WORKERS"} <= named
+    _env_overrides(dict.fromkeys(named, "1"))  # raises for any it does not know
+
+
 def test_broken_toml_and_unknown_project(xdg: Path) -> None:
     write_config('[projects.app]\nrepo = "/r"\n')
     with pytest.raises(UnknownProject, match="ralph-dev init other --repo PATH"):

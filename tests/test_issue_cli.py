@@ -296,13 +296,14 @@ def test_concurrent_processes(project: Path) -> None:
     assert len(data[0]["comments"]) == 15
 
 
-def test_terminal_escapes_in_issue_text_are_blanked(project: Path) -> None:
+def test_terminal_escapes_in_issue_text_are_shown_not_obeyed(project: Path) -> None:
     ok("issue", "add", "demo", "evil \x1b]2;pwned\x07 title", "-d", "line\x1b[2J one\nline two")
     ok("issue", "comment", "DEMO-1", "bell\x07 here")
     for out in (ok("issue", "list", "demo"), ok("issue", "show", "DEMO-1")):
         assert "\x1b" not in out and "\x07" not in out
     shown = ok("issue", "show", "DEMO-1")
-    assert "line two" in shown and "bell  here" in shown
+    assert "line two" in shown and "bell␇ here" in shown  # visible (core.text.for_terminal)
+    assert "evil ␛]2;pwned␇ title" in shown
     # --json keeps the data exactly (JSON escapes it).
     data = json.loads(ok("issue", "show", "DEMO-1", "--json"))
     assert data["title"] == "evil \x1b]2;pwned\x07 title"
@@ -314,7 +315,7 @@ def test_labels_with_control_characters_are_refused_and_never_shown_raw(project:
     assert json.loads(ok("issue", "list", "demo", "--json")) == []  # nothing half-made
     ok("issue", "add", "demo", "t", "--label", "backend")
     refused("issue", "label", "DEMO-1", "+" + evil, match="no control characters")
-    # a label made elsewhere (Linear's UI, an older version) is blanked when shown
+    # a label made elsewhere (Linear's UI, an older version) is shown, never obeyed
     import sqlite3
 
     with sqlite3.connect(project) as db:
@@ -322,4 +323,47 @@ def test_labels_with_control_characters_are_refused_and_never_shown_raw(project:
     for out in (ok("issue", "list", "demo"), ok("issue", "show", "DEMO-1"),
                 ok("issue", "label", "DEMO-1", "+frontend")):
         assert "\x1b" not in out and "\x07" not in out, out
-        assert " [2Jwipe" in out
+        assert "␛[2Jwipe" in out
+
+
+# --- issue 27: unknown and no-op input says so (each exited 0 and said nothing) ----------
+
+
+def test_removing_an_absent_label_says_it_was_not_there(project: Path) -> None:
+    ok("issue", "add", "demo", "t", "--label", "backend")
+    before = dump(project)
+    out = ok("issue", "label", "DEMO-1", "-absent", "+backend")
+    assert "DEMO-1: label 'absent' was not there: nothing removed" in out
+    assert "DEMO-1: label 'backend' was already there" in out
+    assert dump(project) == before  # and indeed nothing changed
+    out = ok("issue", "label", "DEMO-1", "-backend", "+new")
+    assert "was not there" not in out and "already" not in out and "DEMO-1: new" in out
+
+
+def test_events_of_an_unknown_issue_is_an_error(project: Path) -> None:
+    ok("issue", "add", "demo", "t")
+    err = refused("events", "demo", "--issue", "DEMO-999", match="no issue DEMO-999")
+    assert "no event of demo names DEMO-999" in err and "issue list demo" in err
+    refused("events", "demo", "--issue", "OTHER-1", match="no event of demo names OTHER-1")
+    assert ok("events", "demo", "--issue", "DEMO-1") == ""  # known, nothing happened yet
+
+
+def test_a_missing_config_file_is_named(project: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent.toml"
+    for args in (["status"], ["issue", "list", "demo"], ["events", "demo"]):
+        err = refused("--config", str(missing), *args,
+                      match=f"the config file {missing} (--config) does not exist")
+        assert "no projects configured" not in err
+    result = CliRunner().invoke(main, ["status"], env={"RALPH_DEV_CONFIG": str(missing)})
+    assert result.exit_code != 0 and f"{missing} (RALPH_DEV_CONFIG) does not exist" in \
+        result.stderr
+    make_jj_repo(tmp_path / "third")  # init is what makes the file
+    ok("--config", str(missing), "init", "third", "--repo", str(tmp_path / "third"))
+    assert "third" in ok("--config", str(missing), "status", "--json")
+
+
+def test_a_setting_variable_with_a_typo_is_refused_naming_the_setting(project: Path) -> None:
+    result = CliRunner().invoke(main, ["issue", "list", "demo"],
+                                env={"RALPH_DEV_LIMITS_MAX_WORKER": "5"})
+    assert result.exit_code != 0
+    assert "did you mean RALPH_DEV_LIMITS_MAX_WORKERS?" in result.stderr

@@ -150,3 +150,35 @@ def test_the_controllers_verify_runs_workers_code_in_their_sandbox(
     finally:
         swarm.teardown()
 
+
+
+def test_the_merge_verify_gets_the_variables_worker_done_had(
+        tmp_path: Path, jj_bin: str, tmux_socket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27: a verify command that reads the worker's variables passes at `worker done`
+    (inside the worker) and again on the change rebased onto trunk (the controller's own
+    run, in the workers' sandbox): it was sent back 3 times and held before."""
+    verify = ('test -n "$RALPH_DEV_ISSUE" && test -e "changes/$RALPH_DEV_ISSUE.txt" '
+              '&& test "$RALPH_DEV_PROJECT" = demo && test "$RALPH_DEV_ROLE" = execute '
+              '&& test "$RALPH_DEV_ATTEMPT" = 1 '
+              '&& test "$(cd "$RALPH_DEV_WORKSPACE" && pwd -P)" = "$(pwd -P)" '
+              '&& touch "$HOME/.verify-ran" && echo "verified $RALPH_DEV_ISSUE"')
+    swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=2, verify=verify)
+    try:
+        swarm._add_agent_line('home = "isolated"')  # a HOME of the worker's own, writable
+        swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
+        ctl = in_process(swarm, monkeypatch)
+
+        def both_merged() -> bool:
+            tick(ctl)
+            assert not [e for e in swarm.events() if e["event"] == "merge_sent_back"], \
+                swarm.issue("DEMO-1")["comments"][-1:]
+            return both_present(swarm.trunk_files())
+
+        wait_for(both_merged, 120, "DEMO-1 and DEMO-2 verified and merged")
+        done = [e for e in swarm.events() if e["event"] == "worker_done"]
+        assert {e["issue"] for e in done} == {"DEMO-1", "DEMO-2"}  # passed at `worker done`
+        verified = [e["issue"] for e in swarm.events() if e["event"] == "merge_verified"]
+        assert sorted(verified) == ["DEMO-1", "DEMO-2"]  # and at the merge
+        assert "user-input-needed" not in labels(swarm, "DEMO-1") + labels(swarm, "DEMO-2")
+    finally:
+        swarm.teardown()

@@ -285,3 +285,24 @@ def test_the_daemon_tells_when_a_worker_asks(tmp_path: Path, jj_bin: str, tmux_s
             assert SECRET not in path.read_text(errors="replace"), path
     finally:
         swarm.teardown()
+
+
+async def test_a_hostile_title_reaches_no_notification_raw(xdg: Path, tmp_path: Path,
+                                                           receiver: Receiver) -> None:
+    """Issue 27: a message shows tracker text (the title, the question), and a notify
+    command or ntfy's CLI may print it on a terminal: it goes through the same sanitizer
+    as `status` (escapes visible, never obeyed; bidi overrides and the like replaced)."""
+    settings = _settings(tmp_path, receiver)
+    store = StateStore(settings.paths)
+    tracker = LocalTracker(settings.paths.tracker_db, settings.key)
+    await tracker.create_issues([NewIssue(title="Fix \x1b]0;owned\x07 it \u202egnp.exe")])
+    await tracker.comment("DEMO-1", "[ralph-dev] DEMO-1 blocked: a question for a person\n\n"
+                          "Which \u202eone\u200b?", by_ralph=True)
+    notifier = _notifier(settings, store, tracker)
+    store.append_event("worker_blocked", issue="DEMO-1", role="execute", repeated=False)
+    assert await notifier.poll() == 1
+    for message in (_hook_messages(tmp_path)[0]["message"], receiver.messages[0]):
+        shown = message["title"] + "\n" + message.get("body", message.get("message", ""))
+        assert all(c.isprintable() or c == "\n" for c in shown), ascii(shown)
+        assert "Fix" in shown and "gnp.exe" in shown and "Which" in shown
+    await tracker.close()

@@ -221,3 +221,55 @@ def test_local_time_shows_the_zone(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+HOSTILE = "Fix it \x1b]0;owned\x07 now\x1b[2J \u202egnp.exe"
+"""An issue title that retitles the terminal, clears it and reverses the line after it."""
+
+
+def _raw(text: str) -> list[str]:
+    """Characters a terminal would act on rather than show."""
+    return sorted({repr(c) for c in text if not (c.isprintable() or c == "\n")})
+
+
+def test_tracker_text_reaches_no_terminal_raw(swarm: Swarm,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27: `status` printed an issue title's `ESC ] 0 ; owned BEL` (which sets the
+    terminal's title) under NEEDS YOU while `issue list/show` stripped it. Every command
+    that prints tracker text now shows it through one sanitizer: the escape is visible
+    (␛…␇), never obeyed."""
+    import sqlite3
+
+    swarm.cli("issue", "add", swarm.project, HOSTILE)
+    swarm.cli("issue", "add", swarm.project, HOSTILE + " (held)", "--label", "ralph:hold")
+    _ask(swarm, "DEMO-1", "Which \x1b]0;asked\x07 one?\u202e", monkeypatch)
+    swarm.cli("issue", "comment", "DEMO-1", "see \x1b]0;commented\x07 here", "--author",
+              "ann\x1b]0;author\x07")
+    settings = load_project(swarm.project)
+    with sqlite3.connect(settings.paths.tracker_db) as db:  # a label made in Linear's UI
+        db.execute("INSERT INTO labels VALUES (1, ?)", ("bug\x1b]0;label\x07",))
+    store = _store(swarm, monkeypatch)
+    store.append_event("hold", issue="DEMO-1", reason=f"held: {HOSTILE}", title=HOSTILE)
+    log = store.log_path("DEMO-1")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_bytes(f"[agent] working on {HOSTILE}\n".encode())
+
+    printed = {
+        "status": swarm.cli("status", swarm.project).stdout,
+        "status (all)": swarm.cli("status").stdout,
+        "events": swarm.cli("events", swarm.project).stdout,
+        "events --issue": swarm.cli("events", swarm.project, "--issue", "DEMO-1").stdout,
+        "issue list": swarm.cli("issue", "list", swarm.project).stdout,
+        "issue show": swarm.cli("issue", "show", "DEMO-1").stdout,
+        "logs": swarm.cli("logs", "DEMO-1").stdout,
+        "plan": swarm.cli("plan", swarm.project).stdout,
+    }
+    for command, out in printed.items():
+        assert not _raw(out), (command, _raw(out), out)
+    needs = printed["status"].split("NEEDS YOU:")[1].split("daemon:")[0]
+    assert "DEMO-1  Fix it ␛]0;owned␇ now␛[2J" in needs  # shown, not obeyed
+    assert "Which" in needs and "one?" in needs
+    assert "on hold:    DEMO-2  Fix it ␛]0;owned␇" in printed["status"]
+    assert "held: Fix it ␛]0;owned␇" in printed["events"]
+    assert "bug␛]0;label␇" in printed["issue show"] and "ann␛]0;author␇" in printed["issue show"]
+    assert "see ␛]0;commented␇ here" in printed["issue show"]

@@ -501,6 +501,60 @@ def test_plans_are_capped_and_cannot_speak_for_a_person(xdg: Path, jj_bin: str,
     assert len(refused) == 3 and refused[-1]["issue"] == third
 
 
+def test_a_report_too_large_is_refused_at_the_command(project: Project,
+                                                      tmp_path: Path) -> None:
+    """Issue 27: a 269 KB plan went into the outbox, the agent was told it would be
+    applied, and the controller dropped it unread as malformed. Now the command refuses
+    it, says the limit and what to do, exits non-zero, and writes nothing."""
+    from ralph_dev.adapters import mailbox as ch
+
+    parent = project.issue("Big feature")
+    project.spawn(parent, Role.PLAN)
+    plan_file = tmp_path / "plan.toml"
+    body = "Explain every step in detail. " * 220  # ~6.6 KB each, 40 tasks: ~269 KB
+    plan_file.write_text("".join(f'[[task]]\nref = "t{i}"\ntitle = "Task {i}"\n'
+                                 f'description = """\n{body}\n"""\n' for i in range(40)))
+    written = plan_file.read_text()
+    assert 260_000 < len(written.encode()) < 280_000
+    outbox = project.run_dir(parent) / "outbox"
+
+    result = project.cli(["worker", "plan", parent, "--file", str(plan_file)], parent, Role.PLAN)
+
+    assert result.exit_code != 0, result.output
+    assert "256 KiB" in result.stderr and "Split the plan into phases" in result.stderr
+    assert "nothing was sent" in result.stderr and "ralph:phase" in result.stderr
+    assert not list(outbox.iterdir())  # nothing written, nothing half-written
+    assert plan_file.read_text() == written  # the agent's file is as it was
+    assert not project.tracker.get_sync(parent).children
+    assert not [e for e in project.store.iter_events() if e["event"] == "report_refused"]
+
+    huge_note = project.cli(["worker", "note", parent, "x" * (ch.REPORT_LIMIT + 1)], parent,
+                            Role.PLAN)
+    assert huge_note.exit_code != 0 and "Shorten the note" in huge_note.stderr
+    assert not list(outbox.iterdir())
+
+    # split as told: the first phase's tasks now, the rest as one phase task
+    plan_file.write_text(
+        "".join(f'[[task]]\nref = "t{i}"\ntitle = "Task {i}"\n'
+                f'description = """\n{body}\n"""\n' for i in range(20))
+        + '[[task]]\ntitle = "The rest"\nlabels = ["ralph:phase"]\n'
+          'description = "Tasks 20 to 39."\n')
+    again = project.cli(["worker", "plan", parent, "--file", str(plan_file)], parent, Role.PLAN)
+    assert again.exit_code == 0, again.output
+    assert len(project.tracker.get_sync(parent).children) == 21
+
+
+def test_a_report_that_is_not_utf8_text_is_refused_at_the_command(project: Project) -> None:
+    """Bytes that are not UTF-8 (an argument decoded with surrogate escapes) would reach
+    the tracker as a report it cannot store: refused at the command, nothing written."""
+    issue = project.issue()
+    project.spawn(issue)
+    result = project.cli(["worker", "note", issue, "caf\udce9 au lait"], issue)
+    assert result.exit_code != 0 and "UTF-8" in result.stderr, result.output
+    assert not list((project.run_dir(issue) / "outbox").iterdir())
+    assert not project.tracker.get_sync(issue).comments
+
+
 def test_files_holding_issue_text_are_private(project: Project) -> None:
     """Tracker, events and records hold issue text: 0600 in 0700 dirs, even where an
     older version had left them open."""

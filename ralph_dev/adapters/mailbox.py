@@ -32,16 +32,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ralph_dev.adapters.files import atomic_write_text, private_dir
+from ralph_dev.adapters.files import atomic_write_bytes, atomic_write_text, private_dir
+from ralph_dev.core.environment import RUN_DIR_VAR
 from ralph_dev.core.model import SESSION_ID_RE, check_identifier
 from ralph_dev.core.text import strip_ansi
 
 RUN_MOUNT = Path("/run/ralph-dev")
 """Where a sandboxed worker sees its own run directory (and nothing else of ralph-dev)."""
 
-RUN_DIR_VAR = "RALPH_DEV_RUN_DIR"
-"""Where an UNconfined worker (``agent.sandbox = "off"``) finds its run directory. A
-sandboxed worker's commands ignore it: only :data:`RUN_MOUNT` counts there."""
+# RUN_DIR_VAR (core.environment): where an UNconfined worker finds its run directory. A
+# sandboxed worker's commands ignore it: only RUN_MOUNT counts there.
 
 WORKER_FILE = "worker.json"
 ISSUE_FILE = "issue.json"
@@ -84,6 +84,16 @@ REPORTS_AT_ONCE = 20
 
 class ChannelError(Exception):
     """The run directory is missing or unusable: not a ralph-dev worker."""
+
+
+class ReportRefused(Exception):
+    """A report the worker's side does not write, because the controller would refuse it
+    unread (too large, or not a report it can read): said at the command, where the
+    agent can still act on it, instead of dropped later in silence."""
+
+    def __init__(self, message: str, *, size: int | None = None) -> None:
+        super().__init__(message)
+        self.size = size
 
 
 @dataclass(frozen=True)
@@ -203,21 +213,57 @@ def new_report_id() -> str:
 
 def write_report(run_dir: Path, kind: str, fields: Mapping[str, Any],
                  report_id: str | None = None) -> Report:
-    """Durably record a report (atomic; 0600) in the outbox; returns it."""
+    """Durably record a report (atomic; 0600) in the outbox; returns it. Raises
+    :class:`ReportRefused`, writing nothing, for one the controller would not read."""
     from ralph_dev.adapters.store import utcnow
 
     if kind not in REPORT_KINDS:
         raise ValueError(f"unknown report kind {kind!r}")
     report = Report(id=report_id or new_report_id(), kind=kind, fields=dict(fields),
                     at=utcnow().isoformat())
-    atomic_write_text(run_dir / OUTBOX / f"{report.id}.json",
-                      json.dumps({"id": report.id, "kind": kind, "at": report.at,
-                                  "fields": report.fields}) + "\n")
+    atomic_write_bytes(run_dir / OUTBOX / f"{report.id}.json", encode_report(report))
     return report
+
+
+def encode_report(report: Report) -> bytes:
+    """The report's file, checked the way the controller will read it (:func:`decode_report`):
+    what it would refuse unread is refused here, before anything is written."""
+    try:
+        raw = (json.dumps({"id": report.id, "kind": report.kind, "at": report.at,
+                           "fields": report.fields}, ensure_ascii=False, allow_nan=False)
+               + "\n").encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError too: not UTF-8 text
+        raise ReportRefused(f"the {report.kind} report cannot be written as JSON text "
+                            f"({exc}); pass plain UTF-8 text") from None
+    if len(raw) > REPORT_LIMIT:
+        raise ReportRefused(
+            f"the {report.kind} report is {len(raw):,} bytes, over the {REPORT_LIMIT // 1024} "
+            f"KiB ({REPORT_LIMIT:,} bytes) one report may hold", size=len(raw))
+    if decode_report(raw, report.id) is None:
+        raise ReportRefused(f"the {report.kind} report is not one the controller can read")
+    return raw
 
 
 def _report_id_ok(text: str) -> bool:
     return 1 <= len(text) <= 64 and all(c in "0123456789abcdef" for c in text)
+
+
+def decode_report(raw: bytes, report_id: str) -> Report | None:
+    """A report file's bytes as the report named ``report_id``; None for anything
+    malformed (the controller refuses it; the writer never writes it)."""
+    if len(raw) > REPORT_LIMIT:
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("fields", {}), dict):
+        return None
+    found_id, kind = str(data.get("id", "")), str(data.get("kind", ""))
+    if found_id != report_id or not _report_id_ok(found_id) or kind not in REPORT_KINDS:
+        return None
+    return Report(id=found_id, kind=kind, fields=dict(data.get("fields") or {}),
+                  at=str(data.get("at", "")))
 
 
 def read_report(path: Path) -> Report | None:
@@ -229,18 +275,9 @@ def read_report(path: Path) -> Report | None:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
                 return None
             raw = handle.read(REPORT_LIMIT + 1)
-        if len(raw) > REPORT_LIMIT:
-            return None
-        data = json.loads(raw.decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except OSError:
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("fields", {}), dict):
-        return None
-    report_id, kind = str(data.get("id", "")), str(data.get("kind", ""))
-    if report_id != path.stem or not _report_id_ok(report_id) or kind not in REPORT_KINDS:
-        return None
-    return Report(id=report_id, kind=kind, fields=dict(data.get("fields") or {}),
-                  at=str(data.get("at", "")))
+    return decode_report(raw, path.stem)
 
 
 def pending_reports(run_dir: Path, limit: int = REPORTS_AT_ONCE

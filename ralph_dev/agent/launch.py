@@ -38,7 +38,6 @@ import structlog
 
 from ralph_dev.adapters.files import atomic_write_text, private_dir
 from ralph_dev.adapters.jj_cli import child_path
-from ralph_dev.adapters.mailbox import RUN_DIR_VAR
 from ralph_dev.adapters.pattern_store import plan_advice
 from ralph_dev.adapters.store import utcnow
 from ralph_dev.agent.claude import (
@@ -54,8 +53,11 @@ from ralph_dev.agent.toolchain import ralph_dev_script, worker_tools
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import (
     NESTED_CLAUDE_VARS,
+    RUN_DIR_VAR,
     agent_environment,
     split_secrets,
+    verify_environment,
+    worker_identity,
 )
 from ralph_dev.core.errors import ConfigError
 from ralph_dev.core.model import Issue, Launch, Role, check_identifier
@@ -138,11 +140,9 @@ def worker_env(
     name ``$RALPH_DEV_ISSUE``). ``ralph-dev worker …`` and the hooks do not trust these:
     they know the worker by its run directory (``adapters.mailbox``)."""
     env = agent_env(settings, home=home, config_path=config_path, environ=environ)
+    env.update(worker_identity(issue=check_identifier(identifier), role=role.value,
+                               workspace=str(workspace), attempt=attempt))
     env.update({
-        "RALPH_DEV_ISSUE": check_identifier(identifier),
-        "RALPH_DEV_ROLE": role.value,
-        "RALPH_DEV_WORKSPACE": str(workspace),
-        "RALPH_DEV_ATTEMPT": str(int(attempt)),
         # where an unconfined worker's commands find its run dir; a sandboxed one's
         # ignore it (theirs is at adapters.mailbox.RUN_MOUNT)
         RUN_DIR_VAR: str(run_dir),
@@ -151,6 +151,33 @@ def worker_env(
         "CLAUDE_CODE_STOP_HOOK_BLOCK_CAP": str(settings.agent.iteration_cap + 1),
     })
     return env
+
+
+def worker_home(settings: ProjectSettings, worker_dir: Path, environ: Mapping[str, str]) -> Path:
+    """The HOME a worker's agent gets: its own (``agent.home = "isolated"``) or yours."""
+    if settings.agent.home == "isolated":
+        return worker_dir / "home"
+    return agent_home(settings, environ)
+
+
+def verify_env(settings: ProjectSettings, checkout: Path, *, issue: str | None,
+               role: Role = Role.EXECUTE, attempt: int = 0,
+               environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment the controller runs the verify command in: what ``worker done``'s
+    verify had (``core.environment.verify_environment`` over the agent environment that
+    issue's worker got, ``checkout`` its workspace). ``issue`` None: trunk's own verify,
+    which belongs to no worker."""
+    environ = os.environ if environ is None else environ
+    if issue is None:
+        base = agent_env(settings, home=agent_home(settings, environ), environ=environ)
+        return verify_environment(base, project=settings.name, identity=None)
+    worker_dir = settings.paths.worker_dir(issue)
+    base = worker_env(settings, issue, role, checkout, attempt=attempt,
+                      home=worker_home(settings, worker_dir, environ),
+                      run_dir=worker_dir / "run", environ=environ)
+    identity = worker_identity(issue=issue, role=role.value, workspace=str(checkout),
+                               attempt=attempt)
+    return verify_environment(base, project=settings.name, identity=identity)
 
 
 def _trust_roots(settings: ProjectSettings, workspace: Path) -> list[Path]:
@@ -283,8 +310,7 @@ def build_launch(
     if config_path is None and environ.get("RALPH_DEV_CONFIG"):
         config_path = Path(environ["RALPH_DEV_CONFIG"])
     worker_dir = worker_dir or settings.paths.worker_dir(identifier)
-    home = worker_dir / "home" if settings.agent.home == "isolated" \
-        else agent_home(settings, environ)
+    home = worker_home(settings, worker_dir, environ)
     env = worker_env(settings, identifier, role, workspace, attempt=attempt, home=home,
                      run_dir=worker_dir / "run", config_path=config_path, environ=environ)
     resumed = resume_session if settings.agent.runner == "claude" else None

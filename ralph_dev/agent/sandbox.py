@@ -10,7 +10,8 @@ hostile. ``agent.sandbox = "bwrap"`` (the default) starts it inside bubblewrap
   which Claude Code keeps its sessions in) and its run directory at
   ``/run/ralph-dev`` (its reports: ``adapters.mailbox``);
 * **hidden** (an empty tmpfs over them): ralph-dev's config, state and data dirs (every
-  project's tracker, records, events, other workers' run dirs and workspaces), the
+  project's tracker, records, events, other workers' run dirs and workspaces, the
+  dashboard's token and login key), ``web.token_file`` wherever it lies, the
   workspace root when it lies elsewhere, the host's ``/run`` (tmux's, systemd's and
   docker's sockets) and ``/tmp`` (tmux's socket), the person's well-known
   credential files (``~/.ssh``, ``~/.aws``, ``~/.config/gh``…) and the files holding
@@ -111,7 +112,7 @@ def _secrets(settings: ProjectSettings, person_home: Path) -> list[Path]:
     dirs = [config_home(), state_home(), data_home(), settings.workspaces]
     files = [settings.tracker.linear_api_key_file, settings.web.token_file]
     return [*(p.resolve() for p in dirs), *(person_home / name for name in CREDENTIALS),
-            *(Path(f).resolve() for f in files if f is not None)]
+            *(Path(f).expanduser().resolve() for f in files if f is not None)]
 
 
 def _bindable(tool: Path, hidden: list[Path], secrets: list[Path]) -> bool:
@@ -192,15 +193,23 @@ def sandbox_args(settings: ProjectSettings, *, workspace: Path, worker_dir: Path
     return [*args, "--bind", str(worker_dir / "run"), str(RUN_MOUNT), *_leave(workspace)]
 
 
-def verify_wrapper(settings: ProjectSettings, checkout: Path) -> list[str]:
+def verify_wrapper(settings: ProjectSettings, checkout: Path, *, home: Path | None = None
+                   ) -> list[str]:
     """The argv prefix the controller runs the verify command under: the code it runs
     was written by workers, so it gets the workers' sandbox (its checkout writable, an
-    empty /tmp, nothing of ralph-dev's) — or nothing with ``agent.sandbox = "off"``."""
+    empty /tmp, nothing of ralph-dev's) — or nothing with ``agent.sandbox = "off"``.
+
+    ``home``: the HOME its environment names. A worker's own (``agent.home =
+    "isolated"``) lies in ralph-dev's hidden state, and what the worker left there
+    (a ``usercustomize.py``, a tool's config) must not steer the controller's check: it
+    gets an empty, writable one at the same path, as a first run of the worker had."""
     if settings.agent.sandbox != "bwrap":
         return []
+    fresh_home = ["--tmpfs", str(home)] if home is not None and \
+        settings.agent.home == "isolated" else []
     return [bwrap_path(), *_confined(settings, workspace=checkout, person_home=Path.home(),
                                      private_tmp=["--tmpfs", SANDBOX_TMP]),
-            *_leave(checkout)]
+            *fresh_home, *_leave(checkout)]
 
 
 def write_filter(worker_dir: Path) -> Path | None:

@@ -21,6 +21,7 @@ from ralph_dev.core.config import ProjectSettings, load_project, project_names
 from ralph_dev.core.errors import ConfigError, RalphError
 from ralph_dev.core.model import check_identifier
 from ralph_dev.core.paths import check_project_name, config_file
+from ralph_dev.core.text import for_terminal, terminal_line
 
 T = TypeVar("T")
 
@@ -73,7 +74,8 @@ class RalphGroup(click.Group):
         try:
             return super().invoke(ctx)
         except RalphError as exc:
-            click.echo(f"Error: {exc}", err=True)
+            # errors quote tracker text (names, states, Linear's own messages)
+            click.echo(f"Error: {for_terminal(str(exc))}", err=True)
             ctx.exit(exc.exit_code or 1)
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
@@ -108,12 +110,23 @@ def main(ctx: click.Context, config_path: Path | None, log_level: str) -> None:
         from ralph_dev.inpane.worker import refuse_inside_a_worker
 
         refuse_inside_a_worker(str(ctx.invoked_subcommand))
+    if config_path is not None and ctx.invoked_subcommand not in NO_CONFIG_READ \
+            and not config_path.exists():
+        given = ("--config" if ctx.get_parameter_source("config_path")
+                 is click.core.ParameterSource.COMMANDLINE else "RALPH_DEV_CONFIG")
+        raise ConfigError(
+            f"the config file {config_path} ({given}) does not exist: check the path, or "
+            f"create it with `ralph-dev --config {config_path} init PROJECT --repo PATH`")
     ctx.obj = CliContext(config_path=config_path or config_file())
 
 
 WORKERS_COMMANDS = frozenset({"worker", "hook"})
 """The only commands a worker may run (its reports and Claude Code's hooks): inside a
 worker's sandbox every other command, a person's, refuses."""
+
+NO_CONFIG_READ = WORKERS_COMMANDS | {"init", "demo", None}
+"""Commands that work without a config file: ``init`` writes it, the demo makes its own,
+worker commands read none (and bare ``ralph-dev`` or ``--help`` runs no command)."""
 
 
 def project_argument(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -210,7 +223,7 @@ def init(
             tracker["linear_team"] = linear.team
             settings = build_project(project, {**raw, "trunk": found.trunk})
     for note in found.notes:
-        click.echo(note)
+        click.echo(terminal_line(note))
     path = write_project(settings, force=force, path=cli.config_path)
     if linear is not None:
         linear.record(settings)

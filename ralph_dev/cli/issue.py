@@ -22,6 +22,7 @@ from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import TrackerInputError
 from ralph_dev.core.model import Issue, NewIssue, check_identifier
 from ralph_dev.core.ports import Tracker
+from ralph_dev.core.text import for_terminal, terminal_line
 
 
 def _issue_json(issue: Issue) -> dict[str, Any]:
@@ -125,11 +126,11 @@ def _table(issues: list[Issue]) -> str:
         rows.append(
             (
                 issue.identifier,
-                issue.state_name,
+                terminal_line(issue.state_name),
                 str(issue.priority),
                 _labels(issue, ",") or "-",
                 ",".join(issue.blocked_by) or "-",
-                _one_line(issue.title),
+                terminal_line(issue.title),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
@@ -139,19 +140,9 @@ def _table(issues: list[Issue]) -> str:
     )
 
 
-def _one_line(text: str) -> str:
-    """Control characters from issue text must not steer the terminal."""
-    return "".join(ch if ch.isprintable() else " " for ch in text)
-
-
 def _labels(issue: Issue, separator: str = ", ") -> str:
     """Labels as shown to people: made in Linear's UI they may hold control characters."""
-    return separator.join(_one_line(label) for label in sorted(issue.labels))
-
-
-def _printable(text: str) -> str:
-    """Multi-line issue text with escape sequences and other control characters blanked."""
-    return "\n".join(_one_line(line.expandtabs(4)) for line in text.splitlines())
+    return separator.join(terminal_line(label) for label in sorted(issue.labels))
 
 
 @issue_group.command(name="list")
@@ -183,8 +174,8 @@ def show(cli: CliContext, identifier: str, as_json: bool) -> None:
         echo_json(_issue_json(issue))
         return
     lines = [
-        f"{issue.identifier}  {_one_line(issue.title)}",
-        f"state:      {issue.state_name} ({issue.state_type.value})",
+        f"{issue.identifier}  {terminal_line(issue.title)}",
+        f"state:      {terminal_line(issue.state_name)} ({issue.state_type.value})",
         f"priority:   {issue.priority} (sort order {issue.sort_order:g})",
         f"labels:     {_labels(issue) or '-'}",
         f"parent:     {issue.parent or '-'}",
@@ -194,10 +185,10 @@ def show(cli: CliContext, identifier: str, as_json: bool) -> None:
         f"updated:    {issue.updated_at.isoformat() if issue.updated_at else '-'}",
     ]
     if issue.description:
-        lines += ["", _printable(issue.description)]
+        lines += ["", for_terminal(issue.description)]
     for comment in issue.comments:
-        who = f"{_one_line(comment.author)}{' (ralph)' if comment.by_ralph else ''}"
-        lines += ["", f"--- {who}, {comment.created_at.isoformat()}", _printable(comment.body)]
+        who = f"{terminal_line(comment.author)}{' (ralph)' if comment.by_ralph else ''}"
+        lines += ["", f"--- {who}, {comment.created_at.isoformat()}", for_terminal(comment.body)]
     click.echo("\n".join(lines))
 
 
@@ -209,7 +200,7 @@ def state(cli: CliContext, identifier: str, state: str) -> None:
     """Move an issue to STATE (a state name such as 'In Progress', any case)."""
     settings, tracker = _tracker_for_issue(cli, identifier)
     issue = _write(settings, tracker, tracker.set_state(identifier, name=state))
-    click.echo(f"{issue.identifier}: {issue.state_name}")
+    click.echo(f"{issue.identifier}: {terminal_line(issue.state_name)}")
 
 
 @issue_group.command(
@@ -235,8 +226,32 @@ def label(cli: CliContext, identifier: str, changes: tuple[str, ...]) -> None:
             )
         (add if token[0] == "+" else remove).append(token[1:])
     settings, tracker = _tracker_for_issue(cli, identifier)
-    issue = _write(settings, tracker, tracker.change_labels(identifier, add=add, remove=remove))
+
+    async def change() -> tuple[Issue, Issue]:
+        before = await tracker.get(identifier)
+        return before, await tracker.change_labels(identifier, add=add, remove=remove)
+
+    before, issue = _write(settings, tracker, change())
+    for note in _unchanged_labels(before, issue, add=add, remove=remove):
+        click.echo(f"{issue.identifier}: {note}")
     click.echo(f"{issue.identifier}: {_labels(issue) or '(no labels)'}")
+
+
+def _unchanged_labels(before: Issue, after: Issue, *, add: list[str],
+                      remove: list[str]) -> list[str]:
+    """What a label change did not do, in words: removing a label that was not there (a
+    typo, most likely) or adding one that was must not pass in silence."""
+    had = {label.casefold() for label in before.labels}
+    has = {label.casefold(): label for label in after.labels}
+    notes = [f"label {terminal_line(name)!r} was already there" for name in add
+             if name.casefold() in had]
+    for name in remove:
+        if name.casefold() not in had:
+            notes.append(f"label {terminal_line(name)!r} was not there: nothing removed")
+        elif name.casefold() in has:
+            notes.append(f"label {terminal_line(name)!r} was not removed: the issue's label "
+                         f"is spelled {terminal_line(has[name.casefold()])!r}")
+    return notes
 
 
 @issue_group.command(name="comment")
@@ -305,4 +320,4 @@ def import_(cli: CliContext, project: str, file: Path, parent: str | None) -> No
     width = max(len(e.ref or "") for e in entries)
     for entry, ident in zip(entries, created, strict=True):
         ref = entry.ref or "-"
-        click.echo(f"{ident}  {ref.ljust(width)}  {_one_line(entry.title)}")
+        click.echo(f"{ident}  {ref.ljust(width)}  {terminal_line(entry.title)}")

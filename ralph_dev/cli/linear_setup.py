@@ -22,6 +22,7 @@ from ralph_dev.adapters.tracker.linear.directory import describe_teams, team_key
 from ralph_dev.adapters.tracker.linear.errors import LinearSetupError
 from ralph_dev.adapters.tracker.linear.parse import LinearProject
 from ralph_dev.adapters.tracker.linear.tracker import LinearTracker
+from ralph_dev.core.text import terminal_line
 
 if TYPE_CHECKING:
     from ralph_dev.core.config import ProjectSettings
@@ -94,9 +95,10 @@ async def prepare_linear(settings: ProjectSettings, *, echo: bool = True,
         team=team,
     )
     if echo:
-        click.echo(f"Linear: signed in as {setup.viewer}; project {setup.project!r} "
-                   f"(teams {', '.join(setup.teams)})"
-                   + (f"; new issues go to {setup.team}" if setup.team else ""))
+        # names from Linear: shown through the terminal sanitizer
+        click.echo(terminal_line(f"Linear: signed in as {setup.viewer}; project "
+                                 f"{setup.project!r} (teams {', '.join(setup.teams)})"
+                                 + (f"; new issues go to {setup.team}" if setup.team else "")))
         if created:
             click.echo(f"Created labels: {', '.join(created)}")
     return setup

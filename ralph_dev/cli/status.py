@@ -10,10 +10,12 @@ from typing import Any
 
 import click
 
+from ralph_dev.adapters.store import StateStore
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, run
-from ralph_dev.core.config import project_names
+from ralph_dev.core.config import ProjectSettings, project_names
 from ralph_dev.core.errors import ConfigError, RalphError
 from ralph_dev.core.model import check_identifier
+from ralph_dev.core.text import for_terminal, terminal_line
 
 LOG_REPLAY_BYTES = 4 * 2**20
 """How much of a log ``logs`` replays: the end of a long run, not all of it."""
@@ -41,6 +43,7 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
     from ralph_dev.control.status import SCHEMA_VERSION, snapshot, tracker_ttl
     from ralph_dev.control.status_sources import StateSources
     from ralph_dev.control.status_text import render
+    from ralph_dev.control.web.access import login_url
 
     if watch and as_json:
         raise click.UsageError("--watch redraws the terminal view; use --json without it")
@@ -51,6 +54,10 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
 
     async def documents(sources: list[StateSources]) -> list[dict[str, Any]]:
         return [await snapshot(s.settings, events=n_events, sources=s) for s in sources]
+
+    def shown(docs: list[dict[str, Any]]) -> str:
+        return "\n\n".join(render(d, login=login_url(s.paths)) for d, s in zip(docs, settings,
+                                                                                strict=True))
 
     async def once() -> list[dict[str, Any]]:
         sources = [StateSources(s) for s in settings]
@@ -66,14 +73,14 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
             echo_json(docs[0] if project else {"schema_version": SCHEMA_VERSION,
                                                 "projects": docs})
         else:
-            click.echo("\n\n".join(render(d) for d in docs))
+            click.echo(shown(docs))
         return
 
     async def watch_loop() -> None:
         sources = [StateSources(s, issues_ttl=tracker_ttl(s)) for s in settings]
         try:
             while True:
-                text = "\n\n".join(render(d) for d in await documents(sources))
+                text = shown(await documents(sources))
                 click.echo(CLEAR_SCREEN + text + f"\n\n(every {interval:g}s; Ctrl-C ends)")
                 await asyncio.sleep(interval)
         finally:
@@ -93,7 +100,6 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
     """Print a worker's pane as the terminal showed it (its log replayed through a
     terminal emulator: lines that scrolled by, then the last screen). --follow prints
     lines as they scroll; `ralph-dev attach` shows the live screen."""
-    from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.terminal import Replay
 
     if issue == "controller":
@@ -120,10 +126,10 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
         except FileNotFoundError:
             chunk = b""
         for line in replay.feed(chunk):
-            click.echo(line)
+            click.echo(for_terminal(line))
         if not follow:
             for line in replay.shown():
-                click.echo(line)
+                click.echo(for_terminal(line))
             return
         time.sleep(FOLLOW_POLL)
 
@@ -185,12 +191,13 @@ def events(cli: CliContext, project: str, issue: str | None, since: str | None,
     """The project's event log: what ralph-dev did and why (times local, zone shown)."""
     import json
 
-    from ralph_dev.adapters.store import StateStore, from_iso
+    from ralph_dev.adapters.store import from_iso
     from ralph_dev.control.status_text import format_event
 
     settings = cli.project(project)
+    store = StateStore(settings.paths)
     if issue:
-        check_identifier(issue)
+        _known_issue(settings, check_identifier(issue), store)
     cutoff = _parse_since(since) if since else None
 
     def wanted(event: dict[str, Any]) -> bool:
@@ -202,7 +209,6 @@ def events(cli: CliContext, project: str, issue: str | None, since: str | None,
         return True
 
     offset = 0
-    store = StateStore(settings.paths)
     with contextlib.suppress(KeyboardInterrupt):
         while True:
             found, after = store.read_events_from(offset)
@@ -215,6 +221,32 @@ def events(cli: CliContext, project: str, issue: str | None, since: str | None,
             offset = after
 
 
+def _known_issue(settings: ProjectSettings, issue: str, store: StateStore) -> None:
+    """``events --issue`` for an issue the tracker does not know and no event names is a
+    typo, not an issue without events: say so rather than print nothing."""
+    from ralph_dev.adapters.tracker import open_tracker
+    from ralph_dev.core.errors import TrackerError, TrackerInputError, UnknownIssue
+
+    async def ask() -> None:
+        tracker = open_tracker(settings)
+        try:
+            await tracker.get(issue)
+        finally:
+            await tracker.close()
+
+    try:
+        run(ask())
+        return
+    except TrackerInputError as exc:
+        why = str(exc)
+    except TrackerError as exc:  # the tracker is down: the events alone decide
+        why = f"the tracker could not be asked ({exc})"
+    if any(event.get("issue") == issue for event in store.iter_events()):
+        return  # the history of an issue that has gone from the tracker
+    raise UnknownIssue(f"{why}; and no event of {settings.name} names {issue}: check the "
+                       f"identifier (`ralph-dev issue list {settings.name}`)")
+
+
 @main.command()
 @click.argument("project", required=False)
 @pass_ctx
@@ -225,7 +257,7 @@ def doctor(cli: CliContext, project: str | None) -> None:
     problems = 0
     for check in run(run_checks(cli.config_path, project, cli.project)):
         mark = "OK  " if check.ok else "FAIL"
-        click.echo(f"[{mark}] {check.name}: {check.detail}")
+        click.echo(f"[{mark}] {check.name}: {terminal_line(check.detail)}")
         problems += not check.ok
     if problems:
         raise RalphError(f"{problems} check(s) failed; fix them as described above")
@@ -250,7 +282,7 @@ def notify_test(cli: CliContext, project: str) -> None:
     )
     problems = deliver(message, notify.urls, notify.command)
     for problem in problems:
-        click.echo(f"FAIL {problem}", err=True)
+        click.echo(f"FAIL {terminal_line(problem)}", err=True)
     if problems:
         raise RalphError(f"{len(problems)} notification target(s) failed, as listed above")
     targets = len(notify.urls) + bool(notify.command)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import click
@@ -13,6 +14,7 @@ from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
 from ralph_dev.core.model import Workspace, worker_windows
 from ralph_dev.core.ports import WorkspaceLister
+from ralph_dev.core.text import terminal_line
 
 
 @main.command()
@@ -56,6 +58,8 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
         pid = start_background(settings)
         click.echo(f"ralph-dev started for {project} (daemon pid {pid}).")
         click.echo(f"  watch:  ralph-dev status {project}")
+        if settings.web.enabled:
+            click.echo(f"  dashboard: {_dashboard_login(settings, pid)}")
         socket = f" -L {settings.tmux_socket}" if settings.tmux_socket else ""
         click.echo(f"  attach: tmux{socket} attach -t {settings.session_name}")
         return
@@ -64,6 +68,28 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
     logs.configure("INFO", json_file=settings.paths.logs_dir / "daemon.jsonl")
     daemon = Daemon(settings, tmux=tmux_for(settings))
     asyncio.run(daemon.run())
+
+
+DASHBOARD_WAIT = 15.0
+"""Seconds ``start`` waits for the new daemon to serve its dashboard before it leaves
+the login link to ``status``."""
+
+
+def _dashboard_login(settings: ProjectSettings, pid: int) -> str:
+    """The new daemon's one-time login link, once it serves the dashboard (or why not)."""
+    from ralph_dev.control.web.access import login_url, served
+
+    deadline = time.monotonic() + DASHBOARD_WAIT
+    while time.monotonic() < deadline:
+        said = served(settings.paths)
+        if said.get("pid") == pid:
+            if not said.get("url"):
+                return f"not served: {said.get('error')}"
+            link = login_url(settings.paths)
+            if link:
+                return f"{link}  (works once; `ralph-dev status` prints a new one)"
+        time.sleep(0.1)
+    return f"not up yet: `ralph-dev status {settings.name}` prints its login link"
 
 
 @main.command()
@@ -151,13 +177,13 @@ def plan(cli: CliContext, project: str, as_json: bool) -> None:
                    "notes": notes})
         return
     for note in notes:
-        click.echo(f"note: {note}", err=True)
+        click.echo(f"note: {terminal_line(note)}", err=True)
     if not result.actions:
         click.echo("Nothing to do: everything is as wanted.")
         return
     for action in result.actions:
         extra = f" [{action.role.value}]" if isinstance(action, Spawn | Restart) else ""
-        click.echo(f"{action.kind:<9} {action.issue:<10}{extra} {action.reason}")
+        click.echo(f"{action.kind:<9} {action.issue:<10}{extra} {terminal_line(action.reason)}")
 
 
 @main.command()

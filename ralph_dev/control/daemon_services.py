@@ -26,6 +26,12 @@ from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.control.metrics import EventCounts, render_metrics
 from ralph_dev.control.status import heartbeat_health, snapshot, tracker_ttl
 from ralph_dev.control.status_sources import StateSources
+from ralph_dev.control.web.access import (
+    LoginLinks,
+    forget_login_key,
+    generated_token,
+    write_login_key,
+)
 from ralph_dev.core.config import ProjectSettings
 
 log = structlog.get_logger(__name__)
@@ -112,6 +118,7 @@ class DaemonServices:
         if self.web is not None:
             await self.web.stop()
         (self.store.paths.state_dir / "web.json").unlink(missing_ok=True)
+        forget_login_key(self.store.paths)
         with contextlib.suppress(Exception):  # the daemon still has to stop its controller
             await self.sources.close()
 
@@ -133,24 +140,31 @@ class DaemonServices:
         web_settings = self.settings.web
         if not web_settings.enabled:
             return
+        paths = self.store.paths
         try:
-            token = read_token(web_settings)
-            if token is None and not is_loopback(web_settings.host):
+            configured = read_token(web_settings)
+            if configured is None and not is_loopback(web_settings.host):
                 raise WebError(
                     f"web.host = {web_settings.host!r} is reachable from other machines, so "
                     "the dashboard needs an access token: set web.token_file (a chmod 600 "
                     "file) or RALPH_DEV_WEB_TOKEN, or serve on 127.0.0.1; not serving it")
-            server = DashboardServer(self, web_settings, token)
+            # a token always: on loopback too, workers share the host's network
+            token = configured or generated_token(paths)
+            logins = LoginLinks(write_login_key(paths))
+            server = DashboardServer(self, web_settings, token, project=self.settings.name,
+                                     logins=logins, configured=configured is not None)
             self.url = await server.start()
         except WebError as exc:
+            forget_login_key(paths)
             log.error("web_disabled", error=str(exc))
             self.store.append_event("web_disabled", error=str(exc))
-            atomic_write_text(self.store.paths.state_dir / "web.json",
-                              json.dumps({"url": None, "error": str(exc)}) + "\n")
+            atomic_write_text(paths.state_dir / "web.json",
+                              json.dumps({"url": None, "error": str(exc),
+                                          "pid": os.getpid()}) + "\n")
             return
         self.web = server
-        auth = "token" if token else "loopback only, no token"
-        atomic_write_text(self.store.paths.state_dir / "web.json", json.dumps(
+        auth = "configured token" if configured else "generated token (web-token)"
+        atomic_write_text(paths.state_dir / "web.json", json.dumps(
             {"url": self.url, "auth": auth, "pid": os.getpid()}) + "\n")
         log.info("web_listening", url=self.url, auth=auth)
         self.store.append_event("web_listening", url=self.url, auth=auth)

@@ -29,6 +29,7 @@ import structlog
 from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.verify import VerifyOutcome, run_verify
+from ralph_dev.agent.launch import verify_env
 from ralph_dev.agent.sandbox import verify_wrapper
 from ralph_dev.control.heartbeat import while_beating
 from ralph_dev.core.actions import Merge
@@ -111,19 +112,26 @@ class MergeLane:
 
     async def _run_trunk_verify(self) -> VerifyOutcome:
         """The verify command on trunk's files, beating while it runs (it may take
-        longer than the daemon's heartbeat patience)."""
+        longer than the daemon's heartbeat patience). Trunk is no worker's: the worker
+        variables (``RALPH_DEV_ISSUE``…) are unset."""
         cwd = await asyncio.to_thread(self.jj.trunk.trunk_checkout)
-        return await self._verify_in(cwd, "verify_trunk")
+        return await self._verify_in(cwd, "verify_trunk", issue=None)
 
-    async def _verify_in(self, checkout: Path, doing: str) -> VerifyOutcome:
-        """The verify command from the controller's own config, in the workers' sandbox
-        (it runs code workers wrote), beating while it runs (it may take longer than the
-        daemon's heartbeat patience)."""
+    async def _verify_in(self, checkout: Path, doing: str, *, issue: str | None
+                         ) -> VerifyOutcome:
+        """The verify command from the controller's own config, as ``worker done`` ran it
+        for ``issue``: the same variables (``agent.launch.verify_env``) in the workers'
+        sandbox (it runs code workers wrote), beating while it runs (it may take longer
+        than the daemon's heartbeat patience)."""
         command = self.settings.verify_command
         assert command, "verify runs only when a verify command is configured"
-        wrapper = verify_wrapper(self.settings, checkout)
+        record = self.store.load_record(issue) if issue else None
+        env = verify_env(self.settings, checkout, issue=issue,
+                         role=record.role if record else Role.EXECUTE,
+                         attempt=record.attempts if record else 0)
+        wrapper = verify_wrapper(self.settings, checkout, home=Path(env["HOME"]))
         return await while_beating(self.beat, doing, run_verify, command, checkout,
-                                   wrapper=wrapper)
+                                   wrapper=wrapper, env=env)
 
     # -- a merge ----------------------------------------------------------------
 
@@ -166,7 +174,7 @@ class MergeLane:
             if isinstance(head, MergeResult):
                 return head
             outcome = await self._verify_in(self.jj.workspaces.workspace_path(name),
-                                            "verify_merge")
+                                            "verify_merge", issue=name)
             if not outcome.ok:
                 return self._send_back(name, head, outcome)
             result = await asyncio.to_thread(self.jj.merger.advance_trunk, name, head)

@@ -32,6 +32,7 @@ from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.notify import Message
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
 from ralph_dev.core.config import NotifySettings, ProjectSettings
+from ralph_dev.core.text import for_terminal, terminal_line
 
 log = structlog.get_logger(__name__)
 
@@ -254,7 +255,8 @@ class Notifier:
         if self.held_back:
             body += (f"\n\n({self.held_back} other notification(s) were held back by "
                      "notify.max_per_hour; see `ralph-dev events`.)")
-        message = Message(title=title, body=body, data={
+        # it may well end up on a terminal (a notify command, ntfy's CLI): the sanitizer
+        message = Message(title=terminal_line(title), body=for_terminal(body), data={
             "project": self.settings.name, "cause": cause.name, "key": key,
             "issue": event.get("issue"), "time": event.get("time"), "event": dict(event),
         })

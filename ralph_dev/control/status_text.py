@@ -1,7 +1,9 @@
 """The state document as people read it in a terminal: ``status``, ``events``.
 
-Times are shown in local time with the zone; issue text (questions, titles) is
-cleaned of control characters before it reaches a terminal.
+Times are shown in local time with the zone. Text from outside (titles, questions,
+labels, names, agents' output, errors) goes through the one terminal sanitizer
+(``core.text``): each field as one line where it is one, and the whole view once more,
+so no escape sequence in an issue reaches the person's terminal.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 from ralph_dev.adapters.store import from_iso, utcnow
 from ralph_dev.control.disk import human_bytes
 from ralph_dev.control.status import ON_HOLD_SHOWN, age
+from ralph_dev.control.web.access import LOGIN_TTL
+from ralph_dev.core.text import for_terminal, terminal_line
 
 
 def local_time(value: Any, *, now: datetime | None = None) -> str:
@@ -40,10 +44,12 @@ def fmt_secs(value: float | None) -> str:
     return f"{value / 86400:.1f}d"
 
 
-def render(doc: Mapping[str, Any]) -> str:
+def render(doc: Mapping[str, Any], *, login: str | None = None) -> str:
     """The state document as text for a terminal (and for the supervisor's prompt):
-    what needs a person first."""
-    lines = [f"project {doc['project']}  (tmux session {doc['session']})  "
+    what needs a person first. ``login``: a one-time link into the dashboard, for the
+    person's own terminal only (never in the document, which the API and the supervisor
+    get)."""
+    lines = [f"project {doc['project']}  (tmux session {terminal_line(doc['session'])})  "
              f"at {local_time(doc['generated_at'])}"]
     if doc["needs_you"]:
         lines.append("  NEEDS YOU:")
@@ -60,15 +66,19 @@ def render(doc: Mapping[str, Any]) -> str:
                                                          f" (unhealthy: {ctl['why']})"))
     else:
         lines.append(f"  controller: {'exited' if ctl['window'] else 'not running'}")
-    if doc["dashboard"]["url"]:
+    if doc["dashboard"]["url"] and login:
+        lines.append(f"  dashboard:  {login}")
+        lines.append(f"              (a login link: it works once, within {LOGIN_TTL / 60:.0f} "
+                     "minutes; `status` prints a new one)")
+    elif doc["dashboard"]["url"]:
         lines.append(f"  dashboard:  {doc['dashboard']['url']}")
     elif doc["dashboard"]["error"]:
-        lines.append(f"  dashboard:  not served: {doc['dashboard']['error']}")
+        lines.append(f"  dashboard:  not served: {terminal_line(doc['dashboard']['error'])}")
     trunk = doc["trunk"]
     head = (trunk["head"] or "?")[:12]
     lines.append(f"  trunk:      {trunk['name']} at {head}, {trunk['colour']}"
-                 + (f" (jj: {trunk['error']})" if trunk["error"] else "")
-                 + (f": {trunk['subject'][:60]}" if trunk.get("subject") else ""))
+                 + (f" (jj: {terminal_line(trunk['error'])})" if trunk["error"] else "")
+                 + (f": {terminal_line(trunk['subject'], 60)}" if trunk.get("subject") else ""))
     disk = doc.get("disk") or {}
     if disk.get("workspaces"):
         biggest = sorted(disk["workspaces"].items(), key=lambda kv: -kv[1])[:3]
@@ -77,7 +87,7 @@ def render(doc: Mapping[str, Any]) -> str:
     tracker = doc["tracker"]
     usage = tracker.get("usage") or {}
     if tracker["error"]:
-        lines.append(f"  tracker:    ERROR {tracker['error']}")
+        lines.append(f"  tracker:    ERROR {terminal_line(tracker['error'])}")
     elif usage:
         lines.append(f"  tracker:    {usage.get('requests_this_hour', '?')} requests and "
                      f"{usage.get('complexity_this_hour', '?')} complexity points this hour")
@@ -86,7 +96,8 @@ def render(doc: Mapping[str, Any]) -> str:
     lines.append("  issues:     " + ", ".join(f"{k} {counts.get(k, 0)}" for k in order))
     on_hold = [i for i in doc["board"]["held"] if not i["needs_you"]]
     for item in on_hold[:ON_HOLD_SHOWN]:
-        lines.append(f"  on hold:    {item['identifier']}  {item['title'][:60]}  ({item['why']})")
+        lines.append(f"  on hold:    {item['identifier']}  {terminal_line(item['title'], 60)}  "
+                     f"({terminal_line(item['why'])})")
     if len(on_hold) > ON_HOLD_SHOWN:
         lines.append(f"  on hold:    … and {len(on_hold) - ON_HOLD_SHOWN} more")
     costs = doc["costs"]
@@ -104,7 +115,7 @@ def render(doc: Mapping[str, Any]) -> str:
                 f"  {w['issue']:<10} {w['role'] or '?':<9} {w['state']:<12} "
                 f"{w['attempt'] if w['attempt'] is not None else '-':>3} "
                 f"{fmt_secs(w['age_s']):>6} {fmt_secs(w['idle_s']):>6}  "
-                f"{w['last_output'][:60]}"
+                f"{terminal_line(w['last_output'], 60)}"
             )
     else:
         lines.append("  workers:    none")
@@ -113,24 +124,25 @@ def render(doc: Mapping[str, Any]) -> str:
         lines.append("  recent events:")
         for event in doc["events"]:
             lines.append("    " + format_event(event))
-    return "\n".join(lines)
+    return for_terminal("\n".join(lines))
 
 
 def _need_lines(need: Mapping[str, Any]) -> list[str]:
     if not need.get("issue"):
-        return [f"    ! {need['message']}"]
+        return [f"    ! {terminal_line(need['message'])}"]
     since = need.get("since")
     held_for = fmt_secs(age(from_iso(since), utcnow())) if since else "?"
-    head = f"    ! {need['issue']}  {(need.get('title') or '')[:60]}  (held {held_for}"
+    head = f"    ! {need['issue']}  {terminal_line(need.get('title') or '', 60)}  (held {held_for}"
     head += f", since {local_time(since)})" if since else ")"
-    body = [f"        {line}" for line in need["message"].splitlines()[:8]]
+    body = [f"        {line}" for line in for_terminal(need["message"]).splitlines()[:8]]
     return [head, *body]
 
 
 def format_event(event: Mapping[str, Any]) -> str:
     time_shown = local_time(event.get("time"))
-    issue = event.get("issue", "")
+    issue = terminal_line(str(event.get("issue", "")))
     rest = {k: v for k, v in event.items() if k not in ("time", "event", "issue", "reason")}
-    extra = " ".join(f"{k}={v}" for k, v in rest.items())
-    reason = event.get("reason", "")
-    return f"{time_shown} {event.get('event', ''):<18} {issue:<9} {reason} {extra}".rstrip()
+    extra = " ".join(f"{terminal_line(str(k))}={terminal_line(str(v))}" for k, v in rest.items())
+    reason = terminal_line(str(event.get("reason", "")))
+    kind = terminal_line(str(event.get("event", "")))
+    return f"{time_shown} {kind:<18} {issue:<9} {reason} {extra}".rstrip()

@@ -8,6 +8,7 @@ config at 2 a.m. should not have to guess which of three tables is meant.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 import tomllib
@@ -19,6 +20,7 @@ from typing import Any, Literal
 
 from ralph_dev.core.config_rules import validate
 from ralph_dev.core.costs import CostSettings
+from ralph_dev.core.environment import OWN_PREFIXES, OWN_VARIABLES
 from ralph_dev.core.errors import ConfigError, UnknownProject
 from ralph_dev.core.groom import GroomSettings
 from ralph_dev.core.model import Role
@@ -332,27 +334,36 @@ _ENV_ALIASES = {
     "RALPH_DEV_TMUX_SOCKET": ("tmux_socket",),
 }
 
+def setting_variables() -> dict[str, tuple[str, ...]]:
+    """Every environment variable that overrides a setting, and the setting's key path."""
+    names: dict[str, tuple[str, ...]] = dict(_ENV_ALIASES)
+    for section, cls in _SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            names[f"RALPH_DEV_{section}_{f.name}".upper()] = (section, f.name)
+    for f in dataclasses.fields(ProjectSettings):
+        if f.name != "name" and f.name not in _SECTIONS:
+            names[f"RALPH_DEV_{f.name}".upper()] = (f.name,)
+    return names
+
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], tuple[str, str]]:
+    """The settings ``environ`` overrides. An unknown ``RALPH_DEV_*`` variable is an error
+    naming the closest one: a typo (``…_MAX_WORKER=5``) must not be ignored in silence."""
+    settings = setting_variables()
     found: dict[tuple[str, ...], tuple[str, str]] = {}
-    for var, path in _ENV_ALIASES.items():
-        if var in environ:
-            found[path] = (var, environ[var])
-    top = {f.name for f in dataclasses.fields(ProjectSettings)} - {"name", *_SECTIONS}
     for var, value in environ.items():
-        if not var.startswith("RALPH_DEV_") or var in _ENV_ALIASES:
+        if not var.startswith("RALPH_DEV_"):
             continue
-        rest = var[len("RALPH_DEV_"):].lower()
-        for section, cls in _SECTIONS.items():
-            prefix = section + "_"
-            if rest.startswith(prefix):
-                key = rest[len(prefix):]
-                if key in {f.name for f in dataclasses.fields(cls)}:
-                    found[(section, key)] = (var, value)
-                break
-        else:
-            if rest in top:
-                found[(rest,)] = (var, value)
+        path = settings.get(var.upper())
+        if path is not None:
+            found[path] = (var, value)
+        elif var not in OWN_VARIABLES and not var.startswith(OWN_PREFIXES):
+            close = difflib.get_close_matches(var.upper(), [*settings, *OWN_VARIABLES], n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ConfigError(
+                f"environment variable {var}: ralph-dev has no such setting; {hint}(settings "
+                "are RALPH_DEV_<SECTION>_<KEY>, e.g. RALPH_DEV_LIMITS_MAX_WORKERS; unset it "
+                "if it is not meant for ralph-dev)")
     return found
 
 

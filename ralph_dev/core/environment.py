@@ -64,12 +64,17 @@ _CONTROLLER_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "CLAUDE_", "LINEAR_", "JJ_",
                         "GH_", "GITHUB_")
 
 
+WEB_TOKEN = "RALPH_DEV_WEB_TOKEN"  # noqa: S105 - a variable name, not a secret
+"""The dashboard's access token: the daemon's alone. Neither the controller nor anything
+it starts needs it, and a worker holding it could read every issue and pane."""
+
+
 def controller_environment(environ: Mapping[str, str], *, path: str, config_file: str,
                            pass_env: tuple[str, ...] = ()) -> dict[str, str]:
     """What the controller window needs (it talks to the tracker and starts agents, so
     it carries what they are to get: ``agent.pass_env``)."""
-    env = {k: v for k, v in environ.items()
-           if k in _CONTROLLER_EXACT or k in pass_env or k.startswith(_CONTROLLER_PREFIXES)}
+    env = {k: v for k, v in environ.items() if k != WEB_TOKEN and (
+        k in _CONTROLLER_EXACT or k in pass_env or k.startswith(_CONTROLLER_PREFIXES))}
     env["PATH"] = path
     env.setdefault("RALPH_DEV_CONFIG", config_file)
     return env
@@ -91,8 +96,7 @@ _AGENT_EXACT = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
 # CLAUDE_CODE_: how Claude Code reaches its model (a subscriber's CLAUDE_CODE_OAUTH_TOKEN,
 # CLAUDE_CODE_USE_BEDROCK…), minus what a session sets for its own children.
 _AGENT_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "JJ_", "CLAUDE_CODE_")
-CONTROLLER_SECRETS = ("LINEAR_API_KEY", "RALPH_DEV_LINEAR_WEBHOOK_SECRET",
-                      "RALPH_DEV_WEB_TOKEN")
+CONTROLLER_SECRETS = ("LINEAR_API_KEY", "RALPH_DEV_LINEAR_WEBHOOK_SECRET", WEB_TOKEN)
 """The tracker's key, the webhook's secret and the dashboard's token. Only the
 controller and the daemon use them: worker commands and hooks never call the tracker
 (the controller relays every write), so a worker holding one could only write to other
@@ -115,6 +119,32 @@ def tracker_key(environ: Mapping[str, str]) -> dict[str, str]:
 WORKER_IDENTITY = ("RALPH_DEV_ISSUE", "RALPH_DEV_ROLE", "RALPH_DEV_WORKSPACE",
                    "RALPH_DEV_ATTEMPT")
 """Variables that say which worker a process is: set per worker, never inherited."""
+
+RUN_DIR_VAR = "RALPH_DEV_RUN_DIR"
+"""Where an UNconfined worker (``agent.sandbox = "off"``) finds its run directory."""
+
+
+OWN_VARIABLES = frozenset({
+    # who a worker is and where its things are (set for workers, hooks and panes)
+    "RALPH_DEV_PROJECT", *WORKER_IDENTITY, RUN_DIR_VAR, "RALPH_DEV_REPO",
+    # read by the command line, the daemon and the adapters
+    "RALPH_DEV_CONFIG", "RALPH_DEV_LOG_LEVEL", "RALPH_DEV_JJ", WEB_TOKEN,
+    "RALPH_DEV_LINEAR_URL", "RALPH_DEV_LINEAR_WEBHOOK_SECRET",
+    # the set-up scripts and the tests
+    "RALPH_DEV_CLAUDE_BIN", "RALPH_DEV_LINEAR_SCHEMA", "RALPH_DEV_CHAOS_SEED",
+    "RALPH_DEV_SHARED", "RALPH_DEV_WITH_CLAUDE",
+})
+"""``RALPH_DEV_*`` variables that are no setting: ralph-dev sets them for its own
+processes or reads them elsewhere. Any other is a setting (``core.config``), or a
+mistake said as one."""
+OWN_PREFIXES = ("RALPH_DEV_DEMO_", "RALPH_DEV_TEST_")
+"""The demo agent's and the test suite's own variables."""
+
+
+def worker_identity(*, issue: str, role: str, workspace: str, attempt: int) -> dict[str, str]:
+    """The :data:`WORKER_IDENTITY` variables of one worker (its agent's, and its verify's)."""
+    return {"RALPH_DEV_ISSUE": issue, "RALPH_DEV_ROLE": role, "RALPH_DEV_WORKSPACE": workspace,
+            "RALPH_DEV_ATTEMPT": str(int(attempt))}
 
 NESTED_CLAUDE_VARS = (
     "CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_SSE_PORT", "CLAUDE_CODE_CHILD_SESSION",
@@ -144,4 +174,26 @@ def agent_environment(environ: Mapping[str, str], *, project: str, home: str, pa
     env.update({"PATH": path, "HOME": home, "RALPH_DEV_PROJECT": project})
     if config_file is not None:
         env["RALPH_DEV_CONFIG"] = config_file
+    return env
+
+
+# --- verify commands --------------------------------------------------------------------
+
+
+def verify_environment(base: Mapping[str, str], *, project: str,
+                       identity: Mapping[str, str] | None) -> dict[str, str]:
+    """What the verify command gets, the same wherever it runs: at ``worker done`` (inside
+    the worker, ``base`` its agent's environment) and when the controller verifies the
+    change on top of trunk (``base`` rebuilt as that agent's). A verify that passed at
+    ``worker done`` must not fail at the merge for a missing variable.
+
+    No secrets (it runs code agents wrote), not the worker's channel, not what a Claude
+    Code session sets for its own children; the worker's identity from ralph-dev's own
+    record of it (``identity``, :func:`worker_identity`), never from ``base``. Trunk's own
+    verify belongs to no worker: ``identity`` None leaves those variables unset."""
+    env = {k: v for k, v in public_env(base).items()
+           if k not in WORKER_IDENTITY and k != RUN_DIR_VAR and k not in NESTED_CLAUDE_VARS}
+    env["RALPH_DEV_PROJECT"] = project
+    env["TERM"] = "dumb"  # its output goes to a log at both sites, never to a terminal
+    env.update(identity or {})
     return env

@@ -1,8 +1,10 @@
-"""Make terminal output safe and readable to show again (logs, status, issue context)."""
+"""Make text from outside safe and readable to show again: on a person's terminal
+(:func:`for_terminal`, :func:`terminal_line`), in comments and logs (:func:`strip_ansi`)."""
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 
 # CSI (ESC [ … final), OSC (ESC ] … BEL/ST), other two-byte escapes, and C0/C1
@@ -21,6 +23,43 @@ def strip_ansi(text: str) -> str:
     text = _ANSI.sub("", text)
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     return _CONTROL.sub("", text)
+
+
+def for_terminal(text: str) -> str:
+    """Text from outside ralph-dev (tracker titles, comments, labels, questions, names,
+    agents' output) as a person's terminal may show it: the one sanitizer every line
+    ralph-dev prints goes through.
+
+    A terminal obeys escape sequences in what it prints (``ESC ] 0 ; … BEL`` retitles
+    it, others move the cursor, clear the screen or fake lines), so no character of
+    ``text`` may act: C0 controls and DEL become their visible pictures (``␛``, ``␇``),
+    so the person sees that an issue holds them; C1 controls and other invisible
+    characters (bidi overrides, zero-width ones) become ``�``; odd spaces a space.
+    Newlines stay (CR and CRLF become one); tabs become four spaces."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", "    ")
+    out = []
+    for ch in text:
+        if ch == "\n" or ch.isprintable():
+            out.append(ch)
+        elif ch < " ":
+            out.append(chr(0x2400 + ord(ch)))
+        elif ch == "\x7f":
+            out.append("\u2421")
+        elif unicodedata.category(ch) == "Zs":
+            out.append(" ")
+        else:
+            out.append("\ufffd")
+    return "".join(out)
+
+
+def terminal_line(text: str, limit: int | None = None) -> str:
+    """:func:`for_terminal` for one line (a title, a label, a name): its line breaks become
+    spaces, so nothing it holds can add a line of its own to what ralph-dev prints;
+    ``limit`` characters at most."""
+    line = for_terminal(text).replace("\n", " ").strip()
+    if limit is not None and len(line) > limit:
+        line = line[: limit - 1] + "…"
+    return line
 
 
 def output_block(text: str, lines: int = 40, chars: int = 4000) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ralph_dev.adapters import mailbox as ch
 from ralph_dev.adapters.verify import VerifyOutcome, run_verify
+from ralph_dev.core.environment import verify_environment, worker_identity
 from ralph_dev.core.model import Comment, Role, StateType
 from ralph_dev.core.patterns import PLAN_TEXT_CHARS
 from ralph_dev.inpane.worker import (
@@ -71,9 +72,34 @@ class Outcome:
     already: bool = False
 
 
+SHORTER = {
+    "plan": "Split the plan into phases: keep this file to the first phase's tasks and give "
+            "each later part as one task with labels = [\"ralph:phase\"] and a short "
+            "description (a plan worker splits it when its turn comes), or shorten the "
+            "descriptions; then run `ralph-dev worker plan` again.",
+    "done": "Shorten --summary to a few sentences (the details are in the change) and run "
+            "`ralph-dev worker done` again.",
+    "blocked": "Ask a shorter question and run `ralph-dev worker blocked` again.",
+    "note": "Shorten the note, or split it over several notes.",
+    "propose": "Shorten --description and run `ralph-dev worker propose` again.",
+}
+"""What to do when a report is over the limit, by report kind."""
+
+
+class ReportTooLarge(WorkerError):
+    """A report the controller would refuse unread: refused here, with what to do."""
+
+
 def send(w: Worker, kind: str, fields: dict[str, Any]) -> Outcome:
-    """Hand one report to the controller and say what became of it (or raise its refusal)."""
-    _report, answer = ch.submit(w.run_dir, kind, fields)
+    """Hand one report to the controller and say what became of it (or raise its refusal).
+    One the controller would refuse unread (over ``REPORT_LIMIT``, malformed) is refused
+    here, before anything is written, so nothing is dropped later in silence."""
+    try:
+        _report, answer = ch.submit(w.run_dir, kind, fields)
+    except ch.ReportRefused as exc:
+        what = SHORTER.get(kind, "Make it shorter and run the command again.") \
+            if exc.size is not None else "Run the command again with plain text."
+        raise ReportTooLarge(f"refused, nothing was sent: {exc}. {what}") from None
     if answer is None:
         return Outcome("ralph-dev's controller is not answering right now; the report is "
                        "recorded and applied as soon as it runs.")
@@ -96,7 +122,10 @@ def done(w: Worker, summary: str, *, timeout: float = VERIFY_TIMEOUT
     command = w.info.verify_command
     if command and w.role in VERIFY_ROLES:
         cwd = w.workspace_dir()
-        verify = run_verify(command, cwd, timeout=timeout)
+        # the same variables the controller's verify of the merge gets (core.environment)
+        env = verify_environment(os.environ, project=w.info.project, identity=worker_identity(
+            issue=w.issue, role=w.role.value, workspace=str(w.workspace), attempt=w.info.attempt))
+        verify = run_verify(command, cwd, timeout=timeout, env=env)
         if not verify.ok:
             ch.tell(w.run_dir, "verify_failed", {"exit_code": verify.exit_code,
                                                  "duration_s": verify.duration_s})

@@ -12,20 +12,22 @@ Routes:
 * ``GET /metrics`` — Prometheus text format; ``GET /healthz`` — 200 while the
   controller's heartbeat is fresh, else 503 with why.
 
-Access: served on 127.0.0.1 by default. Any other address needs a token
-(``web.token_file`` or ``RALPH_DEV_WEB_TOKEN``), checked in constant time on
-every request (``Authorization: Bearer …``, or ``?token=…`` once, which sets an
-HttpOnly cookie for the page's own requests). Without a token only loopback
-Host names are answered, so a web page elsewhere cannot reach the API through
-DNS rebinding. Every answer carries a strict Content-Security-Policy: issue
-text is data and the page only ever sets it as text.
+Access (``access.py``): every route needs the access token, on loopback too (workers
+share the host's network): ``Authorization: Bearer …``, or the HttpOnly cookie a one-time
+login link (``/?token=…``, printed by ``status`` and ``start``) is exchanged for. With
+the token ralph-dev makes itself (none configured) the dashboard is served on loopback
+only, answers only loopback Host names (so a web page elsewhere cannot reach it through
+DNS rebinding) and leaves ``/healthz`` and ``/metrics`` open there. A token the person
+set (``web.token_file`` or ``RALPH_DEV_WEB_TOKEN``, needed for any other address) is
+asked on every route, whatever the Host name (a proxy may sit in front). Every answer
+carries a strict Content-Security-Policy: issue text is data and the page only ever sets
+it as text.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import ipaddress
 import json
 import os
@@ -38,7 +40,15 @@ import structlog
 from aiohttp import web
 
 from ralph_dev.adapters.files import read_owner_only_file
+from ralph_dev.control.web.access import (
+    LoginLinks,
+    cookie_name,
+    offered_secret,
+    session_value,
+    token_matches,
+)
 from ralph_dev.core.config import WebSettings
+from ralph_dev.core.environment import WEB_TOKEN
 from ralph_dev.core.errors import ConfigError, RalphError
 from ralph_dev.core.model import check_identifier
 from ralph_dev.core.text import strip_ansi
@@ -48,9 +58,11 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-TOKEN_ENV = "RALPH_DEV_WEB_TOKEN"  # noqa: S105 - a variable name, not a secret
-COOKIE = "ralph_dev_token"
 MIN_TOKEN_CHARS = 16
+OPEN_ON_LOOPBACK = frozenset({"/healthz", "/metrics"})
+"""Routes a loopback dashboard with ralph-dev's own token answers without it: they carry
+counts and health, no issue text (Prometheus and a liveness probe on the same host need
+no secret)."""
 STATIC = {
     "index.html": "text/html",
     "app.js": "text/javascript",
@@ -86,8 +98,8 @@ def is_loopback(host: str) -> bool:
 def read_token(settings: WebSettings, environ: dict[str, str] | None = None) -> str | None:
     """The access token from ``RALPH_DEV_WEB_TOKEN`` or ``web.token_file``, or None."""
     environ = dict(os.environ) if environ is None else environ
-    value = environ.get(TOKEN_ENV, "").strip()
-    where = f"the {TOKEN_ENV} environment variable"
+    value = environ.get(WEB_TOKEN, "").strip()
+    where = f"the {WEB_TOKEN} environment variable"
     if not value and settings.token_file is not None:
         try:
             value = read_owner_only_file(settings.token_file, "web token file", "web.token_file")
@@ -106,10 +118,18 @@ def read_token(settings: WebSettings, environ: dict[str, str] | None = None) -> 
 class DashboardServer:
     """The aiohttp application over one project's :class:`DaemonServices`."""
 
-    def __init__(self, services: DaemonServices, settings: WebSettings, token: str | None) -> None:
+    def __init__(self, services: DaemonServices, settings: WebSettings, token: str, *,
+                 project: str, logins: LoginLinks, configured: bool) -> None:
         self.services = services
         self.settings = settings
         self.token = token
+        self.logins = logins
+        self.cookie = cookie_name(project)
+        self.project = project
+        self._session = session_value(token)
+        # ralph-dev's own token on loopback: loopback names only, health and counters open;
+        # a token the person set: every route asks it, whatever the name (a proxy in front)
+        self._loopback_only = is_loopback(settings.host) and not configured
         self._runner: web.AppRunner | None = None
         self.port = 0
         self._static = {name: resources.files("ralph_dev.control.web").joinpath("static", name)
@@ -117,39 +137,44 @@ class DashboardServer:
 
     # -- access ---------------------------------------------------------------------
 
-    def _token_ok(self, request: web.Request) -> bool:
-        assert self.token is not None
-        wanted = self.token.encode("utf-8")
-        offered = []
-        header = request.headers.get("Authorization", "")
-        if header.startswith("Bearer "):
-            offered.append(header[7:].strip())
-        offered.append(request.cookies.get(COOKIE, ""))
-        offered.append(request.query.get("token", ""))
-        # each candidate is compared in constant time; all are compared
-        results = [hmac.compare_digest(o.encode("utf-8"), wanted) for o in offered]
+    def _authorized(self, request: web.Request) -> bool:
+        bearer = offered_secret(request.headers.get("Authorization", ""))
+        cookie = request.cookies.get(self.cookie, "")
+        # both compared in constant time, always
+        results = [token_matches(bearer, self.token), token_matches(cookie, self._session)]
         return any(results)
+
+    def _login(self, request: web.Request) -> web.StreamResponse:
+        """A login link (or the access token itself) → the cookie, and on to ``/`` so the
+        token leaves the address bar and the browser's history."""
+        offered = request.query.get("token", "")
+        if not (self.logins.redeem(offered) or token_matches(offered, self.token)):
+            return _refusal(401, "401: this login link was used already or has expired: run "
+                            f"`ralph-dev status {self.project}` for a new one.\n")
+        response = web.Response(status=303, headers={"Location": "/"})
+        response.set_cookie(self.cookie, self._session, httponly=True, samesite="Strict",
+                            path="/")
+        return response
 
     @web.middleware
     async def guard(self, request: web.Request,
                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                     ) -> web.StreamResponse:
-        if self.token is not None:
-            if not self._token_ok(request):
-                response: web.StreamResponse = web.Response(
-                    status=401, text="401: this ralph-dev dashboard needs its access token: "
-                    "open it as /?token=… (the token is in web.token_file or "
-                    f"{TOKEN_ENV}), or send 'Authorization: Bearer …'.\n")
-                response.headers.update(SECURITY_HEADERS)
-                return response
-        elif not is_loopback(request.url.host or ""):
-            response = web.Response(status=421, text="421: this dashboard answers only to "
-                                    "loopback names (127.0.0.1, localhost).\n")
-            response.headers.update(SECURITY_HEADERS)
-            return response
-        response = await handler(request)
-        if self.token is not None and request.query.get("token") and request.path == "/":
-            response.set_cookie(COOKIE, self.token, httponly=True, samesite="Strict", path="/")
+        if self._loopback_only and not is_loopback(request.url.host or ""):
+            return _refusal(421, "421: this dashboard answers only to loopback names "
+                            "(127.0.0.1, localhost).\n")
+        if request.path == "/" and "token" in request.query:
+            response = self._login(request)
+        elif (self._loopback_only and request.path in OPEN_ON_LOOPBACK) \
+                or self._authorized(request):
+            response = await handler(request)
+        else:
+            return _refusal(401, (
+                "401: this ralph-dev dashboard needs its access token. In a browser open the "
+                f"link `ralph-dev status {self.project}` prints (it works once and leaves a "
+                "cookie); a script sends 'Authorization: Bearer TOKEN' (the token of "
+                f"web.token_file or {WEB_TOKEN}, else the file web-token in the project's "
+                "state directory).\n"))
         response.headers.update(SECURITY_HEADERS)
         return response
 
@@ -256,6 +281,12 @@ class DashboardServer:
             with contextlib.suppress(Exception):
                 await self._runner.cleanup()
             self._runner = None
+
+
+def _refusal(status: int, text: str) -> web.Response:
+    response = web.Response(status=status, text=text)
+    response.headers.update(SECURITY_HEADERS)
+    return response
 
 
 def _json(data: Any, status: int = 200) -> web.Response:

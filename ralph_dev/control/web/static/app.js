@@ -238,9 +238,6 @@ function connect() {
 }
 
 function start() {
-  if (new URLSearchParams(location.search).has("token")) {
-    history.replaceState(null, "", "/"); // the cookie holds it now; keep it off the screen
-  }
   document.getElementById("zone").textContent = Intl.DateTimeFormat().resolvedOptions().timeZone;
   connect();
   fetchState();
