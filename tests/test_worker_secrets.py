@@ -131,8 +131,8 @@ def test_no_worker_hook_or_verify_run_holds_a_tracker_secret(
 
     seen = json.loads((dumps / "agent-DEMO-1.json").read_text())
     verify_dumps = {p.name: p.read_text() for p in dumps.glob("verify-*.env")}
-    assert any(n.startswith("verify-DEMO-1-") for n in verify_dumps), verify_dumps.keys()
-    assert any(n.startswith("verify-merge-lane-") for n in verify_dumps), verify_dumps.keys()
+    # at `worker done` and again in the verified merge lane, with the same variables
+    assert sum(n.startswith("verify-DEMO-1-") for n in verify_dumps) >= 2, verify_dumps.keys()
     assert len(seen["proc"]) >= 2  # it saw itself and its parents in its sandbox
     places = {"the agent's environment": json.dumps(seen["environ"]),
               **{f"process {pid} in its sandbox": env for pid, env in seen["proc"].items()},
