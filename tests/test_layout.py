@@ -34,7 +34,7 @@ TOOL_HOMES = {
     "subprocess": {"adapters/process.py", "adapters/verify.py",
                    "agent/supervisor.py", "adapters/processes.py", "adapters/notify.py",
                    "devtools/demo.py", "devtools/demo_agent.py"},
-    "os.exec": {"adapters/tmux.py", "inpane/launcher.py"},
+    "os.exec": {"adapters/tmux.py", "inpane/exec_launch.py"},
     "import libtmux": {"adapters/tmux.py"},  # only doctor's tmux version: tmux_version()
     "import sqlite3": {"adapters/tracker/local*.py"},
     "import gql": {"adapters/tracker/linear/client.py"},
@@ -115,9 +115,9 @@ def test_the_pane_entry_point_is_stable() -> None:
     """Live windows run ``python -m ralph_dev.launcher``: that module path never moves."""
     shim = PACKAGE / "launcher.py"
     assert shim.is_file()
-    assert {"ralph_dev.inpane.launcher"} <= imported(shim)
+    assert {"ralph_dev.inpane.exec_launch"} <= imported(shim)
     # the launcher runs before anything else in every pane: stdlib only
-    for name in imported(PACKAGE / "inpane" / "launcher.py"):
+    for name in imported(PACKAGE / "inpane" / "exec_launch.py"):
         assert name.split(".")[0] in {"__future__", "contextlib", "json", "os", "sys",
                                       "pathlib", "collections"}, name
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from swarm_kit import Swarm
 
-from ralph_dev.adapters.sd_notify import Notifier
+from ralph_dev.adapters.sd_notify import SystemdNotifier
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def receive(sock: socket.socket, timeout: float) -> dict[str, str] | None:
 
 def test_messages_reach_the_socket(notify_socket: tuple[socket.socket, str]) -> None:
     sock, path = notify_socket
-    notifier = Notifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "600000000"})
+    notifier = SystemdNotifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "600000000"})
     assert notifier.watchdog_s == 600
     assert notifier.ready("up", watchdog_s=45)
     assert receive(sock, 1) == {"READY": "1", "STATUS": "up", "WATCHDOG_USEC": "45000000",
@@ -54,14 +54,14 @@ def test_abstract_socket_and_no_systemd(tmp_path: Path) -> None:
     name = f"ralph-test-{uuid.uuid4().hex}"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind("\0" + name)
-        assert Notifier({"NOTIFY_SOCKET": "@" + name}).send(READY=1)
+        assert SystemdNotifier({"NOTIFY_SOCKET": "@" + name}).send(READY=1)
         assert receive(sock, 1) == {"READY": "1"}
-    assert not Notifier({}).ready("up")  # not under systemd: nothing, quietly
-    assert not Notifier({}).alive()
-    gone = Notifier({"NOTIFY_SOCKET": str(tmp_path / "nobody-listens")})
+    assert not SystemdNotifier({}).ready("up")  # not under systemd: nothing, quietly
+    assert not SystemdNotifier({}).alive()
+    gone = SystemdNotifier({"NOTIFY_SOCKET": str(tmp_path / "nobody-listens")})
     assert not gone.send(READY=1)  # a vanished manager is logged, never raised
     # a watchdog meant for another process (WATCHDOG_PID) is not ours to feed
-    other = Notifier({"NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "1000", "WATCHDOG_PID": "1"})
+    other = SystemdNotifier({"NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "1000", "WATCHDOG_PID": "1"})
     assert other.watchdog_s is None and not other.alive()
 
 

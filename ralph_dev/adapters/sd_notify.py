@@ -19,7 +19,7 @@ import structlog
 log = structlog.get_logger(__name__)
 
 
-class Notifier:
+class SystemdNotifier:
     """Tells the service manager that started us how we are doing."""
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:

@@ -27,7 +27,7 @@ hostile. ``agent.sandbox = "bwrap"`` (the default) starts it inside bubblewrap
 
 The network is shared: the agent must reach its model API (and so can reach
 anything the machine can, including abstract unix sockets). It runs as the person's
-uid. The argv is computed here; ``inpane.launcher`` (stdlib only) opens the seccomp
+uid. The argv is computed here; ``inpane.exec_launch`` (stdlib only) opens the seccomp
 program and execs bubblewrap with it.
 """
 

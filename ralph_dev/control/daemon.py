@@ -29,7 +29,7 @@ from ralph_dev.adapters.processes import (
     ralph_command,
     stop_controller_window,
 )
-from ralph_dev.adapters.sd_notify import Notifier
+from ralph_dev.adapters.sd_notify import SystemdNotifier
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
 from ralph_dev.agent.launch import launch_via_spec
 from ralph_dev.agent.supervisor import start_supervisor
@@ -82,7 +82,7 @@ class Daemon:
         self.started_controller_at: datetime | None = None
         self._backoff_announced = False
         self._supervisor: subprocess.Popen[bytes] | None = None
-        self.notifier = Notifier()
+        self.notifier = SystemdNotifier()
         """systemd's Type=notify/WatchdogSec: ready once up, fed by each health check."""
 
     # -- controller window --------------------------------------------------
