@@ -31,7 +31,7 @@ class ControllerEnd:
         self.writebacks = WriteBackQueue(settings.paths.relay_dir)
         self.dirs = WorkerDirs(settings, store=store, jj=jj)
         self.intake = Intake(settings, store=store, dirs=self.dirs, writebacks=self.writebacks,
-                             jj=jj)
+                             jj=jj, tracker=tracker)
         self.server = MailboxServer(self.dirs.run_dir, self.intake.hear)
         self.writer = WriteBackWriter(settings, tracker=tracker, store=store,
                                       writebacks=self.writebacks, clock=utcnow)

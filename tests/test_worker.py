@@ -153,6 +153,21 @@ def test_done_with_passing_verify_closes_the_issue_with_evidence(project: Projec
     assert events and events[-1]["issue"] == issue and events[-1]["verify_exit"] == 0
 
 
+def test_done_to_a_controller_that_just_started_keeps_the_title_in_trunk(
+        project: Project) -> None:
+    """A worker reports done while the controller it reports to has just started (killed
+    and restarted): it has not read the tracker yet, and the trunk commit must still
+    carry the issue's title (it read the issue there)."""
+    issue = project.issue("Add ok file")
+    (project.spawn(issue) / "ok.txt").write_text("fine\n")
+    first = project.ends.pop()
+    first.close()  # the controller dies; a new one starts and listens before its first tick
+    project.controller.listen()
+    assert project.controller.dirs.issues == {}
+    assert done(project, issue).exit_code == 0
+    assert project.description(issue).strip() == f"{issue}: Add ok file"
+
+
 def test_done_twice_does_not_double_comment(project: Project) -> None:
     issue = project.issue()
     workspace = project.spawn(issue)

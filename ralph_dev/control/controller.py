@@ -104,7 +104,7 @@ class Controller:
         self.writebacks = WriteBackQueue(settings.paths.relay_dir)
         self.dirs = WorkerDirs(settings, store=self.store, jj=jj.workspaces)
         self.intake = Intake(settings, store=self.store, dirs=self.dirs,
-                             writebacks=self.writebacks, jj=jj.workspaces)
+                             writebacks=self.writebacks, jj=jj.workspaces, tracker=tracker)
         self.server = MailboxServer(self.dirs.run_dir, self.intake.hear)
         self.merges = MergeLane(settings, jj=jj, store=self.store,
                                 pull_requests=pull_requests, beat=self._beat_while)

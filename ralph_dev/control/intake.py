@@ -12,6 +12,7 @@ written here: refused (with why and what to do), or accepted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,7 +26,7 @@ from ralph_dev.adapters.writebacks import WriteBackItem, WriteBackQueue
 from ralph_dev.control import costs as spending
 from ralph_dev.control.worker_dirs import WorkerDirs
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.errors import RalphError
+from ralph_dev.core.errors import RalphError, TrackerError
 from ralph_dev.core.groom import (
     GroomRefused,
     admit_proposal,
@@ -35,7 +36,7 @@ from ralph_dev.core.groom import (
 from ralph_dev.core.model import IDENTIFIER_RE, Issue, NewIssue, Role, StateType
 from ralph_dev.core.patterns import PLAN_TEXT_CHARS
 from ralph_dev.core.plan_admission import PlanRefused, admit_plan
-from ralph_dev.core.ports import Workspaces
+from ralph_dev.core.ports import TrackerReader, Workspaces
 from ralph_dev.core.text import strip_ansi
 from ralph_dev.core.writeback import KINDS as WRITING_KINDS
 
@@ -79,9 +80,10 @@ class Intake:
     """One project's acceptance of its workers' reports."""
 
     def __init__(self, settings: ProjectSettings, *, store: StateStore, dirs: WorkerDirs,
-                 writebacks: WriteBackQueue, jj: Workspaces) -> None:
+                 writebacks: WriteBackQueue, jj: Workspaces, tracker: TrackerReader) -> None:
         self.settings = settings
         self.store = store
+        self.tracker = tracker
         self.dirs = dirs
         self.writebacks = writebacks
         self.jj = jj
@@ -235,6 +237,9 @@ class Intake:
             raise Refused("--summary is empty: say in a few sentences what you did and how "
                           "you checked it")
         if role.may_edit:
+            if issue is None:  # reported before this controller's first look at the tracker
+                with contextlib.suppress(TrackerError):
+                    issue = await self.tracker.get(name)
             title = " ".join(strip_ansi(issue.title if issue else "").split())[:200]
             try:
                 await asyncio.to_thread(self.jj.describe, name, f"{name}: {title}".rstrip(": "),
