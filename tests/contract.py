@@ -41,6 +41,7 @@ from ralph_dev.core.actions import (
     Resume,
     Spawn,
     Stop,
+    Tell,
     VerifyTrunk,
     WriteBack,
 )
@@ -88,6 +89,7 @@ EXECUTOR_CONTRACT: Mapping[type[Action], Effect] = {
     Complete: Effect(issue_state=StateType.COMPLETED),
     RelayFeedback: Effect(typed=True, labels_removed=("user_feedback_given", "user_input_needed")),
     Resume: Effect(labels_removed=("user_feedback_given", "user_input_needed")),
+    Tell: Effect(comments=True),
     Continue: Effect(typed=True),
     Adopt: Effect(),
     WriteBack: Effect(written_back=True, comments=True),

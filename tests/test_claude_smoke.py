@@ -132,6 +132,13 @@ def world(xdg: Path, jj_bin: str, tmux_socket: str, claude_bin: str,
     controller.close()
 
 
+def reported_done(world: World, issue: str) -> bool:
+    """The worker's done was accepted and written back: its evidence is on the issue (the
+    controller completes the issue once its change is merged)."""
+    return any(c.by_ralph and c.body.startswith(f"[ralph-dev] {issue} done")
+               for c in world.tracker.get_sync(issue).comments)
+
+
 def spawn(world: World, api: FakeAnthropic, issue: str, role: Role,
           monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Path]:
     """What the controller does for a Spawn: workspace, record, state, window."""
@@ -186,8 +193,8 @@ def test_one_worker_end_to_end_with_real_claude(world: World, tmp_path: Path,
         # the window's command carries no issue text at all
         assert title not in " ".join(launch.argv) and "touch" not in " ".join(launch.argv)
         try:
-            retry_until(lambda: world.tracker.get_sync(issue).state_type is StateType.COMPLETED,
-                        timeout=90, interval=0.5, what=f"{issue} Done in the tracker")
+            retry_until(lambda: reported_done(world, issue),
+                        timeout=90, interval=0.5, what=f"{issue} reported done")
             at_done = files_of(workspace)
             retry_until(lambda: api.answered("All done, reported."), timeout=60, interval=0.5,
                         what="the final turn")
@@ -326,9 +333,8 @@ def test_two_workers_at_once_each_finish_their_own_issue(world: World,
         workspaces = {issue: spawn(world, api, issue, Role.EXECUTE, monkeypatch)[1]
                       for issue in issues}
         try:
-            retry_until(lambda: all(world.tracker.get_sync(i).state_type is StateType.COMPLETED
-                                    for i in issues),
-                        timeout=90, interval=0.5, what="both issues Done")
+            retry_until(lambda: all(reported_done(world, i) for i in issues),
+                        timeout=90, interval=0.5, what="both issues reported done")
         except AssertionError as exc:
             raise AssertionError(f"{exc}{diagnostics(world, api, issues[0])}"
                                  f"{diagnostics(world, api, issues[1])}") from None

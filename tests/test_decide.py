@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ralph_dev.core.actions import Forget, Hold, Nudge, Plan, Reap, Restart, Spawn
+from ralph_dev.core.actions import Forget, Hold, Nudge, Plan, Reap, Restart, Spawn, Tell
 from ralph_dev.core.config import AgentSettings, Limits, ProjectSettings, Timing, TrackerSettings
 from ralph_dev.core.critical_path import work_behind
 from ralph_dev.core.decide import (
@@ -475,6 +475,7 @@ def test_a_leftover_done_record_never_blocks_a_reopened_issue() -> None:
     # with its done work still unmerged, the merge goes first
     pending = run(world(issues=[issue(4, "todo")], records=[leftover],
                         workspaces=[Workspace("DEMO-4", has_unmerged_change=True)]))
+    # (merged, not completed: the person's Todo stands)
     assert steps(pending)[:2] == [("merge", "DEMO-4"), ("forget", "DEMO-4")]
     assert ("spawn", "DEMO-4") not in steps(pending)
 
@@ -503,17 +504,20 @@ def test_attempt_cap_holds_once_with_a_comment_saying_what_to_do() -> None:
 # --- zombies, done, merges -------------------------------------------------------------
 
 
-def test_zombie_of_a_completed_issue_is_merged_killed_and_forgotten() -> None:
+def test_a_persons_done_on_a_running_issue_stops_it_and_keeps_its_change_unmerged() -> None:
+    """Issue 23: the person's Done wins over the worker, and its unfinished change is not
+    merged as if it were done: it stays under its bookmark, and the comment says how to
+    merge it."""
     obs = world(issues=[issue(2, "done")], windows=[win("DEMO-2")],
                 workspaces=[Workspace("DEMO-2", has_unmerged_change=True)],
                 records=[rec("DEMO-2")])
-    assert steps(run(obs)) == [("kill", "DEMO-2"), ("merge", "DEMO-2"), ("forget", "DEMO-2")]
-    # an agent's last edits may not be snapshotted yet: a workspace that looks
-    # empty is still merged (the merge snapshots first) before it is forgotten
-    nothing = dataclasses.replace(obs, workspaces=(Workspace("DEMO-2"),))
-    assert steps(run(nothing)) == [("kill", "DEMO-2"), ("merge", "DEMO-2"), ("forget", "DEMO-2")]
-    red = dataclasses.replace(obs, trunk_red=True)
-    assert steps(run(red)) == [("kill", "DEMO-2")]
+    plan = run(obs)
+    assert steps(plan) == [("stop", "DEMO-2"), ("tell", "DEMO-2"), ("forget", "DEMO-2")]
+    tell, forget = plan.actions[1], plan.actions[2]
+    assert isinstance(tell, Tell) and "jj rebase -b ralph/DEMO-2 -d main" in tell.comment
+    assert isinstance(forget, Forget) and forget.keep_bookmark
+    red = dataclasses.replace(obs, trunk_red=True)  # nothing waits on trunk: no merge
+    assert steps(run(red)) == steps(plan)
 
 
 @pytest.mark.parametrize("state", ["canceled", "duplicate"])
@@ -532,12 +536,15 @@ def test_done_worker_is_killed_then_merged_then_forgotten() -> None:
                 workspaces=[Workspace("DEMO-5", has_unmerged_change=True)],
                 records=[rec("DEMO-5", done=True)])
     plan = run(obs)
-    assert steps(plan) == [("kill", "DEMO-5"), ("merge", "DEMO-5"), ("forget", "DEMO-5")]
+    # Done means in trunk: the issue is completed after its merge, before its record goes
+    assert steps(plan) == [("kill", "DEMO-5"), ("merge", "DEMO-5"), ("complete", "DEMO-5"),
+                           ("forget", "DEMO-5")]
     assert "worker reported done" in plan.actions[1].reason
     gone = dataclasses.replace(obs, workspaces=())
     assert steps(run(gone)) == [("kill", "DEMO-5")]
     clean = dataclasses.replace(obs, windows=(), workspaces=(Workspace("DEMO-5"),))
-    assert steps(run(clean)) == [("merge", "DEMO-5"), ("forget", "DEMO-5")]
+    assert steps(run(clean)) == [("merge", "DEMO-5"), ("complete", "DEMO-5"),
+                                 ("forget", "DEMO-5")]
 
 
 def test_trunk_red_blocks_merges() -> None:
@@ -610,7 +617,7 @@ def test_done_marker_merges_even_if_the_tracker_lags() -> None:
     obs = world(issues=[issue(5, "started")],
                 workspaces=[Workspace("DEMO-5", has_unmerged_change=True)],
                 records=[rec("DEMO-5", done=True)])
-    assert steps(run(obs)) == [("merge", "DEMO-5"), ("forget", "DEMO-5")]
+    assert steps(run(obs)) == [("merge", "DEMO-5"), ("complete", "DEMO-5"), ("forget", "DEMO-5")]
 
 
 def test_finished_issue_without_worker_is_cleaned_up() -> None:
@@ -680,7 +687,12 @@ def test_stuck_falls_back_to_last_activity_then_started_at() -> None:
 def test_held_issue_is_never_nudged_or_respawned() -> None:
     obs = stuck_world()
     obs = dataclasses.replace(obs, issues=(issue(8, "started", labels={"user-input-needed"}),))
-    assert run(obs).actions == ()
+    # held by a person: its worker is stopped (issue 23), never nudged
+    assert steps(run(obs)) == [("stop", "DEMO-8")]
+    # the worker asked the question itself: it waits in its pane for the answer
+    asked = dataclasses.replace(obs, records={"DEMO-8": dataclasses.replace(
+        obs.records["DEMO-8"], blocked=True)})
+    assert run(asked).actions == ()
     dead = dataclasses.replace(obs, windows=(win("DEMO-8", alive=False, exit_status=0),))
     assert run(dead).actions == ()
 
@@ -710,10 +722,11 @@ def test_tracker_down_skips_dispatch_and_respawn_but_kills_nothing() -> None:
                 windows=[win("DEMO-3")],
                 workspaces=[Workspace("DEMO-4", has_unmerged_change=True)],
                 records=[rec("DEMO-3"), rec("DEMO-4", done=True)], tracker_ok=False)
-    assert steps(run(obs)) == [("merge", "DEMO-4"), ("forget", "DEMO-4")]
+    # merged (it needs only jj), and kept until the tracker can be told it is Done
+    assert steps(run(obs)) == [("merge", "DEMO-4")]
     # The observer may give no issues at all when the tracker is down.
     empty = dataclasses.replace(obs, issues=())
-    assert steps(run(empty)) == [("merge", "DEMO-4"), ("forget", "DEMO-4")]
+    assert steps(run(empty)) == [("merge", "DEMO-4")]
 
 
 def test_controller_and_foreign_windows_are_ignored() -> None:
@@ -775,3 +788,24 @@ def test_decide_is_deterministic_whatever_the_input_order() -> None:
         for part in shuffled:
             rng.shuffle(part)
         assert run(world(*shuffled)) == first
+
+
+def test_done_means_in_trunk_even_through_a_tracker_outage() -> None:
+    """Issue 25 item 7: an issue is completed only once its change is in trunk; while the
+    tracker is down the merge still happens (it needs only jj), and the record stays until
+    the tracker can be told, so the issue is never left In Progress with nobody on it."""
+    done = rec("DEMO-5", done=True)
+    down = world(issues=[issue(5, "started")], records=[done], tracker_ok=False,
+                 workspaces=[Workspace("DEMO-5", has_unmerged_change=True)])
+    assert steps(run(down)) == [("merge", "DEMO-5")]
+    merged = dataclasses.replace(done, merged_at=NOW)
+    still_down = dataclasses.replace(down, records={"DEMO-5": merged},
+                                     workspaces=(Workspace("DEMO-5"),))
+    assert steps(run(still_down)) == []  # merged: nothing to repeat, nothing to forget yet
+    unread = dataclasses.replace(still_down, issues=())  # what an outage really looks like
+    assert steps(run(unread)) == []
+    back = dataclasses.replace(still_down, tracker_ok=True)
+    assert steps(run(back)) == [("complete", "DEMO-5"), ("forget", "DEMO-5")]
+    # a person who moved it back to Todo after its done wants it again: merged, not completed
+    todo = dataclasses.replace(back, issues=(issue(5, "todo"),))
+    assert steps(run(todo)) == [("forget", "DEMO-5")]

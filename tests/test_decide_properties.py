@@ -29,6 +29,7 @@ from ralph_dev.core.actions import (
     Restart,
     Resume,
     Spawn,
+    Stop,
 )
 from ralph_dev.core.config import (
     Labels,
@@ -312,8 +313,8 @@ def test_never_lose_work(obs: Observed, s: ProjectSettings, now: datetime) -> No
                                for a in plan.actions[:i])
             assert not ws.has_unmerged_change or merged_first, plan
         if isinstance(action, Forget) and action.issue in live_ids(obs):
-            # a live window is killed before its directory goes away
-                assert any(isinstance(a, Kill) and a.issue == action.issue
+            # a live window is closed (killed or stopped) before its directory goes away
+                assert any(isinstance(a, Kill | Stop) and a.issue == action.issue
                            for a in plan.actions[:i]), plan
 
 

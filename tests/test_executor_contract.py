@@ -51,6 +51,7 @@ from ralph_dev.core.actions import (
     Resume,
     Spawn,
     Stop,
+    Tell,
     VerifyTrunk,
     WriteBack,
 )
@@ -236,6 +237,11 @@ def resume(w: World, ident: str) -> Action:
     return Resume(ident, "a person answered")
 
 
+def tell(w: World, ident: str) -> Action:
+    return Tell(ident, "a person completed it", mark=f"[ralph-dev] {ident} note",
+                comment=f"[ralph-dev] {ident} note: its change is kept.")
+
+
 def continue_(w: World, ident: str) -> Action:
     w.spawned(ident)
     w.project.store.update_record(ident, agent_error="rate_limit", agent_error_text="limit",
@@ -278,7 +284,7 @@ def open_groom(w: World, ident: str) -> Action:
 SCENARIOS: dict[type[Action], Callable[[World, str], Action]] = {
     Spawn: spawn, Restart: restart, Nudge: nudge, Reap: reap, Kill: kill, Stop: stop, Merge: merge,
     Forget: forget, Hold: hold, Complete: complete, RelayFeedback: relay_feedback,
-    Resume: resume, Continue: continue_, Adopt: adopt, WriteBack: write_back,
+    Resume: resume, Tell: tell, Continue: continue_, Adopt: adopt, WriteBack: write_back,
     PauseSwarm: pause_swarm, EndPause: end_pause, VerifyTrunk: verify_trunk,
     OpenGroom: open_groom,
 }

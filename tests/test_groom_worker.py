@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from test_worker import Project, make_project
 
+from ralph_dev.adapters.store import utcnow
 from ralph_dev.adapters.writebacks import WriteBackItem
-from ralph_dev.core.model import Role, StateType
+from ralph_dev.core.decide import decide
+from ralph_dev.core.model import Observed, Role, StateType
 
 GROOM_CONFIG = "[projects.demo.groom]\nproposals = 3\nauto_accept_per_day = 1\n"
 
@@ -142,7 +144,14 @@ def test_a_groom_run_ends_completed(project: Project) -> None:
     done = project.cli(["worker", "done", run, "--summary", "proposed nothing; all fine"], run,
                        Role.GROOM)
     assert done.exit_code == 0, done.output
-    assert project.tracker.get_sync(run).state_type is StateType.COMPLETED
+    # its workspace is put away (never merged: a groom worker changes no code), and the
+    # run is completed right before its record goes
+    observed = Observed(issues=tuple(project.tracker.list_issues_sync()),
+                        workspaces=tuple(project.jj.workspaces.list_workspaces()),
+                        records=project.store.load_records())
+    plan = decide(observed, project.settings, utcnow())
+    assert [(a.kind, a.issue) for a in plan.actions] == [("complete", run), ("forget", run)]
+    assert plan.actions[1].keep_bookmark  # type: ignore[attr-defined]
 
 
 def test_a_proposal_relayed_twice_is_created_once(project: Project) -> None:

@@ -613,3 +613,23 @@ def test_a_file_too_large_to_record_is_fixed_by_raising_the_limit_as_the_error_s
     jj.workspaces.describe("KV-3", "KV-3: big")
     assert jj.merger.merge("KV-3").merged
     assert "model.bin" in trunk_files(jj)
+
+
+def test_a_stale_working_copy_is_repaired_before_git_import_and_export(
+        jj: JjRepository, repo: Path, jj_bin: str) -> None:
+    """Issue 25 item 7: a merge killed right after it rebased a workspace's change leaves
+    that workspace's working copy stale (its files no longer match its rewritten @); the
+    retry's first jj steps in it (taking in the person's git commits, exporting trunk)
+    repair it instead of failing "The working copy is stale" and holding the issue."""
+    path = jj.workspaces.add_workspace("ENG-2")
+    (path / "two.txt").write_text("two\n")
+    jj.workspaces.snapshot("ENG-2")
+    (repo / "person.txt").write_text("a person's commit\n")  # trunk moves
+    _jj(jj_bin, repo, "commit", "-m", "person")
+    _jj(jj_bin, repo, "bookmark", "set", "main", "-r", "@-")
+    _jj(jj_bin, repo, "rebase", "-r", '"ENG-2"@', "-d", "main")  # from outside, as a merge
+    assert "stale" in jj.cli.run("git", "import", cwd=path).stderr  # the trap itself
+    jj.home.import_from_git(path)
+    jj.home.export_to_git(path)
+    assert jj.cli.run("git", "import", cwd=path).ok  # repaired
+    assert (path / "two.txt").read_text() == "two\n" and (path / "person.txt").exists()

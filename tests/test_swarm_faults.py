@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,7 +87,11 @@ def test_killed_worker_is_respawned_and_counted(swarm: Swarm) -> None:
     assert attempts == [1, 2]
 
 
-def test_issue_marked_done_by_hand_is_merged_then_killed(swarm: Swarm) -> None:
+def test_a_persons_done_on_a_running_issue_stops_it_and_keeps_its_change(
+        swarm: Swarm) -> None:
+    """Issue 23: a person's Done on a running issue stops its worker; its unfinished
+    change is not merged but kept under its bookmark, and the comment names the command
+    that merges it, which works as written."""
     swarm.import_plan(FOUR_TASKS)
     swarm.script = {"*": "work:0.3", "DEMO-2": "write-hang"}
     swarm.write_script()
@@ -98,10 +103,16 @@ def test_issue_marked_done_by_hand_is_merged_then_killed(swarm: Swarm) -> None:
     wait_for(swarm.all_done, 180, "every issue Done")
     wait_for(lambda: _cleaned(swarm), 60, "clean up")
     kinds = [e["event"] for e in swarm.events() if e.get("issue") == "DEMO-2"]
-    # the window is closed first so the agent cannot write while jj rebases its
-    # workspace; its files stay on disk, and the merge snapshots them
-    assert kinds.index("kill") < kinds.index("merge") < kinds.index("forget")
-    assert "action_failed" not in kinds
+    assert "stop" in kinds and "merge" not in kinds and "action_failed" not in kinds
+    assert "changes/DEMO-2.txt" not in swarm.trunk_files()
+    bookmarks = swarm.jj_out("bookmark", "list", "-T", 'name ++ "\\n"').split()
+    assert "ralph/DEMO-2" in bookmarks  # the change is kept
+    comment = next(c["body"] for c in swarm.issue("DEMO-2")["comments"]
+                   if "completed while its worker ran" in c["body"])
+    command = comment.split("`")[1]  # the command that merges it, as a person runs it
+    swarm.stop()
+    subprocess.run(["sh", "-c", command.replace("jj ", f"{swarm.jj} ", 2)], cwd=swarm.repo,
+                   env=swarm.env, check=True, capture_output=True)
     assert "changes/DEMO-2.txt" in swarm.trunk_files()
 
 

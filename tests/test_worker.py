@@ -138,7 +138,8 @@ def test_done_with_passing_verify_closes_the_issue_with_evidence(project: Projec
     assert result.exit_code == 0, result.output
     assert "verify passed" in result.output
     got = project.tracker.get_sync(issue)
-    assert got.state_type is StateType.COMPLETED
+    # Done means in trunk: the controller completes the issue after its merge
+    assert got.state_type is StateType.STARTED
     ralph = [c for c in got.comments if c.by_ralph]
     assert len(ralph) == 1
     body = ralph[0].body
@@ -192,7 +193,7 @@ def test_done_retry_after_partial_failure_does_not_double_comment(project: Proje
 
     assert result.exit_code == 0, result.output
     got = project.tracker.get_sync(issue)
-    assert got.state_type is StateType.COMPLETED
+    assert got.state_type is StateType.STARTED  # completed after its merge
     assert len([c for c in got.comments if c.by_ralph]) == 1
     assert project.store.load_record(issue).done
 
@@ -225,7 +226,7 @@ def test_done_without_verify_command_still_closes(xdg: Path, jj_bin: str) -> Non
     result = project.cli(["worker", "done", issue, "--summary", "trivial"], issue)
     assert result.exit_code == 0, result.output
     got = project.tracker.get_sync(issue)
-    assert got.state_type is StateType.COMPLETED
+    assert got.state_type is StateType.STARTED  # completed after its merge
     assert "no verify command is configured" in got.comments[-1].body
 
 
@@ -241,7 +242,7 @@ def test_done_of_execute_goes_to_review_when_configured(xdg: Path, jj_bin: str) 
     result = project.cli(["worker", "done", issue, "--summary", "looks right"], issue)
     assert result.exit_code == 0, result.output
     got = project.tracker.get_sync(issue)
-    assert got.state_type is StateType.COMPLETED
+    assert got.state_type is StateType.STARTED  # completed after its merge
 
 
 def test_done_for_another_issue_is_refused(project: Project) -> None:
@@ -695,7 +696,7 @@ def test_done_during_a_tracker_outage_costs_nothing_and_is_applied_once(
         # the first tick that reads the tracker again makes the writes: no backoff of their own
         assert end.call(end.write_back_due()) == []
         got = project.tracker.get_sync(issue)
-        assert got.state_type is StateType.COMPLETED
+        assert got.state_type is StateType.STARTED  # completed after its merge
         assert len([c for c in got.comments if c.by_ralph]) == 1
         assert queue.items() == []
         # a controller killed after the writes but before it dropped the entry repeats none
@@ -720,7 +721,7 @@ def test_reports_wait_for_a_controller_that_is_not_running(project: Project) -> 
     assert not project.store.load_record(issue).done
     project.controller.call(project.controller.intake.accept_all())
     assert project.store.load_record(issue).done
-    assert project.tracker.get_sync(issue).state_type is StateType.COMPLETED
+    assert project.tracker.get_sync(issue).state_type is StateType.STARTED  # merge first
 
 
 def test_a_report_cannot_name_another_issue_or_role(project: Project) -> None:

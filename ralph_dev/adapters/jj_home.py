@@ -162,14 +162,21 @@ class JjHome:
 
     # -- snapshots --
 
+    def run_fresh(self, *args: str, cwd: Path) -> CommandResult:
+        """Run a jj command that needs the working copy at ``cwd`` up to date: a stale one
+        (left by a command killed mid-rewrite, or another workspace's rewrite) is repaired
+        first and the command run again, so a killed merge is retried and lands."""
+        result = self.cli.run(*args, cwd=cwd)
+        if is_stale(result):
+            log.info("jj_workspace_stale_repaired", workspace=cwd.name, before=args[0])
+            self.cli.run("workspace", "update-stale", cwd=cwd).check()
+            result = self.cli.run(*args, cwd=cwd)
+        return result
+
     def snapshot(self, path: Path) -> list[str]:
         """Snapshot the working copy at ``path``, repairing it first if it is stale;
         the paths jj refused to record (bigger than ``snapshot.max-new-file-size``)."""
-        result = self.cli.run("util", "snapshot", cwd=path)
-        if is_stale(result):
-            log.info("jj_workspace_stale_repaired", workspace=path.name)
-            self.cli.run("workspace", "update-stale", cwd=path).check()
-            result = self.cli.run("util", "snapshot", cwd=path)
+        result = self.run_fresh("util", "snapshot", cwd=path)
         refused = refused_paths(result.check().stderr)
         if refused:
             log.warning("jj_snapshot_refused", workspace=path.name, paths=refused[:10])
@@ -185,7 +192,7 @@ class JjHome:
     def import_from_git(self, cwd: Path) -> None:
         """Take in what the person committed with git (e.g. on trunk's branch) first."""
         if self.colocated:
-            self.cli.run("git", "import", cwd=cwd).check()
+            self.run_fresh("git", "import", cwd=cwd).check()
 
     def export_to_git(self, cwd: Path) -> None:
         """Make the person's git see the bookmarks (trunk's branch) where jj has them.
@@ -196,6 +203,6 @@ class JjHome:
         checkout exactly as it was.
         """
         if self.colocated:
-            result = self.cli.run("git", "export", cwd=cwd).check()
+            result = self.run_fresh("git", "export", cwd=cwd).check()
             if "Failed to export" in result.stderr:
                 log.warning("jj_git_export_incomplete", detail=result.stderr.strip()[:500])

@@ -297,6 +297,7 @@ def build_launch(
     environ: Mapping[str, str] | None = None,
     resume_session: str | None = None,
     sent_back: str | None = None,
+    stopped: str | None = None,
 ) -> Launch:
     """Prepare one worker: prompt file, environment, trusted HOME, and the window's argv.
 
@@ -316,7 +317,7 @@ def build_launch(
     resumed = resume_session if settings.agent.runner == "claude" else None
     prompt = render_prompt(issue, role, workspace, attempt=attempt, feedback=feedback,
                            project=settings.name, resumed=resumed is not None,
-                           sent_back=sent_back,
+                           sent_back=sent_back, stopped=stopped,
                            advice=plan_advice(settings, utcnow()) if role is Role.PLAN else "")
     prompt_file = write_prompt(settings, identifier, role, attempt, prompt)
 

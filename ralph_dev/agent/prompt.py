@@ -95,13 +95,16 @@ def render_prompt(
     resumed: bool = False,
     sent_back: str | None = None,
     advice: str = "",
+    stopped: str | None = None,
 ) -> str:
     """The worker's first prompt: the preamble, then the issue as fenced data.
 
     ``sent_back`` is the output of the verify command that the issue's finished change
     failed on top of trunk: the output of code, so it is fenced as data too.
     ``advice``: ralph-dev's own words before the issue (a plan worker's "Proven
-    patterns" and "Avoid" sections, ``core.patterns.prompt_sections``).
+    patterns" and "Avoid" sections, ``core.patterns.prompt_sections``). ``stopped``: why
+    the issue's last worker was stopped from outside (ralph-dev's own words: a person's
+    hold or state move), so a resumed session knows it was not its own doing.
     """
     ident = check_identifier(issue.identifier)
     title = visible(issue.title)[:MAX_TITLE_CHARS]
@@ -126,6 +129,12 @@ def render_prompt(
         "",
         f"Attempt: {attempt}.",
     ]
+    if stopped:
+        out.append(
+            f"Your earlier work on this issue was stopped from outside ({stopped[:300]}); "
+            "a person has now let the issue go on. Nothing was lost: check the workspace "
+            f"(`ralph-dev worker diff {ident}`) and continue from there."
+        )
     if resumed:
         out.append(
             "This is a continuation of your own earlier session on this issue (it stopped "

@@ -34,6 +34,7 @@ from ralph_dev.control.merging import MergeLane
 from ralph_dev.control.worker_dirs import WorkerDirs
 from ralph_dev.core import writeback as wb
 from ralph_dev.core.actions import (
+    STOPPED,
     Action,
     Adopt,
     Complete,
@@ -53,6 +54,7 @@ from ralph_dev.core.actions import (
     Resume,
     Spawn,
     Stop,
+    Tell,
     VerifyTrunk,
     WriteBack,
 )
@@ -229,6 +231,9 @@ class Actuator:
             case Resume():
                 await self.tracker.remove_labels(
                     action.issue, [labels.user_feedback_given, labels.user_input_needed])
+            case Tell():
+                if wb.said(await self.tracker.get(action.issue), action.mark) is None:
+                    await self.tracker.comment(action.issue, action.comment)
             case Continue():
                 await self._continue(action, observed)
             case Adopt():
@@ -309,6 +314,9 @@ class Actuator:
         if issue is None:
             raise TrackerError(f"{action.issue}: not in the tracker's answer this tick")
         resume = self._resumable(action)
+        before = self.store.load_record(action.issue)
+        stopped = before.lost.removeprefix(STOPPED) if before is not None and before.lost \
+            and before.lost.startswith(STOPPED) else None
         workspace: Path = await while_beating(
             self.beat, "spawn", self.jj.workspaces.add_workspace, action.issue,
             after_create=workspace_hooks.after_create(self.settings, self.store, action.issue))
@@ -326,7 +334,8 @@ class Actuator:
                                action.model or self.settings.agent.model,
                                attempt=action.attempt, feedback=human_feedback(issue),
                                resume_session=resume, worker_dir=worker_dir,
-                               sent_back=record.sent_back if action.role.may_edit else None)
+                               sent_back=record.sent_back if action.role.may_edit else None,
+                               stopped=stopped)
         try:
             await asyncio.to_thread(
                 self.panes.open_window, action.issue, cwd=launch.cwd, command=launch.argv,
@@ -430,14 +439,18 @@ class WriteBackWriter:
         issue = await self.tracker.get(item.issue)
         if issue.state_type in (StateType.CANCELED, StateType.DUPLICATE):
             return {"skipped": f"the issue is {issue.state_name}"}
+        active = issue.state_type in wb.ACTIVE
         if wb.said(issue, wb.DONE_MARK.format(issue=item.issue), since) is None:
             body = wb.evidence_comment(item.issue, role, str(item.body.get("summary", "")),
                                        item.body.get("verify"), self.settings.verify_command,
                                        from_iso(item.body.get("finished")) or utcnow(),
                                        item.body.get("spent"))
+            if not active and not issue.state_type.finished:  # a person said "not now"
+                body += "\n" + wb.kept_comment(item.issue, issue.state_name) + "\n"
             await self.tracker.comment(item.issue, body, by_ralph=True)
         name, type_ = wb.done_target(self.settings, role)
-        if (name is not None or type_ is not None) and not wb.in_state(issue, name, type_):
+        if active and (name is not None or type_ is not None) \
+                and not wb.in_state(issue, name, type_):
             issue = await self.tracker.set_state(item.issue, name=name, type=type_)
         return {"state": issue.state_name}
 

@@ -35,10 +35,12 @@ def launcher_for(settings: ProjectSettings) -> AgentLauncher:
 
     def launch(issue: Issue, role: Role, workspace: Path, model: str, *, attempt: int,
                worker_dir: Path, feedback: str | None = None,
-               resume_session: str | None = None, sent_back: str | None = None) -> Launch:
+               resume_session: str | None = None, sent_back: str | None = None,
+               stopped: str | None = None) -> Launch:
         return build_launch(settings, issue, role, workspace, model, attempt=attempt,
                             worker_dir=worker_dir, feedback=feedback,
-                            resume_session=resume_session, sent_back=sent_back)
+                            resume_session=resume_session, sent_back=sent_back,
+                            stopped=stopped)
 
     return launch
 

@@ -20,6 +20,10 @@ from typing import Any, ClassVar
 
 from ralph_dev.core.model import Role
 
+STOPPED = "stopped: "
+"""Starts a record's ``lost`` when its worker was stopped from outside (``Stop``): the next
+start is free, resumes the session, and is told why it stopped."""
+
 SWARM = ""
 """The ``issue`` of an action for the swarm as a whole (a pause, trunk, a groom run)."""
 
@@ -82,7 +86,7 @@ def _started(role: Role, attempt: int, now: datetime) -> dict[str, Any]:
     """A worker's start: what every new start of an issue's worker resets."""
     return {"role": role, "attempts": attempt, "started_at": now, "done": False,
             "blocked": False, "nudged_at": None, "iterations": 0, "lost": None,
-            "hold_reason": None}
+            "hold_reason": None, "merged_at": None}
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,7 @@ class Stop(Action):
     why: str = ""
 
     def record_changes(self, now: datetime) -> dict[str, Any]:
-        return {"lost": f"stopped: {self.why}"[:500], "lost_at": now, "nudged_at": None}
+        return {"lost": f"{STOPPED}{self.why}"[:500], "lost_at": now, "nudged_at": None}
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,9 @@ class Complete(Action):
 class Merge(Action):
     """Merge the issue's workspace change into trunk (or open its pull request)."""
 
+    def record_changes(self, now: datetime) -> dict[str, Any]:
+        return {"merged_at": now}
+
 
 @dataclass(frozen=True)
 class Forget(Action):
@@ -154,6 +161,15 @@ class Hold(Action):
 
     def record_changes(self, now: datetime) -> dict[str, Any]:
         return {"hold_reason": None}
+
+
+@dataclass(frozen=True)
+class Tell(Action):
+    """Say something on the issue for a person, once: the comment starts with ``mark``,
+    and a comment of ralph-dev's starting with it is not written again."""
+
+    mark: str = ""
+    comment: str = ""
 
 
 @dataclass(frozen=True)

@@ -231,6 +231,9 @@ class WorkerRecord:
     """Merges of this issue's finished work that failed in a way retrying may fix; each
     waits a backoff, and at ``timing.max_attempts`` the issue is held for a person."""
     merge_failed_at: datetime | None = None
+    merged_at: datetime | None = None
+    """When this worker's change was merged into trunk: what is left is to complete the
+    issue (when the tracker answers) and put the workspace away."""
     agent_error: str | None = None
     """The API error the agent's last turn ended on (Claude Code's ``StopFailure``), until
     the controller has it continue after the pause that error caused."""

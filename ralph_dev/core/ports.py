@@ -236,8 +236,10 @@ class AgentLauncher(Protocol):
 
     def __call__(self, issue: Issue, role: Role, workspace: Path, model: str, *,
                  attempt: int, worker_dir: Path, feedback: str | None = None,
-                 resume_session: str | None = None, sent_back: str | None = None) -> Launch:
-        """``sent_back``: the verify output its change failed with on top of trunk."""
+                 resume_session: str | None = None, sent_back: str | None = None,
+                 stopped: str | None = None) -> Launch:
+        """``sent_back``: the verify output its change failed with on top of trunk;
+        ``stopped``: why its last worker was stopped (a person's hold, a state move)."""
         ...
 
 

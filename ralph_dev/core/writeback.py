@@ -29,16 +29,36 @@ KINDS = frozenset({"done", "blocked", "note", "plan", "propose", "prioritize", "
 
 
 def done_target(settings: ProjectSettings, role: Role) -> tuple[str | None, StateType | None]:
-    """(state name, state type) a ``done`` moves the issue to; (None, None) = stay.
+    """(state name, state type) a ``done`` report moves the issue to; (None, None) = stay.
 
-    A plan worker's issue becomes a parent: it completes when its children do
-    (the controller's job), so ``done`` leaves its state alone.
+    Only an execute worker's done with a review step after it moves its issue (to the
+    review state: a reviewer takes it from there). Every other done leaves the state
+    alone: an issue is completed once its change is in trunk (``completes_on_merge``),
+    never before, so the tracker never says Done for work that did not land.
     """
-    if role is Role.PLAN:
-        return None, None
     if role is Role.EXECUTE and settings.review_after_execute:
         return settings.review_state, None
-    return None, StateType.COMPLETED
+    return None, None
+
+
+def completes_on_merge(settings: ProjectSettings, role: Role) -> bool:
+    """Whether the issue is completed once a done worker's change is in trunk (or, for a
+    role that changes no code, once its workspace is put away). A plan worker's issue
+    becomes a parent, completed when its children are; an execute worker's with a
+    review step goes to review instead."""
+    return role is not Role.PLAN and not (role is Role.EXECUTE and settings.review_after_execute)
+
+
+ACTIVE = (StateType.UNSTARTED, StateType.STARTED)
+"""The states whose issues are worked on. A person's move to any other unfinished state
+(Backlog, Triage) means "not now": its worker is stopped and its change not merged."""
+
+
+def kept_comment(issue: str, state: str) -> str:
+    """Said under a done report for an issue a person moved out of the active states."""
+    return (f"The issue is in {state!r}, so its change is kept in {issue}'s workspace and not "
+            f"merged, and its state is left alone. Move it back to a ready or started state to "
+            "have ralph-dev merge it.")
 
 
 def in_state(issue: Issue, name: str | None, type_: StateType | None) -> bool:

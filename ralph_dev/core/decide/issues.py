@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ralph_dev.core.actions import (
+    STOPPED,
     Action,
     Complete,
     Forget,
@@ -20,6 +21,8 @@ from ralph_dev.core.actions import (
     Restart,
     Resume,
     Spawn,
+    Stop,
+    Tell,
 )
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide.world import (
@@ -34,8 +37,13 @@ from ralph_dev.core.decide.world import (
 from ralph_dev.core.groom import PRIORITY_NAMES
 from ralph_dev.core.model import Issue, Pause, Role, StateType, Window, WorkerRecord, Workspace
 from ralph_dev.core.policy import RetryPolicy, hold_comment, retry_policy
+from ralph_dev.core.writeback import ACTIVE, completes_on_merge
 
 # --- decide ----------------------------------------------------------------------
+
+
+PERSONS_DONE = "a person completed the issue"
+"""Why a worker is stopped when a person completes its issue under it."""
 
 
 @dataclass
@@ -192,6 +200,11 @@ class Decider:
             else:
                 self.resolve(ident, issue)
             return
+        if issue is not None and not issue.state_type.finished \
+                and issue.state_type not in ACTIVE:
+            if has_window:
+                self.emit(Kill(ident, f"{ident}: worker reported done; closing its window"))
+            return  # a person moved it out of the active states: its change waits, unmerged
         if self.trunk_red:
             return  # trunk is red: nothing moves for done work until it is green again
         self.merge_chain(ident, ws, f"{ident}: worker reported done", has_window)
@@ -213,6 +226,8 @@ class Decider:
             # review, research, plan and groom workers change no code: whatever their
             # workspace holds (Bash can write files) never reaches trunk; it stays
             # reachable under its bookmark for a person to look at
+            if not self.complete_after(ident, rec, why):
+                return
             self.emit(Forget(ident, f"{why}: a {rec.role.value} worker's workspace is not "
                                     "merged (only execute and resolve workers change code); "
                                     f"anything in it stays under the bookmark ralph/{ident}",
@@ -223,24 +238,62 @@ class Decider:
             return
         if self.world.held(ident):
             return  # a person must answer first (a refused merge is held for one)
+        if rec is not None and rec.merged_at is not None and not ws.has_unmerged_change \
+                and not ws.conflicted:  # merged already: what is left is the bookkeeping
+            if self.complete_after(ident, rec, why):
+                self.emit(Forget(ident, f"{why}: forgetting its workspace (merged)"))
+            return
         if self.merge_backing_off(ident):
             return  # its last merge failed: retried after a backoff, not holding the slot
         if not self.take_merge_slot():
             return  # trunk is verified after each merge: this one goes next tick
         change = "its change" if ws.has_unmerged_change else "whatever it holds"
         self.emit(Merge(ident, f"{why}: merging {change} into trunk"))
+        if rec is not None and not self.complete_after(ident, rec, why):
+            return
         self.emit(Forget(ident, f"{why}: forgetting its workspace (after the merge)"))
 
+    def complete_after(self, ident: str, rec: WorkerRecord, why: str) -> bool:
+        """A done worker's issue is completed once its change is in trunk (the action
+        after the merge, before its record goes with the workspace), never before. False
+        when it is to be completed and the tracker cannot take it now: the record stays
+        (and the workspace with it), so a later tick completes it."""
+        issue = self.world.issues.get(ident)
+        if not (rec.done and completes_on_merge(self.settings, rec.role)):
+            return True
+        if issue is None or not self.tracker_ok:
+            return False  # its state cannot be read or written now: a later tick does it
+        # started: where a worker's issue waits for its merge; one a person moved back to
+        # a ready state after its done is wanted again, and stays there
+        if issue.state_type is not StateType.STARTED:
+            return True
+        self.emit(Complete(ident, f"{why}: its work is in trunk; completing the issue"))
+        return True
+
     def zombie(self, ident: str) -> None:
-        ws = self.world.workspaces.get(ident)
-        why = f"{ident} is completed but its worker is still running"
-        if ws is None:
-            self.emit(Kill(ident, f"{why}: closing its window"))
-        elif self.trunk_red or ws.conflicted:
-            waits = "trunk is red" if self.trunk_red else "it conflicts with trunk"
-            self.emit(Kill(ident, f"{why}: closing its window; its change waits ({waits})"))
-        else:
-            self.merge_chain(ident, ws, why, has_window=True)
+        """A person completed the issue while its worker ran: their word wins. The worker
+        is stopped and its unfinished change kept, unmerged (``keep_unmerged``)."""
+        self.emit(Stop(ident, f"{ident} was completed by a person while its worker was "
+                              "running: stopping its worker", cause="state",
+                       why=PERSONS_DONE))
+        self.keep_unmerged(ident)
+
+    def keep_unmerged(self, ident: str) -> None:
+        """Put the workspace of an issue a person completed while it was worked on away,
+        its change kept under its bookmark, with a comment naming how to merge it."""
+        if ident not in self.world.workspaces:
+            return
+        why = f"{ident} was completed by a person while its worker was running"
+        mark = f"[ralph-dev] {ident} completed while its worker ran"
+        trunk = self.settings.trunk
+        self.emit(Tell(ident, f"{why}: telling them where its unfinished change is", mark=mark,
+                       comment=f"{mark}: its worker was stopped and its change was not merged; "
+                               f"it is kept under the bookmark ralph/{ident}. To merge it as "
+                               f"it is: `jj rebase -b ralph/{ident} -d {trunk} && jj bookmark "
+                               f"set {trunk} -r ralph/{ident}`; or move the issue back to a "
+                               "started state and ralph-dev goes on with it."))
+        self.emit(Forget(ident, f"{why}: putting its workspace away; its change stays under "
+                                f"the bookmark ralph/{ident}", keep_bookmark=True))
 
     def finished(self, ident: str, issue: Issue) -> None:
         """Completed, no done marker, no live window: merge/forget what is left."""
@@ -248,6 +301,12 @@ class Decider:
         ws = w.workspaces.get(ident)
         has_window = ident in w.windows
         why = f"{ident} is completed"
+        rec = w.records.get(ident)
+        if rec is not None and rec.lost == f"{STOPPED}{PERSONS_DONE}":
+            if has_window:
+                self.emit(Kill(ident, f"{why}: closing its dead window"))
+            self.keep_unmerged(ident)  # its worker was stopped by that Done: not its work
+            return
         if ws is None:
             if has_window:
                 self.emit(Kill(ident, f"{why}: closing its dead window"))
@@ -368,9 +427,22 @@ class Decider:
             self.resume(ident)
             return
         if w.held(ident):
+            rec = w.records.get(ident)
+            if live and not (rec is not None and rec.blocked):  # not a worker's own question
+                label = next(name for name in (self.settings.labels.hold,
+                                               self.settings.labels.user_input_needed)
+                             if w.has(ident, name))
+                self.emit(Stop(ident, f"{ident} is held ({label}): stopping its worker; its "
+                                      "workspace and session are kept", cause="hold",
+                               why=f"a person put the issue on hold (the label {label})"))
             return  # held: a person has to answer first; never nudge or respawn
         if windows and not live:
             self.reap(ident, windows)
+            return
+        if live and issue.state_type not in ACTIVE:  # a person's "not now"
+            self.emit(Stop(ident, f"{ident} was moved to {issue.state_name!r}: stopping its "
+                                  "worker; its workspace and session are kept", cause="state",
+                           why=f"a person moved the issue to {issue.state_name!r}"))
             return
         if live:
             self.live_worker(ident, issue)
