@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 from conftest import retry_until
-from test_claude_smoke import World, claude_bin, diagnostics, spawn, world  # noqa: F401
+from test_claude_smoke import (  # noqa: F401
+    World,
+    claude_bin,
+    diagnostics,
+    reported_done,
+    spawn,
+    world,
+)
 
 from ralph_dev.core.model import NewIssue, Role, StateType
 from ralph_dev.devtools.scripted_model import (
@@ -76,8 +83,8 @@ def test_a_worker_writes_only_its_workspace(world: World, outside: Path,  # noqa
     with FakeAnthropic(brain) as api:
         _launch, workspace = spawn(world, api, issue, Role.EXECUTE, monkeypatch)
         try:
-            retry_until(lambda: world.tracker.get_sync(issue).state_type is StateType.COMPLETED,
-                        timeout=90, interval=0.5, what=f"{issue} Done")
+            retry_until(lambda: reported_done(world, issue),
+                        timeout=90, interval=0.5, what=f"{issue} reported done")
         except AssertionError as exc:
             raise AssertionError(f"{exc}{diagnostics(world, api, issue)}") from None
         results = "\n".join(tool_results(api.main_messages()[-1]))
