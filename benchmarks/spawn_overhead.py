@@ -37,8 +37,8 @@ def main() -> None:
     from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.tmux import Tmux
     from ralph_dev.adapters.tracker import open_tracker
+    from ralph_dev.agent.launch import build_launch
     from ralph_dev.control.controller import Controller
-    from ralph_dev.control.wiring import launcher_for
     from ralph_dev.core.actions import Spawn
     from ralph_dev.core.config import build_project
     from ralph_dev.core.model import NewIssue, Role
@@ -65,7 +65,7 @@ def main() -> None:
         tracker = open_tracker(settings)
         tmux.ensure_session(repo, {"PATH": os.environ["PATH"]})
         ctl = Controller(settings, tracker=tracker, tmux=tmux, jj=jj,
-                         launcher=launcher_for(settings),
+                         launcher=build_launch,
                          pull_requests=Gh(settings.merge.gh_bin, settings.repo),
                          store=StateStore(settings.paths))
 

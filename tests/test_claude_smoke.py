@@ -400,11 +400,11 @@ SENTINELS = {
 def controller_ticks(world: World, settings: Any) -> Callable[[], Any]:
     """One controller tick per call, the real controller on the world's parts."""
     from ralph_dev.adapters.gh import Gh
+    from ralph_dev.agent.launch import build_launch
     from ralph_dev.control.controller import Controller
-    from ralph_dev.control.wiring import launcher_for
 
     ctl = Controller(settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
-                     launcher=launcher_for(settings), pull_requests=Gh("gh", settings.repo),
+                     launcher=build_launch, pull_requests=Gh("gh", settings.repo),
                      store=world.store)
     return lambda: asyncio.run(ctl.tick())
 

@@ -21,9 +21,9 @@ from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
+from ralph_dev.agent.launch import build_launch
 from ralph_dev.control.controller import Controller
 from ralph_dev.control.loop import controller_lock
-from ralph_dev.control.wiring import launcher_for
 from ralph_dev.core.config import load_project
 from ralph_dev.core.errors import TrackerUnavailable
 from ralph_dev.core.model import Issue
@@ -64,7 +64,7 @@ def in_process(swarm: Swarm, monkeypatch: pytest.MonkeyPatch):
     tmux.ensure_session(swarm.repo, {"PATH": os.environ["PATH"]})
     tracker = FlakyTracker(open_tracker(settings))
     ctl = Controller(settings, tracker=tracker, tmux=tmux, jj=JjRepository.from_settings(settings),
-                     launcher=launcher_for(settings),
+                     launcher=build_launch,
                      pull_requests=Gh(settings.merge.gh_bin, settings.repo),
                      store=StateStore(settings.paths))
     return ctl, tracker

@@ -28,9 +28,9 @@ from test_worker import Project, make_project
 from ralph_dev.adapters.gh import Gh
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.writebacks import WriteBackItem
+from ralph_dev.agent.launch import build_launch
 from ralph_dev.control.controller import Controller
 from ralph_dev.control.observe import observe
-from ralph_dev.control.wiring import launcher_for
 from ralph_dev.core.actions import (
     SWARM,
     Action,
@@ -99,7 +99,7 @@ def world(xdg: Path, jj_bin: str, tmux_socket: str) -> Iterator[World]:
     tmux = Tmux.from_settings(settings)
     tmux.ensure_session(project.jj.cli.repo, {"PATH": os.environ["PATH"]})
     ctl = Controller(settings, tracker=project.tracker, tmux=tmux, jj=project.jj,
-                     launcher=launcher_for(settings),
+                     launcher=build_launch,
                      pull_requests=Gh(settings.merge.gh_bin, settings.repo),
                      store=project.store, clock=lambda: NOW)
     yield World(project, ctl, tmux)

@@ -29,9 +29,8 @@ from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
 from ralph_dev.adapters.tracker.linear.errors import LinearAuthError
-from ralph_dev.agent.launch import check_agent
+from ralph_dev.agent.launch import build_launch, check_agent
 from ralph_dev.control.controller import Controller
-from ralph_dev.control.wiring import launcher_for
 from ralph_dev.core.config import ProjectSettings, load_project
 from ralph_dev.core.errors import TrackerUnavailable
 
@@ -53,10 +52,10 @@ def in_process(swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> Controller:
     tmux = Tmux.from_settings(settings)
     tmux.ensure_session(swarm.repo, {"PATH": os.environ["PATH"]})
     return Controller(settings, tracker=open_tracker(settings), tmux=tmux,
-                      jj=JjRepository.from_settings(settings), launcher=launcher_for(settings),
+                      jj=JjRepository.from_settings(settings), launcher=build_launch,
                       pull_requests=Gh(settings.merge.gh_bin, settings.repo),
                       store=StateStore(settings.paths),
-                      agent_check=lambda: check_agent(settings))
+                      agent_check=check_agent)
 
 
 def tick(ctl: Controller) -> Any:

@@ -116,6 +116,8 @@ def _raise_every_cause(store: StateStore) -> None:
     store.append_event("swarm_paused", cause="usage_limit", reason="usage limit until 14:00")
     store.append_event("budget_breaker", reason="daily budget of $20 spent")
     store.append_event("merge", issue="DEMO-2", reason="DEMO-2: worker reported done")
+    store.append_event("config_invalid", file="config.toml",
+                       error="projects.demo.limits.max_workers: expected an integer")
 
 
 async def test_every_cause_is_told_once_and_repeats_are_not(
@@ -130,9 +132,9 @@ async def test_every_cause_is_told_once_and_repeats_are_not(
     with caplog.at_level(logging.DEBUG):
         sent = await notifier.poll()
     told = {c.name for c in CAUSES}
-    assert sent == len(told) == 7
+    assert sent == len(told) == 8
     titles = [m["title"] for m in receiver.messages]
-    assert len(titles) == 7 and all(t.startswith("ralph-dev demo: ") for t in titles)
+    assert len(titles) == 8 and all(t.startswith("ralph-dev demo: ") for t in titles)
     assert "ralph-dev demo: DEMO-1 needs you" in titles
     assert "ralph-dev demo: the swarm paused: usage_limit" in titles
     held = next(m for m in receiver.messages if "DEMO-1 needs you" in m["title"])
@@ -155,7 +157,7 @@ async def test_every_cause_is_told_once_and_repeats_are_not(
         store.append_event("trunk_green", commit="abc")
         store.append_event("trunk_red", issue="DEMO-2", exit_code=2)
     assert await notifier.poll() == 0
-    assert len(receiver.messages) == 7
+    assert len(receiver.messages) == 8
     suppressed = [e for e in store.iter_events() if e["event"] == "notify_suppressed"]
     assert suppressed and all("flapping" in e["reason"] for e in suppressed)
 

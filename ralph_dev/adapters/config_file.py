@@ -7,15 +7,21 @@ write is atomic and refuses to replace a table without ``--force``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ralph_dev.adapters.files import atomic_write_text
-from ralph_dev.core.config import ProjectSettings, project_names
+from ralph_dev.core.config import (
+    ProjectSettings,
+    project_from_table,
+    project_names,
+    read_config_file,
+)
 from ralph_dev.core.errors import ConfigError
-from ralph_dev.core.paths import config_file
+from ralph_dev.core.paths import ProjectPaths, config_file
 
 
 def project_table(settings: ProjectSettings) -> dict[str, Any]:
@@ -88,3 +94,26 @@ def write_project(
     projects[settings.name] = project_table(settings)
     atomic_write_text(path, tomlkit.dumps(doc))
     return path
+
+
+LAST_GOOD = "config.last-good.json"
+"""In the project's state dir: its table as the controller last read it valid. While a
+person's edit leaves the file invalid, the swarm runs on it, and ``status`` shows it."""
+
+
+def remember_good(name: str, config_path: Path) -> None:
+    """Keep the project's table as the config file holds it now (it was just read valid)."""
+    table = read_config_file(config_path).get("projects", {}).get(name)
+    if isinstance(table, dict):
+        atomic_write_text(ProjectPaths(name).state_dir / LAST_GOOD,
+                          json.dumps(table, default=str) + "\n")
+
+
+def last_good(name: str, config_path: Path) -> ProjectSettings | None:
+    """The settings the swarm runs on while the config file is invalid (None: never read
+    valid by a controller)."""
+    try:
+        table = json.loads((ProjectPaths(name).state_dir / LAST_GOOD).read_text("utf-8"))
+        return project_from_table(name, table, config_path)
+    except (OSError, ValueError, ConfigError):
+        return None

@@ -157,18 +157,17 @@ class WorkerSetupCheck:
     runs again only when :func:`fingerprint` changed or its answer is older than
     ``recheck_ok`` seconds (``recheck_failing`` while it fails)."""
 
-    def __init__(self, settings: ProjectSettings, *, recheck_ok: float = 300.0,
-                 recheck_failing: float = 30.0,
+    def __init__(self, *, recheck_ok: float = 300.0, recheck_failing: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.settings = settings
         self.recheck_ok = recheck_ok
         self.recheck_failing = recheck_failing
         self.clock = clock
         self._last: tuple[Fingerprint, float, AgentError | None] | None = None
 
-    def __call__(self) -> None:
-        program = agent_program(self.settings)
-        seen = fingerprint(self.settings, program)
+    def __call__(self, settings: ProjectSettings) -> None:
+        """Checked with the settings in force (a config edit may change the agent)."""
+        program = agent_program(settings)
+        seen = fingerprint(settings, program)
         now = self.clock()
         if self._last is not None:
             last_seen, at, error = self._last
@@ -178,7 +177,7 @@ class WorkerSetupCheck:
                     raise error
                 return
         try:
-            try_worker_sandbox(self.settings)
+            try_worker_sandbox(settings)
         except AgentError as exc:
             self._last = (seen, now, exc)
             raise

@@ -18,7 +18,7 @@ import click
 
 from ralph_dev import __version__
 from ralph_dev.core.config import ProjectSettings, load_project, project_names
-from ralph_dev.core.errors import ConfigError, RalphError
+from ralph_dev.core.errors import ConfigError, RalphError, UnknownProject
 from ralph_dev.core.model import check_identifier
 from ralph_dev.core.paths import check_project_name, config_file
 from ralph_dev.core.text import for_terminal, terminal_line
@@ -34,6 +34,50 @@ class CliContext:
 
     def project(self, name: str, overrides: dict[str, Any] | None = None) -> ProjectSettings:
         return load_project(name, overrides, path=self.config_path)
+
+    def project_as_running(self, name: str) -> tuple[ProjectSettings, str | None]:
+        """The project's settings, and the config's problem when the file is invalid now:
+        then the last good settings the swarm runs on (``status`` still shows it all)."""
+        try:
+            return self.project(name), None
+        except UnknownProject:
+            raise
+        except ConfigError as exc:
+            from ralph_dev.adapters.config_file import last_good
+
+            settings = last_good(name, self.config_path)
+            if settings is None:
+                raise
+            return settings, str(exc)
+
+    def project_when_valid(self, name: str, wait: float = 2.0) -> ProjectSettings:
+        """The project's settings; while the config is invalid, say so (the events, and a
+        heartbeat ``status`` and the daemon read) and wait for a person's fix, instead of
+        exiting into a crash loop. What the controller and the service's daemon start with."""
+        import time
+
+        from ralph_dev.adapters.config_file import remember_good
+        from ralph_dev.adapters.store import StateStore
+        from ralph_dev.core.paths import ProjectPaths
+
+        said = None
+        while True:
+            try:
+                settings = self.project(name)
+            except UnknownProject:
+                raise
+            except ConfigError as exc:
+                store = StateStore(ProjectPaths(name))
+                if str(exc) != said:
+                    said = str(exc)
+                    store.append_event("config_invalid", file=str(self.config_path),
+                                       error=said, why="waiting for a fix to start")
+                store.write_heartbeat(tick=0, config_error=said, acting="waiting for a "
+                                                                         "valid config")
+                time.sleep(wait)
+                continue
+            remember_good(name, self.config_path)
+            return settings
 
     def project_for_issue(self, identifier: str) -> ProjectSettings:
         """The configured project whose issues carry ``identifier``'s key: the local

@@ -50,10 +50,13 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
     names = [project] if project else project_names(cli.config_path)
     if not names:
         raise ConfigError("no projects configured yet: run `ralph-dev init PROJECT --repo PATH`")
-    settings = [cli.project(name) for name in names]
+    loaded = [cli.project_as_running(name) for name in names]
+    settings = [s for s, _ in loaded]
+    errors = {s.name: error for s, error in loaded}
 
     async def documents(sources: list[StateSources]) -> list[dict[str, Any]]:
-        return [await snapshot(s.settings, events=n_events, sources=s) for s in sources]
+        return [await snapshot(s.settings, events=n_events, sources=s,
+                               config_error=errors[s.settings.name]) for s in sources]
 
     def shown(docs: list[dict[str, Any]]) -> str:
         return "\n\n".join(render(d, login=login_url(s.paths)) for d, s in zip(docs, settings,

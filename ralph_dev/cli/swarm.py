@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from typing import Any
 
@@ -11,7 +13,7 @@ import click
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, project_argument, run
 from ralph_dev.core.actions import Action, Plan, Restart, Spawn
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.errors import RalphError
+from ralph_dev.core.errors import ConfigError, RalphError
 from ralph_dev.core.model import Workspace, worker_windows
 from ralph_dev.core.ports import WorkspaceLister
 from ralph_dev.core.text import terminal_line
@@ -29,13 +31,39 @@ def controller(cli: CliContext, project: str, once: bool) -> None:
     from ralph_dev.control.loop import controller_lock, run_with_webhooks
     from ralph_dev.control.wiring import controller_for
 
-    settings = cli.project(project)
+    settings = cli.project_when_valid(project)
     logs.configure("INFO", json_file=settings.paths.logs_dir / "controller.jsonl")
     structlog.contextvars.bind_contextvars(project=project)
     with controller_lock(settings.paths.controller_lock):
         ctl = controller_for(settings)
         # with tracker.webhook_port set, a Linear webhook listener wakes the tick early
         run(run_with_webhooks(ctl, max_ticks=1 if once else None))
+
+
+@main.command()
+@project_argument
+@pass_ctx
+def reload(cli: CliContext, project: str) -> None:
+    """Read PROJECT's config again now (the controller also notices an edit by itself
+    within a tick); an invalid file is refused and the last good config keeps running."""
+    from ralph_dev.adapters.processes import lock_holder
+    from ralph_dev.adapters.store import StateStore
+    from ralph_dev.adapters.wake import poke
+    from ralph_dev.control.config_watch import request_reload
+
+    settings, error = cli.project_as_running(project)
+    if error is not None:
+        raise ConfigError(f"{error}\nNothing was reloaded: the swarm goes on with the last "
+                          "good config; fix the file and run this again")
+    store = StateStore(settings.paths)
+    request_reload(store)
+    daemon = lock_holder(settings.paths.daemon_pid)
+    if daemon and daemon > 0:
+        os.kill(daemon, signal.SIGHUP)  # the daemon's own settings (notifications)
+    told = poke(store)
+    click.echo(f"asked {project}'s controller to read {cli.config_path} again"
+               + ("" if told else " (it is not running: it reads it when it starts)")
+               + "; `ralph-dev events` shows what changed.")
 
 
 @main.command()
@@ -49,7 +77,8 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
     from ralph_dev.control.daemon import Daemon
     from ralph_dev.control.wiring import jj_for, tmux_for
 
-    settings = cli.project(project)
+    # a service's daemon waits for a fixed config; a person at `start` is told at once
+    settings = cli.project_when_valid(project) if foreground else cli.project(project)
     jj_for(settings).trunk.check_repo()
     if not foreground:
         # a person is here to read why: every worker would fail the same way. (A service

@@ -330,7 +330,7 @@ class Actuator:
             await self.tracker.set_state(action.issue, type=StateType.STARTED)
         worker_dir = self.dirs.prepare(issue, action.role, workspace, action.attempt)
         await self.server.listen(self.dirs.names())
-        launch = self.launcher(issue, action.role, workspace,
+        launch = self.launcher(self.settings, issue, action.role, workspace,
                                action.model or self.settings.agent.model,
                                attempt=action.attempt, feedback=human_feedback(issue),
                                resume_session=resume, worker_dir=worker_dir,

@@ -21,10 +21,12 @@ from datetime import datetime
 
 import structlog
 
+from ralph_dev.adapters.config_file import remember_good
 from ralph_dev.adapters.mailbox_server import MailboxServer
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.writebacks import WriteBackQueue
 from ralph_dev.control.act import Actuator
+from ralph_dev.control.config_watch import ConfigWatch
 from ralph_dev.control.costs import Spending
 from ralph_dev.control.intake import Intake
 from ralph_dev.control.merging import MergeLane
@@ -119,6 +121,35 @@ class Controller:
                                  writebacks=self.writebacks, clock=clock, beat=self._beat_while,
                                  acted_on=self.tripwires.controller_acted)
         self.intake.write_now = self._write_now
+        self.config = ConfigWatch(settings.name, config_file(), self.store)
+
+    def apply_settings(self, settings: ProjectSettings) -> None:
+        """Run with ``settings`` from now on: every part reads them from the next tick."""
+        self.settings = settings
+        for part in (self.dirs, self.intake, self.merges, self.tripwires, self.observer,
+                     self.observer.spending, self.actuator, self.actuator.writer):
+            part.settings = settings
+        self.observer.config_loaded_at = self.clock()
+
+    def _read_config(self) -> None:
+        """A person's edit of the config applies from this tick (``control.config_watch``);
+        an invalid one is said once and changes nothing."""
+        reloaded = self.config.check(self.settings)
+        if reloaded is None:
+            return
+        if reloaded.settings is None:
+            log.error("config_invalid", error=reloaded.error)
+            self.store.append_event("config_invalid", file=str(self.config.path),
+                                    error=reloaded.error,
+                                    why="the last good config keeps running")
+            return
+        self.apply_settings(reloaded.settings)
+        remember_good(self.settings.name, self.config.path)
+        self.store.append_event("config_reloaded", file=str(self.config.path),
+                                changed=reloaded.changed,
+                                restart_needed=reloaded.restart_needed)
+        log.info("config_reloaded", changed=reloaded.changed,
+                 restart_needed=reloaded.restart_needed)
 
     async def _write_now(self, report: str) -> str | None:
         """A report just accepted: its tracker writes now, when ``decide``'s rule says
@@ -135,7 +166,8 @@ class Controller:
     def _beat_while(self, acting: str) -> None:
         # the whole beat, not a part of it: /metrics reads tick_seconds from the file
         self.store.write_heartbeat(tick=self.tick_number, acting=acting,
-                                   tick_seconds=self.tick_seconds.as_json())
+                                   tick_seconds=self.tick_seconds.as_json(),
+                                   config_error=self.config.error)
 
     # -- tick ---------------------------------------------------------------------------
 
@@ -144,6 +176,7 @@ class Controller:
         started = time.monotonic()
         structlog.contextvars.bind_contextvars(tick=self.tick_number)
         try:
+            self._read_config()
             await self.server.listen(self.dirs.names())
             await self.intake.accept_all()  # reports written while we were busy or stopped
             observed = await self.observer.observe()
@@ -172,4 +205,5 @@ class Controller:
             tracker_usage=self.tracker.usage(),
             acting=acting,
             tick_seconds=self.tick_seconds.as_json(),
+            config_error=self.config.error,
         )

@@ -18,6 +18,7 @@ import subprocess
 import threading
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -31,13 +32,18 @@ from ralph_dev.adapters.processes import (
 )
 from ralph_dev.adapters.sd_notify import SystemdNotifier
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
+from ralph_dev.adapters.wake import poke
 from ralph_dev.agent.launch import launch_via_spec
 from ralph_dev.agent.supervisor import start_supervisor
+from ralph_dev.control.config_watch import ConfigWatch, request_reload
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import controller_environment, public_env
 from ralph_dev.core.model import CONTROLLER_WINDOW, Window
 from ralph_dev.core.paths import config_file
 from ralph_dev.core.ports import Session
+
+if TYPE_CHECKING:
+    from ralph_dev.control.daemon_services import DaemonServices
 
 log = structlog.get_logger(__name__)
 
@@ -84,6 +90,9 @@ class Daemon:
         self._supervisor: subprocess.Popen[bytes] | None = None
         self.notifier = SystemdNotifier()
         """systemd's Type=notify/WatchdogSec: ready once up, fed by each health check."""
+        self.config = ConfigWatch(settings.name, config_file(), self.store, requests=False)
+        """The daemon's own look at the config (the controller says what changed)."""
+        self.services: DaemonServices | None = None
 
     # -- controller window --------------------------------------------------
 
@@ -105,7 +114,9 @@ class Daemon:
                                 lost_workers=lost)
         log.info("session_created", lost_workers=lost)
 
-    def start_controller(self, reason: str) -> None:
+    def start_controller(self, reason: str, *, planned: bool = False) -> None:
+        """``planned``: a person's start (the daemon's own start, a service restart), not
+        a crash: it does not count toward the crash-loop limit."""
         with self._controller_change:
             # SIGTERM first: let it finish its action; a frozen one is killed. So is one
             # that holds the lock without a window: either would make a new controller
@@ -119,9 +130,9 @@ class Daemon:
             if self.stopping.is_set():  # stopped while the old one was ending: no new one
                 log.info("controller_start_skipped", reason="the daemon is stopping")
                 return
-            self._open_controller(reason)
+            self._open_controller(reason, planned=planned)
 
-    def _open_controller(self, reason: str) -> None:
+    def _open_controller(self, reason: str, *, planned: bool) -> None:
         launch = launch_via_spec(
             ralph_command("controller", self.settings.name),
             child_environment(self.settings, {"RALPH_DEV_PROJECT": self.settings.name}),
@@ -140,8 +151,9 @@ class Daemon:
             launch.discard_secrets()
             raise
         self.started_controller_at = utcnow()
-        self._record_restart()
-        self.store.append_event("controller_start", reason=reason)
+        if not planned:
+            self._record_restart()
+        self.store.append_event("controller_start", reason=reason, planned=planned)
         log.info("controller_start", reason=reason)
 
     def controller_health(self) -> tuple[bool, str]:
@@ -189,8 +201,22 @@ class Daemon:
 
     # -- health loop --------------------------------------------------------
 
+    def request_reload(self) -> None:
+        """SIGHUP (``systemctl --user reload``, ``ralph-dev reload``): the controller reads
+        the config at once, and so does the daemon (notifications, timing)."""
+        request_reload(self.store)
+        poke(self.store)
+        self._read_config(force=True)
+
+    def _read_config(self, *, force: bool = False) -> None:
+        reloaded = self.config.check(self.settings, force=force)
+        if reloaded is not None and reloaded.settings is not None:
+            self.settings = reloaded.settings
+            if self.services is not None:
+                self.services.apply_settings(reloaded.settings)
+
     def request_stop(self) -> None:
-        """SIGTERM, SIGINT, SIGHUP: stop the loop, and any restart under way with it."""
+        """SIGTERM, SIGINT: stop the loop, and any restart under way with it."""
         self.stopping.set()
         self.stop_event.set()
 
@@ -206,6 +232,7 @@ class Daemon:
 
     async def _health_check(self) -> None:
         self.notifier.alive()  # a hung loop skips this, and systemd restarts the daemon
+        self._read_config()
         if self._supervisor is not None:
             self._supervisor.poll()  # reap a finished supervisor (no zombie)
         try:
@@ -248,22 +275,25 @@ class Daemon:
     async def run(self) -> None:
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-        from ralph_dev.control.daemon_services import DaemonServices
-
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, self.request_reload)  # systemd's reload
         with daemon_lock(self.store.paths.daemon_pid):
             self.store.append_event("daemon_started", pid=os.getpid())
             scheduler = AsyncIOScheduler(job_defaults={"max_instances": 1, "coalesce": True})
             # dashboard, state API, metrics and notifications, beside the health loop
-            services = DaemonServices(self.settings, self.store, self.tmux)
+            from ralph_dev.control.daemon_services import DaemonServices
+
+            self.services = services = DaemonServices(self.settings, self.store, self.tmux)
             try:
                 await asyncio.to_thread(self.ensure_session)
                 healthy, why = await asyncio.to_thread(self.controller_health)
                 if not healthy or not any(w.alive for w in self.controller_windows()):
-                    await asyncio.to_thread(self.start_controller, f"daemon start: {why}")
+                    await asyncio.to_thread(self.start_controller, f"daemon start: {why}",
+                                            planned=True)
                 else:
                     self.started_controller_at = utcnow()  # its heartbeat is watched from now
                     self.store.append_event("controller_adopted", reason=why)

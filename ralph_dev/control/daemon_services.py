@@ -97,8 +97,19 @@ class DaemonServices:
         self.web: Any = None
         self.notifier: Any = None
         self.url: str | None = None
+        self.started = False
 
     # -- life -------------------------------------------------------------------------
+
+    def apply_settings(self, settings: ProjectSettings) -> None:
+        """A config edit the daemon takes live (notifications, thresholds); the dashboard's
+        own settings wait for a restart (``core.config.RESTART_NEEDED``)."""
+        self.settings = settings
+        self.sources.settings = settings
+        if self.notifier is not None:
+            self.notifier.settings = settings
+        elif self.started:
+            self._start_notifier()  # notifications were just set up
 
     async def start(self) -> None:
         """Start what is configured; a part that cannot start is reported and skipped."""
@@ -106,6 +117,7 @@ class DaemonServices:
         self._every(PUSH_INTERVAL, self.push_state, "push_failed")
         await self._start_web()
         self._start_notifier()
+        self.started = True
 
     async def stop(self) -> None:
         self._stop.set()

@@ -69,6 +69,11 @@ CAUSES: tuple[Cause, ...] = (
           "{issue}: {issue_title}\n\n{question}\n\nAnswer on the issue, then add the label "
           "{feedback_label}.",
           cleared_by=frozenset({"resume", "relayfeedback", "spawn", "restart"}), per="issue"),
+    Cause("config", frozenset({"config_invalid"}),
+          "the config is invalid: the swarm runs on the last good one",
+          "{file}: {error}\n\nThe swarm goes on with the last good config; fix the file and "
+          "it is read again at once.",
+          cleared_by=frozenset({"config_reloaded"})),
     Cause("trunk_red", frozenset({"trunk_red"}), "trunk is red: merges are paused",
           "After merging {issue}, the verify command failed on {trunk} (exit {exit_code}). "
           "Merges wait until {trunk} passes again: fix it, and ralph-dev verifies it again "

@@ -38,7 +38,7 @@ from ralph_dev.core.renumber import keep_local_names, local_aliases
 
 log = structlog.get_logger(__name__)
 
-SetupCheck = Callable[[], None]
+SetupCheck = Callable[[ProjectSettings], None]
 """Raises a :class:`RalphError` naming the problem and its fix when workers cannot start
 (``agent.probe.WorkerSetupCheck``: the agent program, and a real probe in a worker's
 sandbox)."""
@@ -177,7 +177,7 @@ class Observer:
         if self.setup_check is None:
             return None
         try:
-            self.setup_check()
+            self.setup_check(self.settings)
         except RalphError as exc:
             return str(exc)
         return None

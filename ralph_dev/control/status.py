@@ -108,19 +108,21 @@ def tracker_ttl(settings: ProjectSettings) -> float:
 
 
 async def snapshot(settings: ProjectSettings, *, events: int = 10,
-                   sources: StateSources | None = None) -> dict[str, Any]:
-    """The state document (``schema_version`` 1) for one project."""
+                   sources: StateSources | None = None,
+                   config_error: str | None = None) -> dict[str, Any]:
+    """The state document (``schema_version`` 1) for one project. ``config_error``: the
+    config file cannot be read now (``settings`` are the last good ones)."""
     own = sources is None
     sources = sources or StateSources(settings)
     try:
-        return await _document(settings, sources, events)
+        return await _document(settings, sources, events, config_error)
     finally:
         if own:
             await sources.close()
 
 
 async def _document(settings: ProjectSettings, sources: StateSources,
-                    n_events: int) -> dict[str, Any]:
+                    n_events: int, config_error: str | None = None) -> dict[str, Any]:
     from ralph_dev.core.decide import COLUMNS, issue_columns
 
     store = sources.store
@@ -171,7 +173,13 @@ async def _document(settings: ProjectSettings, sources: StateSources,
         "disk": await asyncio.to_thread(workspace_sizes, settings),
         "events": store.recent_events(n_events),
     }
-    document["needs_you"] = _needs_you(settings, document)
+    needs_you = _needs_you(settings, document)
+    config_error = config_error or (beat or {}).get("config_error")
+    if config_error:  # first: everything else runs on the last good config meanwhile
+        needs_you.insert(0, {"kind": "config", "message": (
+            f"ralph-dev's config is invalid: {config_error}; the swarm goes on with the "
+            "last good config until the file is fixed (it is read again at once)")})
+    document["needs_you"] = needs_you
     return document
 
 

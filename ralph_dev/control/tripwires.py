@@ -7,9 +7,8 @@ unconfined (``agent.sandbox = "off"``) one of them may have done it, and nothing
 which: every issue whose worker was live is held for a person, with the files in the
 comment, and its worker stopped (its work stays in its workspace). Under the sandbox
 no worker can write there, so the change was a person's: the event only. With no
-worker live at this check or the last, it was a person's too: nothing is said. A
-changed config also says that the running controller still uses the config it started
-with.
+worker live at this check or the last, it was a person's too: nothing is said. (A
+person's config edit is read and applied by the controller too: ``control.config_watch``.)
 
 Other workers' workspaces are watched while their issue has no live worker (done and
 waiting for its merge, waiting for a slot): nothing but the controller may change them

@@ -7,8 +7,6 @@ provides them.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ralph_dev.adapters.gh import Gh
 from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.store import StateStore
@@ -18,8 +16,7 @@ from ralph_dev.agent.launch import build_launch
 from ralph_dev.agent.probe import WorkerSetupCheck
 from ralph_dev.control.controller import Controller
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.model import Issue, Launch, Role
-from ralph_dev.core.ports import AgentLauncher, PullRequests, Repository, Session
+from ralph_dev.core.ports import PullRequests, Repository, Session
 
 
 def tmux_for(settings: ProjectSettings) -> Tmux:
@@ -28,21 +25,6 @@ def tmux_for(settings: ProjectSettings) -> Tmux:
 
 def jj_for(settings: ProjectSettings) -> JjRepository:
     return JjRepository.from_settings(settings)
-
-
-def launcher_for(settings: ProjectSettings) -> AgentLauncher:
-    """The project's agent runner (``agent.runner``), bound to its settings."""
-
-    def launch(issue: Issue, role: Role, workspace: Path, model: str, *, attempt: int,
-               worker_dir: Path, feedback: str | None = None,
-               resume_session: str | None = None, sent_back: str | None = None,
-               stopped: str | None = None) -> Launch:
-        return build_launch(settings, issue, role, workspace, model, attempt=attempt,
-                            worker_dir=worker_dir, feedback=feedback,
-                            resume_session=resume_session, sent_back=sent_back,
-                            stopped=stopped)
-
-    return launch
 
 
 def controller_for(settings: ProjectSettings) -> Controller:
@@ -54,8 +36,8 @@ def controller_for(settings: ProjectSettings) -> Controller:
         tracker=open_tracker(settings),
         tmux=session,
         jj=repository,
-        launcher=launcher_for(settings),
+        launcher=build_launch,
         pull_requests=pull_requests,
         store=StateStore(settings.paths),
-        agent_check=WorkerSetupCheck(settings),
+        agent_check=WorkerSetupCheck(),
     )

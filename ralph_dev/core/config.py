@@ -424,7 +424,15 @@ def load_project(
             f"unknown project {name!r} (configured in {path}: {known}); "
             f"create it with: ralph-dev init {name} --repo PATH"
         )
-    raw = projects[name]
+    return project_from_table(name, projects[name], path, overrides, environ)
+
+
+def project_from_table(name: str, raw: Any, path: Path,
+                       overrides: Mapping[str, Any] | None = None,
+                       environ: Mapping[str, str] | None = None) -> ProjectSettings:
+    """Settings from a project's table as the file holds it (``path`` names the file in
+    errors), with the environment's and the command line's overrides applied."""
+    environ = os.environ if environ is None else environ
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: projects.{name}: expected a table")
     merged: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
@@ -459,3 +467,33 @@ def build_project(name: str, raw: Mapping[str, Any]) -> ProjectSettings:
     return settings
 
 
+
+
+RESTART_NEEDED = ("repo", "trunk", "workspace_root", "tmux_socket", "tracker", "web")
+"""Settings a running swarm cannot take live: they name the repository, the tracker and
+its client, the tmux server and the dashboard's socket that the running processes hold.
+Everything else (limits, timing, labels, agent and models, merge, hooks, budgets,
+notifications, grooming, patterns, verify) applies from the next tick."""
+
+
+def changed_settings(old: object, new: object, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two settings (nested tables compared
+    key by key), in declaration order."""
+    if not (dataclasses.is_dataclass(old) and dataclasses.is_dataclass(new)):
+        return [] if old == new else [prefix]
+    out: list[str] = []
+    for f in dataclasses.fields(old):
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        out += changed_settings(getattr(old, f.name), getattr(new, f.name), key)
+    return out
+
+
+def live_settings(running: ProjectSettings, new: ProjectSettings
+                  ) -> tuple[ProjectSettings, list[str], list[str]]:
+    """What a running swarm takes from ``new``: (the settings to run with — ``new`` but
+    for what needs a restart, kept as it runs — the keys applied, the keys that wait
+    for a restart)."""
+    changed = changed_settings(running, new)
+    later = [k for k in changed if k.split(".")[0] in RESTART_NEEDED]
+    kept = {name: getattr(running, name) for name in RESTART_NEEDED}
+    return (dataclasses.replace(new, **kept), [k for k in changed if k not in later], later)

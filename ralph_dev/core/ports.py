@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import (
     Issue,
     Launch,
@@ -232,10 +233,11 @@ class Tracker(TrackerReader, TrackerWriter, Blockers, Protocol):
 
 
 class AgentLauncher(Protocol):
-    """Prepares one worker's agent: prompt, environment, and the window's argv."""
+    """Prepares one worker's agent: prompt, environment, and the window's argv, from the
+    settings in force when it starts (they change live)."""
 
-    def __call__(self, issue: Issue, role: Role, workspace: Path, model: str, *,
-                 attempt: int, worker_dir: Path, feedback: str | None = None,
+    def __call__(self, settings: ProjectSettings, issue: Issue, role: Role, workspace: Path,
+                 model: str, *, attempt: int, worker_dir: Path, feedback: str | None = None,
                  resume_session: str | None = None, sent_back: str | None = None,
                  stopped: str | None = None) -> Launch:
         """``sent_back``: the verify output its change failed with on top of trunk;
