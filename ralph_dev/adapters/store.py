@@ -335,6 +335,20 @@ class StateStore:
         data["time"] = from_iso(data["time"])
         return data
 
+    def write_waits(self, waits: Mapping[str, Any]) -> None:
+        """What each waiting issue waits on, as the controller's last plan said
+        (``waits.json``: ``status`` and the dashboard show it)."""
+        atomic_write_text(self.paths.state_dir / "waits.json",
+                          json.dumps(waits, default=str, sort_keys=True) + "\n")
+
+    def read_waits(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads((self.paths.state_dir / "waits.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return {k: v for k, v in data.items() if isinstance(v, dict)} \
+            if isinstance(data, dict) else {}
+
     def log_path(self, issue: str) -> Path:
         return self.paths.logs_dir / f"{check_identifier(issue)}.log"
 

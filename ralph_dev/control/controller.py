@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import structlog
 
@@ -122,6 +123,7 @@ class Controller:
                                  acted_on=self.tripwires.controller_acted)
         self.intake.write_now = self._write_now
         self.config = ConfigWatch(settings.name, config_file(), self.store)
+        self._waits: dict[str, Any] | None = None
 
     def apply_settings(self, settings: ProjectSettings) -> None:
         """Run with ``settings`` from now on: every part reads them from the next tick."""
@@ -183,6 +185,7 @@ class Controller:
             if observed.tracker_error is not None:
                 self.store.append_event("tracker_unavailable", error=observed.tracker_error)
             plan = decide(observed, self.settings, self.clock())
+            self._publish_waits(plan)
             result = TickResult(self.tick_number, plan, observed)
             result.failures = await self.actuator.carry_out(
                 plan, observed, stopping=lambda: self.stopping,
@@ -192,6 +195,14 @@ class Controller:
             return result
         finally:
             structlog.contextvars.unbind_contextvars("tick")
+
+    def _publish_waits(self, plan: Plan) -> None:
+        """What each issue the plan leaves alone waits on, for ``status`` and the
+        dashboard (written when it changes)."""
+        waits = {ident: wait.as_json() for ident, wait in sorted(plan.waits.items())}
+        if waits != self._waits:
+            self.store.write_waits(waits)
+            self._waits = waits
 
     def write_heartbeat(self, observed: Observed, plan: Plan, *,
                         acting: str | None = None) -> None:

@@ -133,6 +133,8 @@ class Intake:
         try:
             message, data = await self._apply(name, record.role, report)
         except (Refused, GroomRefused) as exc:
+            if report.kind == "done":  # the cause a person needs if the worker then stops
+                self.store.update_record(name, last_refusal=str(exc)[:500])
             return mailbox.Answer(report.id, False, str(exc))
         except (RalphError, OSError) as exc:
             log.warning("report_failed", issue=name, report=report.kind, error=str(exc))

@@ -138,13 +138,17 @@ async def _document(settings: ProjectSettings, sources: StateSources,
     if issues is not None:
         observed = Observed(issues=tuple(issues), windows=tuple(windows), records=records)
         columns = issue_columns(observed, settings)
+
+    live = {w.name for w in worker_windows(windows) if w.alive}
+    waits = store.read_waits()
+    for ident, (column, blocker) in list(columns.items()):
+        if column == "running" and ident not in live and ident in waits:
+            columns[ident] = ("waiting", blocker)  # started, but nobody on it: say why
     counts = dict.fromkeys(COLUMNS, 0)
     for column, _ in columns.values():
         counts[column] += 1
     counts["total"] = len(columns)
-
-    live = {w.name for w in worker_windows(windows) if w.alive}
-    board = _board(settings, by_id, columns, live, now)
+    board = _board(settings, by_id, columns, live, now, waits)
     workers = _workers(store, windows, records, by_id, now, spending.load(settings))
     controller = _controller(settings, windows, beat, now)
     trunk, merges = await _trunk(settings, sources)
@@ -208,7 +212,8 @@ def _item(issue: Issue) -> dict[str, Any]:
 
 def _board(settings: ProjectSettings, by_id: Mapping[str, Issue],
            columns: Mapping[str, tuple[str, str | None]], live: set[str],
-           now: datetime) -> dict[str, list[dict[str, Any]]]:
+           now: datetime, waits: Mapping[str, dict[str, Any]]
+           ) -> dict[str, list[dict[str, Any]]]:
     from ralph_dev.core.decide import COLUMNS, dispatch_key
 
     labels = settings.labels
@@ -220,6 +225,7 @@ def _board(settings: ProjectSettings, by_id: Mapping[str, Issue],
     for ident, (column, blocker) in columns.items():
         issue = by_id[ident]
         item = _item(issue)
+        item["wait"] = waits.get(ident) if column not in ("running", "done") else None
         if column == "held":
             item.update(_held(issue, labels.user_input_needed, labels.hold, now))
         elif column == "blocked":
@@ -230,7 +236,8 @@ def _board(settings: ProjectSettings, by_id: Mapping[str, Issue],
             item["has_worker"] = ident in live
         elif column == "waiting":
             kids = children.get(ident, 0) or len(issue.children)
-            item["why"] = (f"parent of {kids} sub-issue(s): done when they are" if kids
+            item["why"] = (item["wait"]["why"] if item["wait"] else
+                           f"parent of {kids} sub-issue(s): done when they are" if kids
                            else f"in state {issue.state_name!r}, which is not dispatched")
         elif column == "done":
             item["updated_at"] = to_iso(issue.updated_at)

@@ -100,6 +100,13 @@ def render(doc: Mapping[str, Any], *, login: str | None = None) -> str:
                      f"({terminal_line(item['why'])})")
     if len(on_hold) > ON_HOLD_SHOWN:
         lines.append(f"  on hold:    … and {len(on_hold) - ON_HOLD_SHOWN} more")
+    waiting = [i for column in ("waiting", "ready", "blocked") for i in doc["board"][column]
+               if i.get("wait")]
+    for item in waiting[:ON_HOLD_SHOWN]:
+        lines.append(f"  waits:      {item['identifier']}  {terminal_line(item['title'], 40)}  "
+                     f"({terminal_line(wait_text(item['wait']), 160)})")
+    if len(waiting) > ON_HOLD_SHOWN:
+        lines.append(f"  waits:      … and {len(waiting) - ON_HOLD_SHOWN} more")
     costs = doc["costs"]
     if costs["known"]:
         tokens = costs["tokens"] or {}
@@ -125,6 +132,14 @@ def render(doc: Mapping[str, Any], *, login: str | None = None) -> str:
         for event in doc["events"]:
             lines.append("    " + format_event(event))
     return for_terminal("\n".join(lines))
+
+
+def wait_text(wait: Mapping[str, Any]) -> str:
+    """What an issue waits on, in one line: the controller's reason, its due time, the
+    last error."""
+    until = f", until {local_time(wait['until'])}" if wait.get("until") else ""
+    last = f"; last error: {wait['last_error']}" if wait.get("last_error") else ""
+    return f"{wait['why']}{until}{last}"
 
 
 def _need_lines(need: Mapping[str, Any]) -> list[str]:

@@ -13,7 +13,8 @@ between ``decide`` and the actuator is code both run, not a table beside them.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 from typing import Any, ClassVar
@@ -86,7 +87,7 @@ def _started(role: Role, attempt: int, now: datetime) -> dict[str, Any]:
     """A worker's start: what every new start of an issue's worker resets."""
     return {"role": role, "attempts": attempt, "started_at": now, "done": False,
             "blocked": False, "nudged_at": None, "iterations": 0, "lost": None,
-            "hold_reason": None, "merged_at": None}
+            "hold_reason": None, "merged_at": None, "last_refusal": None}
 
 
 @dataclass(frozen=True)
@@ -256,8 +257,31 @@ class OpenGroom(Action):
 
 
 @dataclass(frozen=True)
+class Wait:
+    """Why ``decide`` does nothing for an issue now, said as a person reads it in
+    ``status``, the state document and the dashboard."""
+
+    kind: str
+    """``retry``, ``slot``, ``pause``, ``blocked``, ``held``, ``stopped``, ``merge`` or
+    ``tracker``."""
+    why: str
+    until: datetime | None = None
+    """When it is expected to end by itself (a retry's due time, a pause's end)."""
+    attempt: int | None = None
+    of: int | None = None
+    last_error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "why": self.why,
+                "until": self.until.isoformat() if self.until else None,
+                "attempt": self.attempt, "of": self.of, "last_error": self.last_error}
+
+
+@dataclass(frozen=True)
 class Plan:
     actions: tuple[Action, ...] = ()
+    waits: Mapping[str, Wait] = field(default_factory=dict)
+    """Each issue ``decide`` leaves alone this tick for a reason, with the reason."""
 
     def __bool__(self) -> bool:
         return bool(self.actions)

@@ -256,6 +256,10 @@ class WorkerRecord:
     """The agent's transcript file (Claude Code's SessionStart hook says where): it
     grows with every message, so activity is read from it, not from the pane, where
     a spinner keeps printing while a model call hangs."""
+    last_refusal: str | None = None
+    """What ``worker done`` last told this worker when it refused its report (a file jj
+    will not record, a failing verify): the cause a person needs if the worker then
+    stops without finishing."""
     hold_reason: str | None = None
     """A failure only a person can fix, or a hold whose tracker write failed: ``decide``
     holds the issue with this comment (once the hold is written, it is cleared)."""

@@ -81,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     if what == "fail":
         print("[demo agent] failing on purpose", flush=True)
         return 1
+    if what == "big-file":  # a change jj will not record: `worker done` refuses it
+        (workspace / "data").mkdir(exist_ok=True)
+        (workspace / "data" / "big.bin").write_bytes(b"x" * (2 * 2**20))
+        code = ralph("worker", "done", issue, "--summary", "Added the data file.")
+        print(f"[demo agent] worker done exited {code}; giving up", flush=True)
+        return 1
     if what == "hang" or (what == "hang-once" and attempt == 1):
         while True:  # silent: no output, so the controller sees it as stuck
             time.sleep(3600)

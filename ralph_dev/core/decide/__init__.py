@@ -79,4 +79,4 @@ def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan
     why = decider.groom_due()
     if why:
         decider.emit(OpenGroom(SWARM, f"opening a groom run: {why}"))
-    return Plan((*actions, *decider.actions))
+    return Plan((*actions, *decider.actions), waits=decider.waits)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 from ralph_dev.core.actions import (
     STOPPED,
@@ -23,6 +24,7 @@ from ralph_dev.core.actions import (
     Spawn,
     Stop,
     Tell,
+    Wait,
 )
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide.world import (
@@ -63,6 +65,8 @@ class Decider:
     pauses: tuple[Pause, ...] = ()
     """The pauses in force once this plan's pause rules are carried out."""
     actions: list[Action] = field(default_factory=list)
+    waits: dict[str, Wait] = field(default_factory=dict)
+    """Why each issue is left alone this tick (the first reason found)."""
     resolves: list[Candidate] = field(default_factory=list)
     orphans: list[Candidate] = field(default_factory=list)
     merged: bool = False
@@ -96,6 +100,14 @@ class Decider:
 
     def emit(self, *actions: Action) -> None:
         self.actions.extend(actions)
+
+    def wait(self, ident: str, kind: str, why: str, **figures: Any) -> None:
+        self.waits.setdefault(ident, Wait(kind, why, **figures))
+
+    def wait_paused(self, ident: str) -> None:
+        pause = self.pauses[0]
+        self.wait(ident, "pause", f"the swarm is paused ({pause.kind}): {pause.cause}",
+                  until=pause.until)
 
     def take_merge_slot(self) -> bool:
         """Merges run one at a time, in identifier order. When merges are verified (before
@@ -204,8 +216,11 @@ class Decider:
                 and issue.state_type not in ACTIVE:
             if has_window:
                 self.emit(Kill(ident, f"{ident}: worker reported done; closing its window"))
+            self.wait(ident, "stopped", f"done, but in {issue.state_name!r}: its change waits, "
+                                        "unmerged, until a person moves it back")
             return  # a person moved it out of the active states: its change waits, unmerged
         if self.trunk_red:
+            self.wait(ident, "merge", "done; trunk is red: merges wait until it is green")
             return  # trunk is red: nothing moves for done work until it is green again
         self.merge_chain(ident, ws, f"{ident}: worker reported done", has_window)
 
@@ -244,8 +259,15 @@ class Decider:
                 self.emit(Forget(ident, f"{why}: forgetting its workspace (merged)"))
             return
         if self.merge_backing_off(ident):
+            assert rec is not None and rec.merge_failed_at is not None
+            self.wait(ident, "merge", f"its merge failed {rec.merge_failures} time(s): tried "
+                                      "again after the backoff", attempt=rec.merge_failures,
+                      of=self.settings.timing.max_attempts, last_error=rec.last_failure,
+                      until=aware(rec.merge_failed_at)
+                      + timedelta(seconds=self.policy.delay(rec.merge_failures)))
             return  # its last merge failed: retried after a backoff, not holding the slot
         if not self.take_merge_slot():
+            self.wait(ident, "merge", "done; merges go one at a time: it is next")
             return  # trunk is verified after each merge: this one goes next tick
         change = "its change" if ws.has_unmerged_change else "whatever it holds"
         self.emit(Merge(ident, f"{why}: merging {change} into trunk"))
@@ -354,6 +376,7 @@ class Decider:
         started again at once, as the same attempt: nothing is charged for it.
         """
         if self.paused:
+            self.wait_paused(ident)
             return  # nothing starts, nothing is held at the cap, while the swarm is paused
         rec = self.world.records.get(ident)
         attempts = self.attempts(ident)
@@ -367,9 +390,15 @@ class Decider:
             self.hold(ident, what)
             return
         failed_at = rec.last_failure_at if rec is not None else None
-        if not self.policy.due(attempts, failed_at, self.now):
-            return  # backing off; the next tick looks again
         wait = self.policy.delay(attempts)
+        if not self.policy.due(attempts, failed_at, self.now):
+            assert failed_at is not None
+            last_error = rec.last_failure if rec is not None else None
+            self.wait(ident, "retry", f"{what}: attempt {attempts + 1}/{cap} after a "
+                                      f"{wait:g}s backoff", attempt=attempts + 1, of=cap,
+                      until=aware(failed_at) + timedelta(seconds=wait),
+                      last_error=last_error[:300] if last_error else None)
+            return  # backing off; the next tick looks again
         backoff = f" after {wait:g}s backoff" if failed_at is not None and wait > 0 else ""
         last = f" (last failure: {rec.last_failure[:120]})" if rec and rec.last_failure else ""
         queue.append(
@@ -435,6 +464,7 @@ class Decider:
                 self.emit(Stop(ident, f"{ident} is held ({label}): stopping its worker; its "
                                       "workspace and session are kept", cause="hold",
                                why=f"a person put the issue on hold (the label {label})"))
+            self.wait(ident, "held", "held for a person")
             return  # held: a person has to answer first; never nudge or respawn
         if windows and not live:
             self.reap(ident, windows)
@@ -450,12 +480,19 @@ class Decider:
         if w.kids(ident):
             self.parent_or_review(ident, issue)
             return
+        if issue.state_type not in ACTIVE:
+            self.wait(ident, "stopped", f"in {issue.state_name!r}: not worked on until a "
+                                        "person moves it to a ready or started state")
+            return
         if issue.state_type != StateType.STARTED or w.review_dispatch(issue):
             return  # unstarted and review dispatches are collected by ready_in
         if not self.tracker_ok or ident in w.observed.relaying:
+            self.wait(ident, "tracker", "its worker's report still owes the tracker a write"
+                      if self.tracker_ok else "the tracker cannot be read")
             return  # its worker's report still owes the tracker a write: the state is stale
         blocker = w.blocker_of(issue)
         if blocker is not None:
+            self.wait(ident, "blocked", f"started, but waits for {blocker} again")
             return  # started but blocked again: wait for the blocker like dispatch does
         self.retry(ident, issue, w.route(issue), "no worker is running for it", self.orphans)
 
@@ -463,8 +500,11 @@ class Decider:
         statuses = [win.exit_status for win in windows if win.exit_status is not None]
         status = statuses[0] if statuses else None
         shown = f"exit {status}" if status is not None else "exit status unknown"
-        self.emit(Reap(ident, f"{ident}: pane died ({shown}) without a done marker; closing it, "
-                              "a retry follows after backoff", exit_status=status))
+        rec = self.world.records.get(ident)
+        refused = (f"; its last `worker done` was refused: {rec.last_refusal[:300]}"
+                   if rec is not None and rec.last_refusal else "")
+        self.emit(Reap(ident, f"{ident}: pane died ({shown}) without a done marker{refused}; "
+                              "closing it, a retry follows after backoff", exit_status=status))
 
     def live_worker(self, ident: str, issue: Issue) -> None:
         """Stuck detection: nudge once after stall_timeout, restart after restart_timeout."""
@@ -519,6 +559,8 @@ class Decider:
 
     def spawns(self) -> None:
         if not self.tracker_ok or self.paused:
+            for issue in ready_in(self.world) if self.tracker_ok else ():
+                self.wait_paused(issue.identifier)
             return
         self.idle = True
         w = self.world
@@ -551,10 +593,16 @@ class Decider:
         queue = [*self.resolves, *sorted(self.orphans, key=lambda c: dispatch_key(c.issue)),
                  *dispatch]
         self.idle = not queue and total < s.limits.max_workers
+        wanted = len(queue)
         for cand in queue:
+            ident = cand.issue.identifier
             if total >= s.limits.max_workers:
-                break
+                self.wait(ident, "slot", f"{wanted} issue(s) want a worker; {total}/"
+                                         f"{s.limits.max_workers} workers busy")
+                continue
             if per_role[cand.role] >= self.role_cap(cand.role):
+                self.wait(ident, "slot", f"the {cand.role.value} role is at its limit "
+                                         f"({self.role_cap(cand.role)} at once)")
                 continue
             per_role[cand.role] += 1
             total += 1

@@ -95,8 +95,16 @@ function renderNeeds(doc) {
   section.hidden = items.length === 0;
 }
 
+function waitNote(wait) {
+  // what the controller's last plan said it waits on: a retry's due time, a free slot…
+  const until = wait.until ? ` (until ${new Date(wait.until).toLocaleTimeString()})` : "";
+  const error = wait.last_error ? `; last: ${wait.last_error}` : "";
+  return `${wait.why}${until}${error}`;
+}
+
 function cardNote(column, item) {
   if (column === "held") return item.question || item.why;
+  if (item.wait && column !== "blocked") return waitNote(item.wait);
   if (column === "blocked") return `blocked by ${item.blocked_by}`;
   if (column === "waiting") return item.why;
   if (column === "running") return item.has_worker ? "worker running" : "no live worker";
