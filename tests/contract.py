@@ -46,7 +46,15 @@ from ralph_dev.core.actions import (
     WriteBack,
 )
 from ralph_dev.core.config import Labels
-from ralph_dev.core.model import Issue, Observed, Pause, StateType, Window, WorkerRecord
+from ralph_dev.core.model import (
+    Comment,
+    Issue,
+    Observed,
+    Pause,
+    StateType,
+    Window,
+    WorkerRecord,
+)
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,10 @@ def apply(plan: Plan, observed: Observed, now: datetime, labels: Labels) -> Obse
             records[ident] = dataclasses.replace(base, **changes)
         if ident in issues:
             issues[ident] = _issue_after(issues[ident], effect, labels)
+        if isinstance(action, Tell) and ident in issues:
+            said = Comment("ralph-dev", action.comment, now, by_ralph=True)
+            issues[ident] = dataclasses.replace(issues[ident],
+                                                comments=(*issues[ident].comments, said))
         if effect.workspace == "gone":
             spaces.pop(ident, None)
         elif effect.workspace == "merged" and ident in spaces:

@@ -1226,7 +1226,9 @@ class World:
         async def sleep(seconds: float) -> None:
             self.sleeps.append(seconds)
 
-        options: dict[str, Any] = {"timeout": 2.0, "clock": self.clock, "sleep": sleep,
+        # 10 s: the fake checks every document against the real schema, which is slow on
+        # a loaded machine; tests of timeouts set their own
+        options: dict[str, Any] = {"timeout": 10.0, "clock": self.clock, "sleep": sleep,
                                    "rng": lambda: 0.5}
         if self.state_dir is not None:
             options["shared_state"] = self.state_dir / "linear-rate.json"

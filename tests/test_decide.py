@@ -22,6 +22,7 @@ from ralph_dev.core.decide import (
     route,
 )
 from ralph_dev.core.model import (
+    Comment,
     Issue,
     Observed,
     Pause,
@@ -164,6 +165,23 @@ def test_equal_priority_dispatches_the_critical_path_first() -> None:
     assert [a.issue for a in plan.actions] == ["DEMO-9", "DEMO-5", "DEMO-3"]
     order = [i.identifier for i in ready_issues(world(issues=issues), settings())]
     assert order == ["DEMO-9", "DEMO-5", "DEMO-3", "DEMO-1", "DEMO-2"]
+
+
+def test_an_issue_behind_a_blocker_waits_on_it_by_name() -> None:
+    """Issue 23: a Todo issue that only a blocker keeps back says which one and where it
+    is; one held or finished says nothing of blockers."""
+    obs = world(issues=[
+        issue(1, "started"),
+        issue(2, blocked_by=("DEMO-1",)),
+        issue(3, blocked_by=("DEMO-9",)),  # a blocker this project cannot see
+        issue(4, blocked_by=("DEMO-1",), labels={"ralph:hold"}),
+        issue(5, "done", blocked_by=("DEMO-1",)),
+    ], windows=[win("DEMO-1")], records=[rec("DEMO-1")])
+    waits = run(obs).waits
+    assert waits["DEMO-2"].kind == "blocked" and "DEMO-1 (in 'In Progress')" in waits["DEMO-2"].why
+    assert "DEMO-9 (not visible here)" in waits["DEMO-3"].why
+    assert waits["DEMO-4"].kind == "held"
+    assert "DEMO-5" not in waits
 
 
 def test_work_waiting_behind_counts_chains_children_and_survives_cycles() -> None:
@@ -518,6 +536,26 @@ def test_a_persons_done_on_a_running_issue_stops_it_and_keeps_its_change_unmerge
     assert isinstance(forget, Forget) and forget.keep_bookmark
     red = dataclasses.replace(obs, trunk_red=True)  # nothing waits on trunk: no merge
     assert steps(run(red)) == steps(plan)
+
+
+def test_a_done_for_an_issue_a_person_moved_to_backlog_waits_unmerged_and_says_so_once(
+        ) -> None:
+    """Issue 23: a ``worker done`` for an issue no longer active is kept, never merged
+    nor completed while the person's "not now" stands, and the person is told on the
+    issue, once."""
+    obs = world(issues=[issue(2, "backlog")], windows=[win("DEMO-2")],
+                workspaces=[Workspace("DEMO-2", has_unmerged_change=True)],
+                records=[rec("DEMO-2", done=True)])
+    plan = run(obs)
+    assert steps(plan) == [("kill", "DEMO-2"), ("tell", "DEMO-2")]
+    tell = plan.actions[1]
+    assert isinstance(tell, Tell) and "ralph/DEMO-2" in tell.comment
+    assert {i: w.kind for i, w in plan.waits.items()} == {"DEMO-2": "stopped"}
+    told = issue(2, "backlog", comments=(Comment("ralph-dev", tell.comment, NOW, by_ralph=True),))
+    again = dataclasses.replace(obs, issues=(told,), windows=())
+    assert steps(run(again)) == []  # said once; the change still waits
+    moved_back = dataclasses.replace(again, issues=(issue(2, "started"),))
+    assert ("merge", "DEMO-2") in steps(run(moved_back))
 
 
 @pytest.mark.parametrize("state", ["canceled", "duplicate"])

@@ -65,6 +65,13 @@ def test_a_config_edit_applies_within_a_tick_and_says_what_changed(swarm: Swarm)
     assert reloaded["restart_needed"] == ["tracker.linear_poll_interval"]
     assert not _events(swarm, "controller_start")[1:]  # no restart was needed for it
 
+    def told() -> list[dict]:  # status says what waits for a restart, until one
+        doc = json.loads(swarm.cli("status", swarm.project, "--json").stdout)
+        return [n for n in doc["needs_you"] if "restart" in n["message"]]
+
+    wait_for(told, 10, "status naming the setting that waits for a restart")
+    assert "tracker.linear_poll_interval" in told()[0]["message"]
+
 
 def test_an_invalid_config_keeps_the_last_good_one_running_and_says_so_once(
         swarm: Swarm) -> None:

@@ -52,6 +52,8 @@ class ConfigWatch:
         self.seen = self._signature()
         self.error: str | None = None
         """The problem with the file as last read (None: the last read was good)."""
+        self.restart_needed: list[str] = []
+        """Keys the file changes that the running swarm keeps until a restart."""
 
     def _signature(self) -> tuple[int, int, int] | None:
         try:
@@ -87,4 +89,5 @@ class ConfigWatch:
             return Reloaded(error=error)
         self.error = None
         settings, changed, later = live_settings(running, new)
+        self.restart_needed = later
         return Reloaded(settings=settings, changed=changed, restart_needed=later)

@@ -169,7 +169,8 @@ class Controller:
         # the whole beat, not a part of it: /metrics reads tick_seconds from the file
         self.store.write_heartbeat(tick=self.tick_number, acting=acting,
                                    tick_seconds=self.tick_seconds.as_json(),
-                                   config_error=self.config.error)
+                                   config_error=self.config.error,
+                                   restart_needed=self.config.restart_needed)
 
     # -- tick ---------------------------------------------------------------------------
 
@@ -217,4 +218,5 @@ class Controller:
             acting=acting,
             tick_seconds=self.tick_seconds.as_json(),
             config_error=self.config.error,
+            restart_needed=self.config.restart_needed,
         )

@@ -183,6 +183,12 @@ async def _document(settings: ProjectSettings, sources: StateSources,
         needs_you.insert(0, {"kind": "config", "message": (
             f"ralph-dev's config is invalid: {config_error}; the swarm goes on with the "
             "last good config until the file is fixed (it is read again at once)")})
+    later = (beat or {}).get("restart_needed")
+    if later and isinstance(later, list):
+        needs_you.append({"kind": "config", "message": (
+            f"config changes wait for a restart: {', '.join(map(str, later))}; everything "
+            "else in the file applies already (`ralph-dev stop` then `start`, or `service "
+            "restart`)")})
     document["needs_you"] = needs_you
     return document
 

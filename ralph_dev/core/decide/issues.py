@@ -39,7 +39,7 @@ from ralph_dev.core.decide.world import (
 from ralph_dev.core.groom import PRIORITY_NAMES
 from ralph_dev.core.model import Issue, Pause, Role, StateType, Window, WorkerRecord, Workspace
 from ralph_dev.core.policy import RetryPolicy, hold_comment, retry_policy
-from ralph_dev.core.writeback import ACTIVE, completes_on_merge
+from ralph_dev.core.writeback import ACTIVE, completes_on_merge, said
 
 # --- decide ----------------------------------------------------------------------
 
@@ -218,6 +218,15 @@ class Decider:
                 self.emit(Kill(ident, f"{ident}: worker reported done; closing its window"))
             self.wait(ident, "stopped", f"done, but in {issue.state_name!r}: its change waits, "
                                         "unmerged, until a person moves it back")
+            mark = f"[ralph-dev] {ident} done while in {issue.state_name}"
+            if said(issue, mark) is None:
+                self.emit(Tell(ident, f"{ident}: worker reported done while the issue is in "
+                                      f"{issue.state_name!r}: telling the person", mark=mark,
+                               comment=f"{mark}: its worker finished, and its change waits, "
+                                       "unmerged, under the bookmark "
+                                       f"ralph/{ident}. Move the issue back to a started "
+                                       "state and ralph-dev merges it; cancel it and the "
+                                       "change stays under the bookmark."))
             return  # a person moved it out of the active states: its change waits, unmerged
         if self.trunk_red:
             self.wait(ident, "merge", "done; trunk is red: merges wait until it is green")
@@ -558,6 +567,8 @@ class Decider:
     # -- spawns under limits ------------------------------------------------------
 
     def spawns(self) -> None:
+        if self.tracker_ok:
+            self.blocked_waits()
         if not self.tracker_ok or self.paused:
             for issue in ready_in(self.world) if self.tracker_ok else ():
                 self.wait_paused(issue.identifier)
@@ -617,6 +628,20 @@ class Decider:
                 )
             )
 
+    def blocked_waits(self) -> None:
+        """An issue that would be ready but for a blocker says which one it waits on."""
+        w = self.world
+        for issue in w.issues.values():
+            if not w.ready_but_for_blockers(issue):
+                continue
+            blocker = w.blocker_of(issue)
+            if blocker is not None:
+                seen = w.issues.get(blocker)
+                where = ("not visible here" if seen is None
+                         else f"{seen.state_name!r}, its work not all in trunk yet"
+                         if seen.state_type.finished else f"in {seen.state_name!r}")
+                self.wait(issue.identifier, "blocked", f"waits for its blocker {blocker} "
+                                                       f"({where})")
 
     def role_cap(self, role: Role) -> int:
         """Workers of ``role`` at most at once: its limit, and one groom worker at most."""

@@ -238,6 +238,11 @@ class World:
 
     def dispatchable(self, issue: Issue) -> bool:
         """Ready for a first worker, limits aside (the rule 6 list)."""
+        return self.ready_but_for_blockers(issue) and self.blocker_of(issue) is None
+
+    def ready_but_for_blockers(self, issue: Issue) -> bool:
+        """Everything but its blockers lets a first worker start: when a blocker does
+        not, the person sees it waits on that blocker."""
         ident = issue.identifier
         if issue.foreign:
             return False  # another project's: seen only as a blocker, child or parent
@@ -253,13 +258,11 @@ class World:
             return False
         elif rec is not None and rec.done and ident in self.workspaces:
             return False  # reopened before its done work was merged: that goes first
-        return self.blocker_of(issue) is None
+        return True
 
 
 def blocker_key(ident: str) -> tuple[str, int]:
     return id_key(ident) if IDENTIFIER_RE.fullmatch(ident) else (ident, 0)
-
-
 
 
 def ready_in(world: World) -> tuple[Issue, ...]:

@@ -339,6 +339,8 @@ class LinearClient:
         except TimeoutError:
             raise self._fail(f"{operation} timed out after {self.timeout:g} s") from None
         except (TransportError, aiohttp.ClientError, OSError) as exc:
+            if isinstance(exc.__cause__, TimeoutError):  # gql wraps aiohttp's timeout
+                raise self._fail(f"{operation} timed out after {self.timeout:g} s") from None
             raise self._fail(
                 f"{type(exc).__name__} on {operation}: {self._scrub(str(exc))[:200]}"
             ) from None
