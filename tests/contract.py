@@ -43,6 +43,7 @@ from ralph_dev.core.actions import (
     Stop,
     Tell,
     VerifyTrunk,
+    Waited,
     WriteBack,
 )
 from ralph_dev.core.config import Labels
@@ -99,6 +100,7 @@ EXECUTOR_CONTRACT: Mapping[type[Action], Effect] = {
     Resume: Effect(labels_removed=("user_feedback_given", "user_input_needed")),
     Tell: Effect(comments=True),
     Continue: Effect(typed=True),
+    Waited: Effect(),
     Adopt: Effect(),
     WriteBack: Effect(written_back=True, comments=True),
     PauseSwarm: Effect(pause="started"),

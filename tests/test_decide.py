@@ -847,3 +847,35 @@ def test_done_means_in_trunk_even_through_a_tracker_outage() -> None:
     # a person who moved it back to Todo after its done wants it again: merged, not completed
     todo = dataclasses.replace(back, issues=(issue(5, "todo"),))
     assert steps(run(todo)) == [("forget", "DEMO-5")]
+
+
+def test_the_end_of_a_pause_costs_no_nudge_no_restart_and_no_attempt() -> None:
+    """Issue 24: three workers sat out an API-key usage limit; two had a nudge from before
+    it. At the pause's end the one whose turn the limit ended is told to continue, the
+    others start their stall clocks again: nothing is nudged, restarted or charged, and
+    the next nudge comes only a whole stall timeout after the end."""
+    timing = settings().timing
+    ended = NOW - timedelta(seconds=1)
+    limit = Pause(kind="usage-limit", cause="usage limit", since=NOW - timedelta(hours=1),
+                  until=ended, quiet_workers=True)
+    old = NOW - timedelta(seconds=timing.stall_timeout + timing.restart_timeout + 483)
+    nudged = NOW - timedelta(seconds=timing.restart_timeout + 483)
+    records = [
+        rec("DEMO-3", attempts=1, nudged_at=nudged, agent_error="rate_limit",
+            agent_error_text="You've hit your limit", agent_error_at=NOW - timedelta(hours=1)),
+        rec("DEMO-4", attempts=1, nudged_at=nudged),
+        rec("DEMO-5", attempts=1),
+    ]
+    obs = world(issues=[issue(n, "started") for n in (3, 4, 5)], pauses=(limit,),
+                records=records,
+                windows=[win(f"DEMO-{n}", output_changed_at=old) for n in (3, 4, 5)])
+    plan = run(obs)
+    assert steps(plan) == [("endpause", ""), ("continue", "DEMO-3"),
+                           ("waited", "DEMO-4"), ("waited", "DEMO-5")]
+    # the next ticks see the records as the actuator left them
+    after = {a.issue: dataclasses.replace(r, **a.record_changes(NOW))
+             for a in plan.actions for r in records if r.issue == a.issue}
+    later = dataclasses.replace(obs, pauses=(), records=after)  # the windows' stamps stay old
+    assert run(later, now=NOW + timedelta(seconds=timing.stall_timeout - 1)).actions == ()
+    due = run(later, now=NOW + timedelta(seconds=timing.stall_timeout + 1))
+    assert steps(due) == [("nudge", f"DEMO-{n}") for n in (3, 4, 5)]

@@ -53,6 +53,7 @@ from ralph_dev.core.actions import (
     Stop,
     Tell,
     VerifyTrunk,
+    Waited,
     WriteBack,
 )
 from ralph_dev.core.config import load_project
@@ -249,6 +250,12 @@ def continue_(w: World, ident: str) -> Action:
     return Continue(ident, "the pause is over", after="rate_limit")
 
 
+def waited(w: World, ident: str) -> Action:
+    w.spawned(ident)
+    w.project.store.update_record(ident, nudged_at=NOW)
+    return Waited(ident, "the pause is over")
+
+
 def adopt(w: World, ident: str) -> Action:
     w.spawned(ident)
     shutil.rmtree(w.ctl.dirs.worker_dir(ident))  # a worker from before the mailbox
@@ -284,8 +291,8 @@ def open_groom(w: World, ident: str) -> Action:
 SCENARIOS: dict[type[Action], Callable[[World, str], Action]] = {
     Spawn: spawn, Restart: restart, Nudge: nudge, Reap: reap, Kill: kill, Stop: stop, Merge: merge,
     Forget: forget, Hold: hold, Complete: complete, RelayFeedback: relay_feedback,
-    Resume: resume, Tell: tell, Continue: continue_, Adopt: adopt, WriteBack: write_back,
-    PauseSwarm: pause_swarm, EndPause: end_pause, VerifyTrunk: verify_trunk,
+    Resume: resume, Tell: tell, Continue: continue_, Waited: waited, Adopt: adopt,
+    WriteBack: write_back, PauseSwarm: pause_swarm, EndPause: end_pause, VerifyTrunk: verify_trunk,
     OpenGroom: open_groom,
 }
 TYPED = {Nudge: "got: ralph-dev:", RelayFeedback: "got: ralph-dev:",

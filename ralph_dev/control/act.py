@@ -56,6 +56,7 @@ from ralph_dev.core.actions import (
     Stop,
     Tell,
     VerifyTrunk,
+    Waited,
     WriteBack,
 )
 from ralph_dev.core.config import ProjectSettings
@@ -236,6 +237,8 @@ class Actuator:
                     await self.tracker.comment(action.issue, action.comment)
             case Continue():
                 await self._continue(action, observed)
+            case Waited():
+                pass  # only its record changes: the worker's stall clock starts again
             case Adopt():
                 await self._adopt(action, issue, observed)
             case WriteBack():

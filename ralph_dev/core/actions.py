@@ -208,7 +208,21 @@ class Continue(Action):
 
     def record_changes(self, now: datetime) -> dict[str, Any]:
         return {"agent_error": None, "agent_error_text": None, "agent_error_at": None,
-                "last_activity": now, "nudged_at": None}
+                "last_activity": now, **Waited.changes(now)}
+
+
+@dataclass(frozen=True)
+class Waited(Action):
+    """A worker waited out a swarm pause with everyone else (the pause was not its own
+    error, so nothing is typed): its stall clock starts again and a nudge from before
+    the pause is forgotten, so the pause costs it neither a nudge nor an attempt."""
+
+    def record_changes(self, now: datetime) -> dict[str, Any]:
+        return self.changes(now)
+
+    @staticmethod
+    def changes(now: datetime) -> dict[str, Any]:
+        return {"waited_until": now, "nudged_at": None}
 
 
 @dataclass(frozen=True)

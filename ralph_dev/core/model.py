@@ -222,6 +222,9 @@ class WorkerRecord:
     nudged_at: datetime | None = None
     iterations: int = 0
     last_activity: datetime | None = None
+    waited_until: datetime | None = None
+    """When the last swarm pause this worker waited out (a usage limit, an outage) ended:
+    its stall clock starts again then, so the pause is never taken for its silence."""
     lost: str | None = None
     """Why the worker went away for a cause outside the issue (its tmux session died):
     the next spawn charges no attempt."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ralph_dev.core.actions import SWARM, OpenGroom, Plan
+from ralph_dev.core.actions import SWARM, Continue, OpenGroom, Plan, Waited
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide.issues import Decider
 from ralph_dev.core.decide.swarm import SwarmRules, stops
@@ -69,7 +69,8 @@ def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan
     if observed.repository_error is not None:
         return Plan(tuple(actions))  # jj cannot see the workspaces: act on nothing else
     stopped = stops(world)
-    decider = Decider(world, now, pauses=tuple(swarm.pauses.values()))
+    waited = frozenset(a.issue for a in actions if isinstance(a, Continue | Waited))
+    decider = Decider(world, now, pauses=tuple(swarm.pauses.values()), waited=waited)
     decider.emit(*stopped)
     skip = {a.issue for a in stopped}
     idents = set(world.issues) | set(world.windows) | set(world.workspaces) | set(world.records)

@@ -64,6 +64,9 @@ class Decider:
     now: datetime
     pauses: tuple[Pause, ...] = ()
     """The pauses in force once this plan's pause rules are carried out."""
+    waited: frozenset[str] = frozenset()
+    """Workers whose stall clocks start again in this plan (a pause they waited out is
+    over): their silence so far was the pause's, not theirs."""
     actions: list[Action] = field(default_factory=list)
     waits: dict[str, Wait] = field(default_factory=dict)
     """Why each issue is left alone this tick (the first reason found)."""
@@ -516,8 +519,10 @@ class Decider:
                               "closing it, a retry follows after backoff", exit_status=status))
 
     def live_worker(self, ident: str, issue: Issue) -> None:
-        """Stuck detection: nudge once after stall_timeout, restart after restart_timeout."""
-        if self.workers_waiting:
+        """Stuck detection: nudge once after stall_timeout, restart after restart_timeout.
+        The clock starts at the worker's last sign of life or at the end of the last pause
+        it waited out, whichever is later."""
+        if self.workers_waiting or ident in self.waited:
             return  # waiting out a usage limit or an outage with everyone else: not stuck
         w = self.world
         timing = self.settings.timing
@@ -531,6 +536,8 @@ class Decider:
         changed = max(stamps) if stamps else (rec.started_at if rec else None)
         if changed is None:
             return
+        if rec is not None and rec.waited_until is not None:
+            changed = max(changed, aware(rec.waited_until))
         idle = seconds(self.now, changed)
         if idle <= timing.stall_timeout:
             return

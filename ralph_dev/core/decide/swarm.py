@@ -24,6 +24,7 @@ from ralph_dev.core.actions import (
     PauseSwarm,
     Stop,
     VerifyTrunk,
+    Waited,
     WriteBack,
 )
 from ralph_dev.core.agent_faults import (
@@ -215,19 +216,26 @@ class SwarmRules:
                        quiet_workers=True)
 
     def agents_go_on(self) -> None:
-        """Once no agent pause is in force, each agent that waited goes on in its session."""
+        """Once no agent pause is in force, each agent that waited goes on in its session:
+        one whose own turn ended on the API error is told to continue, every other live
+        worker starts its stall clock again (the pause was nobody's silence)."""
         if any(kind in self.pauses for kind in AGENT_PAUSES):
             return
+        ended = any(p.quiet_workers for p in self.observed.pauses) and \
+            not any(p.quiet_workers for p in self.pauses.values())
         for record in sorted(self.world.records.values(), key=lambda r: r.issue):
             fault = agent_fault(record, self.settings)
-            if fault is None or fault.until > self.now:
-                continue
             live = self.world.live(record.issue)
-            self.actions.append(Continue(
-                record.issue, f"{record.issue}: the pause its agent's API error caused is over; "
-                              + ("it goes on in its own session" if live else
-                                 "its window is gone, so there is nobody to tell"),
-                after=record.agent_error or "", typed=live))
+            if fault is not None and fault.until <= self.now:
+                self.actions.append(Continue(
+                    record.issue, f"{record.issue}: the pause its agent's API error caused is "
+                                  "over; " + ("it goes on in its own session" if live else
+                                              "its window is gone, so there is nobody to tell"),
+                    after=record.agent_error or "", typed=live))
+            elif ended and live and fault is None:
+                self.actions.append(Waited(
+                    record.issue, f"{record.issue}: the swarm's pause is over; its stall "
+                                  "clock starts again"))
 
     # -- trunk, stops, write-backs -------------------------------------------------------
 
