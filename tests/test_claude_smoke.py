@@ -515,20 +515,29 @@ def test_a_usage_limit_pauses_the_swarm_and_the_worker_goes_on_after_the_reset(
         assert events.index("kill") > events.index("worker_done")  # nothing killed before
 
 
-def test_a_hung_model_call_is_noticed_behind_the_spinner(
+def test_a_hung_model_call_is_named_and_restarted_free_in_its_own_session(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 13: the API accepts a request and then says nothing. Claude Code's spinner
-    keeps the pane busy, yet the worker's own activity (hooks, transcript) has stopped:
-    the controller nudges it after stall_timeout."""
+    """Issues 13 and 24: the API accepts a request and then says nothing. Claude Code's
+    spinner keeps the pane busy, yet the worker's own activity (hooks, transcript) has
+    stopped: after hang_timeout the controller says the model API has not answered and
+    restarts the worker in its own session, charging nothing and typing no nudge into
+    the frozen pane; the resumed session finishes the issue."""
     from ralph_dev.core.config import Timing
     from ralph_dev.devtools.api_faults import Hang
 
     settings = dataclasses.replace(world.settings, timing=Timing(
-        poll_interval=0.5, stall_timeout=8, restart_timeout=600))
+        poll_interval=0.5, stall_timeout=600, restart_timeout=600, hang_timeout=6))
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Think hard")])
+    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
+    hung: list[float] = []
 
     def brain(request: dict[str, Any]) -> list[Any]:
-        return [Hang()] if is_main_conversation(request) else [Text("ok")]
+        if not is_main_conversation(request):
+            return [Text("ok")]
+        if not hung:
+            hung.append(time.time())
+            return [Hang()]
+        return [Text("Done.")] if tool_uses_so_far(request) else [bash(finish)]
 
     with FakeAnthropic(brain) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
@@ -537,15 +546,25 @@ def test_a_hung_model_call_is_noticed_behind_the_spinner(
 
         tick()  # spawns the worker; its first model call hangs
         log_file = world.store.log_path(issue)
-        retry_until(lambda: api.main_messages(), 60,
-                    what="the first model call" + diagnostics(world, api, issue))
+        retry_until(lambda: hung, 60, what="the first model call" + diagnostics(world, api, issue))
         size = log_file.stat().st_size
-        retry_until(lambda: (tick(), any(e["event"] == "nudge"
-                                         for e in world.store.iter_events()))[1], 60,
-                    what="a nudge while the call hangs" + diagnostics(world, api, issue))
-        assert log_file.stat().st_size > size  # the spinner printed all along
-        nudge = next(e for e in world.store.iter_events() if e["event"] == "nudge")
-        assert "no activity for" in nudge["reason"]
+        retry_until(lambda: (tick(), world.store.load_record(issue).session_id)[1], 30,
+                    what="the session id" + diagnostics(world, api, issue))
+        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
+                             is StateType.COMPLETED)[1], 120, interval=0.5,
+                    what=f"{issue} done after the hang" + diagnostics(world, api, issue))
+    assert log_file.stat().st_size > size  # the spinner printed all along
+    events = list(world.store.iter_events())
+    assert not [e for e in events if e["event"] == "nudge"]  # nothing typed into it
+    (restart,) = [e for e in events if e["event"] == "restart"]
+    assert "the model API has not answered for" in restart["reason"]
+    assert "no attempt charged" in restart["reason"]
+    assert restart["attempt"] == 1 and not restart.get("charged")  # (False is not written)
+    assert [e["attempt"] for e in events if e["event"] == "spawn"] == [1]
+    # the same conversation goes on: the first session's start is in its history
+    history = json.dumps(api.main_messages()[1]["messages"])
+    assert "SessionStart:startup" in history and "SessionStart:resume" in history
+    assert not [e for e in events if e["event"] == "session_fresh"]
 
 
 def test_a_crashed_agent_is_resumed_in_its_own_session(
@@ -844,11 +863,12 @@ def test_a_malformed_stream_pauses_and_the_session_goes_on(
     assert out.recovered_after < 60
 
 
-def test_a_model_that_never_reports_is_held_with_the_reason(
+def test_a_model_that_never_reports_is_held_with_its_words_after_one_restart(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    """It keeps saying it is finished without `worker done`: the Stop hook sends it back
-    up to the iteration cap, then stall, restart (an attempt charged: the cause is the
-    issue's), and at max_attempts a hold that says what happened."""
+    """Issue 24: it keeps saying it is finished without `worker done` and without asking:
+    the Stop hook sends it back up to the iteration cap; then one restart in its own
+    session (charged: the cause is the issue's), and the second time a hold that quotes
+    its last message — no nudge, no stall timeout waited out, not three attempts."""
     from ralph_dev.core.config import Timing
 
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
@@ -860,8 +880,8 @@ def test_a_model_that_never_reports_is_held_with_the_reason(
     settings = dataclasses.replace(
         world.settings,
         agent=dataclasses.replace(world.settings.agent, iteration_cap=2),
-        timing=Timing(poll_interval=0.5, stall_timeout=4, restart_timeout=4, max_attempts=2,
-                      retry_base=1, retry_cap=2))
+        timing=Timing(poll_interval=0.5, stall_timeout=600, restart_timeout=600,
+                      max_attempts=3, retry_base=1, retry_cap=2))
     with FakeAnthropic(brain) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
@@ -872,7 +892,9 @@ def test_a_model_that_never_reports_is_held_with_the_reason(
         calls = len(api.main_messages())
     events = list(world.store.iter_events())
     assert [e["attempt"] for e in events if e["event"] in ("spawn", "restart")] == [1, 2]
-    assert any(e["event"] == "iteration_cap" for e in events)
+    assert sum(e["event"] == "iteration_cap" for e in events) == 2
+    assert not [e for e in events if e["event"] == "nudge"]
     comment = world.tracker.get_sync(issue).comments[-1].body
-    assert "ralph-dev stopped" in comment and "2" in comment
+    assert "ralph-dev stopped" in comment and "without asking anything" in comment
+    assert "> I think this is finished." in comment  # in the agent's own words
     assert calls <= 2 * (2 + 1) + 4  # the cap bounds what it spends per attempt

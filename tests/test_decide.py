@@ -879,3 +879,59 @@ def test_the_end_of_a_pause_costs_no_nudge_no_restart_and_no_attempt() -> None:
     assert run(later, now=NOW + timedelta(seconds=timing.stall_timeout - 1)).actions == ()
     due = run(later, now=NOW + timedelta(seconds=timing.stall_timeout + 1))
     assert steps(due) == [("nudge", f"DEMO-{n}") for n in (3, 4, 5)]
+
+
+def test_a_hung_model_call_is_named_and_restarted_free_in_its_own_session() -> None:
+    """Issue 24: an agent waiting for the model with no sign of life for hang_timeout is
+    restarted (in its session: Restart resumes it), not nudged, and charged nothing; a
+    running tool's silence is not a hang; hangs in a row are bounded."""
+    timing = settings().timing
+    quiet = NOW - timedelta(seconds=timing.hang_timeout + 10)
+
+    def hung(state: str, **record: object) -> Observed:
+        return world(issues=[issue(8, "started")],
+                     windows=[win("DEMO-8", output_changed_at=quiet)],
+                     records=[rec("DEMO-8", attempts=2, agent_state=state, **record)])
+
+    for state in ("working", "waiting for the model"):
+        plan = run(hung(state))
+        assert steps(plan) == [("restart", "DEMO-8")]
+        restart = plan.actions[0]
+        assert isinstance(restart, Restart) and not restart.charged
+        assert restart.attempt == 2 and restart.hangs == 1
+        assert "the model API has not answered for 100s" in restart.reason
+        assert "no attempt charged" in restart.reason
+        changes = restart.record_changes(NOW)
+        assert changes["attempts"] == 2 and "last_failure_at" not in changes
+    assert run(hung("running Bash")).actions == ()  # a long build is not a hang
+    assert run(hung("working"), now=quiet + timedelta(seconds=timing.hang_timeout)).actions == ()
+    # two free restarts in a row with no answer between them: the stall rule takes over
+    assert run(hung("working", hang_restarts=2)).actions == ()
+    paused = Pause(kind="setup", cause="no agent", fix="install it")
+    assert run(dataclasses.replace(hung("working"), pauses=(paused,),
+                                   setup_error="no agent")).actions == ()
+
+
+def test_an_agent_that_never_reports_is_restarted_once_then_held_with_its_words() -> None:
+    """Issue 24: ending turn after turn without `worker done` and without asking is not
+    fixed by pushing on: one restart in its own session, then a hold quoting its last
+    message, not three attempts of silence."""
+    said = "I think this is finished.\nEverything looks good to me."
+
+    def gave_up(attempts: int) -> Observed:
+        return world(issues=[issue(8, "started")], windows=[win("DEMO-8")],
+                     records=[rec("DEMO-8", attempts=attempts, gave_up=said)])
+
+    plan = run(gave_up(1))
+    assert steps(plan) == [("restart", "DEMO-8")]
+    restart = plan.actions[0]
+    assert isinstance(restart, Restart) and restart.charged and restart.attempt == 2
+    assert "without `ralph-dev worker done`" in restart.reason
+    assert restart.record_changes(NOW)["gave_up"] is None  # the next start begins afresh
+    plan = run(gave_up(2))
+    assert steps(plan) == [("kill", "DEMO-8"), ("hold", "DEMO-8")]
+    hold = plan.actions[1]
+    assert isinstance(hold, Hold)
+    assert "> I think this is finished.\n> Everything looks good to me." in hold.comment
+    assert "without asking anything" in hold.comment and "user-feedback-given" in hold.comment
+    assert run(dataclasses.replace(gave_up(2), tracker_ok=False)).actions == ()

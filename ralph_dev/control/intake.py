@@ -192,12 +192,16 @@ class Intake:
                 self.store.append_event("agent_api_error", issue=name,
                                         error=str(fields.get("error", "unknown"))[:40],
                                         text=str(fields.get("text", ""))[:300])
-            case "iteration_cap":
+            case "iteration_cap":  # it ended turn after turn without reporting or asking
+                said = fields.get("message")
+                self.store.update_record(name, gave_up=strip_ansi(said)[:2000].strip()
+                                         if isinstance(said, str) else "")
                 self.store.append_event("iteration_cap", issue=name,
                                         iterations=fields.get("iterations"))
             case "activity":  # a tool call, or the Stop hook sending the agent back
                 count = fields.get("iterations")
-                self.store.update_record(name, last_activity=now, agent_error_streak=0, **(
+                self.store.update_record(name, last_activity=now, agent_error_streak=0,
+                                         hang_restarts=0, **(
                     {"iterations": count} if isinstance(count, int) and count >= 0 else {}),
                     **mailbox.state_fields(fields, now))
                 await self._snapshot(name)

@@ -77,17 +77,20 @@ class Restart(Action):
     attempt: int = 1
     model: str | None = None
     charged: bool = True
+    hangs: int | None = None
+    """A restart for a hung model call: the worker's count of those, this one included."""
 
     def record_changes(self, now: datetime) -> dict[str, Any]:
         failure = {"last_failure_at": now, "last_failure": self.reason} if self.charged else {}
-        return {**_started(self.role, self.attempt, now), **failure}
+        hangs = {} if self.hangs is None else {"hang_restarts": self.hangs}
+        return {**_started(self.role, self.attempt, now), **failure, **hangs}
 
 
 def _started(role: Role, attempt: int, now: datetime) -> dict[str, Any]:
     """A worker's start: what every new start of an issue's worker resets."""
     return {"role": role, "attempts": attempt, "started_at": now, "done": False,
             "blocked": False, "nudged_at": None, "iterations": 0, "lost": None,
-            "hold_reason": None, "merged_at": None, "last_refusal": None}
+            "hold_reason": None, "merged_at": None, "last_refusal": None, "gave_up": None}
 
 
 @dataclass(frozen=True)

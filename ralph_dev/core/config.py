@@ -106,6 +106,10 @@ class Timing:
     runner its pane."""
     restart_timeout: float = 900.0
     """Seconds after a nudge, still unchanged, before the worker is restarted."""
+    hang_timeout: float = 90.0
+    """Seconds a Claude Code worker may wait for the model with no sign of life before its
+    call is taken for hung: it is restarted in its own session, free (a nudge typed into a
+    pane frozen on a model call does nothing)."""
     retry_base: float = 30.0
     retry_cap: float = 1800.0
     max_attempts: int = 3

@@ -63,7 +63,7 @@ def validate(settings: ProjectSettings, where: str) -> None:
         if role not in {r.value for r in Role}:
             raise bad(f"agent.models.{role}", f"unknown role (roles: {', '.join(Role)})")
     t = settings.timing
-    for key in ("poll_interval", "stall_timeout", "restart_timeout", "retry_base",
+    for key in ("poll_interval", "stall_timeout", "restart_timeout", "hang_timeout", "retry_base",
                 "retry_cap", "health_interval", "heartbeat_stale", "crash_loop_window"):
         if getattr(t, key) <= 0:
             raise bad(f"timing.{key}", "must be greater than 0")

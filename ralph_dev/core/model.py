@@ -245,6 +245,13 @@ class WorkerRecord:
     agent_error_streak: int = 0
     """API errors in a row with no answer from the model between them: each doubles the
     outage pause (a backoff), so a long outage costs one probe per step."""
+    gave_up: str | None = None
+    """The agent's last message when it ended ``agent.iteration_cap`` turns in a row
+    without ``worker done`` and without asking anything (its Stop hook let it stop):
+    restarted once, then held with this quoted. Cleared at each start."""
+    hang_restarts: int = 0
+    """Free restarts for a hung model call since the model last answered this worker: past
+    ``HANG_RESTARTS`` the silence is the issue's own (a stall), so hangs never loop."""
     session_id: str | None = None
     """The agent's conversation (Claude Code's session id): a restart resumes it."""
     agent_state: str | None = None
@@ -272,6 +279,15 @@ class WorkerRecord:
         """A worker was started and has neither finished, asked, nor failed since."""
         return (self.started_at is not None and not self.done and not self.blocked
                 and (self.last_failure_at is None or self.last_failure_at <= self.started_at))
+
+
+WORKING = "working"
+"""The agent's state from the moment a prompt is handed to it (its start, a person's or
+the Stop hook's text) until it uses a tool: it waits for the model's answer."""
+AWAITING_MODEL = "waiting for the model"
+"""The agent's state after a tool's result went back to the model."""
+MODEL_CALL_STATES = frozenset({WORKING, AWAITING_MODEL})
+"""States in which an agent's silence is a model call that has not answered."""
 
 
 SESSION_ID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{7,63}")

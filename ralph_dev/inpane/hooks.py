@@ -32,7 +32,7 @@ import structlog
 
 from ralph_dev.adapters import mailbox as ch
 from ralph_dev.core.jsonsafe import parse_json
-from ralph_dev.core.model import Role
+from ralph_dev.core.model import AWAITING_MODEL, WORKING, Role
 from ralph_dev.core.paths import state_home
 from ralph_dev.inpane.reports import blocked
 from ralph_dev.inpane.worker import IssueView, Worker, clean_text, current_worker, one_line
@@ -253,7 +253,7 @@ def session_start(worker: Worker, payload: Mapping[str, Any]) -> str:
     and print the issue's context from the controller's view of it."""
     ch.tell(worker.run_dir, "session", {k: payload.get(k) for k in
                                         ("session_id", "transcript_path")})
-    _say(worker, "working", active=True)
+    _say(worker, WORKING, active=True)
     text = render_context(worker, worker.view())
     log.info("session_context", chars=len(text))
     return text
@@ -265,7 +265,7 @@ def session_start(worker: Worker, payload: Mapping[str, Any]) -> str:
 def post_tool_use(worker: Worker) -> None:
     """The agent is active: the controller notes it and snapshots the workspace with jj.
     The tool's result goes back to the model: the agent now waits for its answer."""
-    ch.tell(worker.run_dir, "activity", {"state": "waiting for the model"})
+    ch.tell(worker.run_dir, "activity", {"state": AWAITING_MODEL})
 
 
 _TOOL = re.compile(r"[A-Za-z0-9_.:-]{1,60}")
@@ -278,7 +278,7 @@ def agent_state(payload: Mapping[str, Any]) -> tuple[str, bool] | None:
     may quote the model, which quotes issues."""
     event = payload.get("hook_event_name")
     if event == "UserPromptSubmit":
-        return "working", True
+        return WORKING, True
     if event == "PreToolUse":
         tool = payload.get("tool_name")
         name = tool if isinstance(tool, str) and _TOOL.fullmatch(tool) else "a tool"
@@ -377,6 +377,19 @@ def asked_question(message: object) -> str | None:
     return text if len(text) <= QUESTION_CHARS else "…" + text[-(QUESTION_CHARS - 1):]
 
 
+LAST_MESSAGE_CHARS = 1500
+"""The most of an agent's last message a hold quotes (its end is kept)."""
+
+
+def last_message(payload: Mapping[str, Any]) -> str:
+    """The agent's last message, cleaned and clipped to its end, for a person to read."""
+    text = payload.get("last_assistant_message")
+    if not isinstance(text, str):
+        return ""
+    text = clean_text(text).strip()
+    return text if len(text) <= LAST_MESSAGE_CHARS else "…" + text[-(LAST_MESSAGE_CHARS - 1):]
+
+
 def stop(worker: Worker, payload: Mapping[str, Any]) -> StopDecision:
     """Allow the stop once the worker reported, or after ``iteration_cap`` continuations.
 
@@ -403,14 +416,15 @@ def stop(worker: Worker, payload: Mapping[str, Any]) -> StopDecision:
     cap = worker.info.iteration_cap
     if iterations >= cap:
         log.warning("stop_allowed", why="iteration_cap", iterations=iterations)
-        ch.tell(worker.run_dir, "iteration_cap", {"iterations": iterations})
+        ch.tell(worker.run_dir, "iteration_cap", {
+            "iterations": iterations, "message": last_message(payload)})
         _say(worker, "stopped at the iteration cap")
         return StopDecision(True, "iteration cap", iterations)
     iterations += 1
     (worker.run_dir / STOP_FILE).write_text(json.dumps({
         "iterations": iterations,
         "since": (worker.run_dir / ch.WORKER_FILE).stat().st_mtime}) + "\n", encoding="utf-8")
-    ch.tell(worker.run_dir, "activity", {"iterations": iterations, "state": "working"})
+    ch.tell(worker.run_dir, "activity", {"iterations": iterations, "state": WORKING})
     log.info("stop_blocked", iterations=iterations,
              stop_hook_active=bool(payload.get("stop_hook_active")))
     return StopDecision(False, stop_reason(worker, iterations), iterations)

@@ -37,12 +37,25 @@ from ralph_dev.core.decide.world import (
     seconds,
 )
 from ralph_dev.core.groom import PRIORITY_NAMES
-from ralph_dev.core.model import Issue, Pause, Role, StateType, Window, WorkerRecord, Workspace
+from ralph_dev.core.model import (
+    MODEL_CALL_STATES,
+    Issue,
+    Pause,
+    Role,
+    StateType,
+    Window,
+    WorkerRecord,
+    Workspace,
+)
 from ralph_dev.core.policy import RetryPolicy, hold_comment, retry_policy
 from ralph_dev.core.writeback import ACTIVE, completes_on_merge, said
 
 # --- decide ----------------------------------------------------------------------
 
+
+HANG_RESTARTS = 2
+"""Free restarts for hung model calls in a row (no answer between them) before the
+silence is treated as the worker's own."""
 
 PERSONS_DONE = "a person completed the issue"
 """Why a worker is stopped when a person completes its issue under it."""
@@ -527,6 +540,9 @@ class Decider:
         w = self.world
         timing = self.settings.timing
         rec = w.records.get(ident)
+        if rec is not None and rec.gave_up is not None:
+            self.gave_up(ident, issue, rec)
+            return
         seen = [
             win.output_changed_at or win.last_activity
             for win in w.windows.get(ident, [])
@@ -539,6 +555,8 @@ class Decider:
         if rec is not None and rec.waited_until is not None:
             changed = max(changed, aware(rec.waited_until))
         idle = seconds(self.now, changed)
+        if rec is not None and self.hung(ident, issue, rec, idle):
+            return
         if idle <= timing.stall_timeout:
             return
         nudged = rec.nudged_at if rec is not None else None
@@ -564,6 +582,50 @@ class Decider:
         self.emit(Restart(ident, f"{ident}: {what}; restarting, attempt {attempts + 1}/{cap}",
                           role=role, attempt=attempts + 1,
                           model=model_for(issue, role, self.settings)))
+
+    def gave_up(self, ident: str, issue: Issue, rec: WorkerRecord) -> None:
+        """An agent that ended turn after turn without ``worker done`` and without asking
+        will not finish by being pushed on: it is restarted once in its own session (the
+        issue's own failure, charged), and then held with its last message quoted, not
+        walked to the attempt cap."""
+        if not self.tracker_ok or self.paused:
+            return
+        cap = self.settings.timing.max_attempts
+        attempts = self.attempts(ident)
+        what = (f"its agent ended {self.settings.agent.iteration_cap} turns in a row without "
+                "`ralph-dev worker done` and without asking anything")
+        if attempts < 2 and attempts < cap:
+            self.emit(Restart(ident, f"{ident}: {what}; restarting it once in its own session, "
+                                     f"attempt {attempts + 1}/{cap}",
+                              role=rec.role, attempt=attempts + 1,
+                              model=model_for(issue, rec.role, self.settings)))
+            return
+        quoted = "\n".join(f"> {line}" for line in (rec.gave_up or "(no text)").splitlines())
+        self.emit(Kill(ident, f"{ident}: {what}, after a restart; stopping it"),
+                  Hold(ident, f"{ident}: {what}, after a restart; holding it",
+                       comment=hold_comment(ident, f"{what}, on attempt {attempts}/{cap}. "
+                                                   f"Its last message:\n\n{quoted}\n",
+                                            self.settings.labels.user_feedback_given)))
+
+    def hung(self, ident: str, issue: Issue, rec: WorkerRecord, idle: float) -> bool:
+        """An agent that waits for the model and has shown no sign of life (no hook, no
+        transcript growth) for ``hang_timeout`` is on a hung model call: nudging its frozen
+        pane does nothing, so it is restarted in its own session, free. The model answering
+        it again (a tool call) resets the count; past ``HANG_RESTARTS`` in a row the
+        silence is left to the stall rule, so a long answer is never restarted forever."""
+        timeout = self.settings.timing.hang_timeout
+        if rec.agent_state not in MODEL_CALL_STATES or idle <= timeout \
+                or rec.hang_restarts >= HANG_RESTARTS:
+            return False
+        if self.tracker_ok and not self.paused:
+            attempts = max(self.attempts(ident), 1)
+            self.emit(Restart(
+                ident, f"{ident}: the model API has not answered for {idle:.0f}s (hang timeout "
+                       f"{timeout:g}s); restarting it in its own session, no attempt charged "
+                       f"({attempts}/{self.settings.timing.max_attempts})",
+                role=rec.role, attempt=attempts, model=model_for(issue, rec.role, self.settings),
+                charged=False, hangs=rec.hang_restarts + 1))
+        return True
 
     def unknown(self, ident: str) -> None:
         """An identifier with no issue (tracker down, or not in this project): tidy only."""
