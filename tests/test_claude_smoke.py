@@ -851,6 +851,70 @@ def test_529_for_a_while_pauses_the_swarm_with_a_backoff_and_then_goes_on(
     assert out.recovered_after < 90
 
 
+def test_an_outage_is_probed_by_one_session_and_its_answer_resumes_everyone(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: two workers (one on opus) and a minute of 529. Each turn ends on the
+    error; then one worker's session probes the API per step while the other waits, and
+    the probe's first answer sends everyone on: both issues merge within a minute of the
+    API's recovery, nothing is nudged, restarted or charged, and the API sees one
+    session's calls during the outage, not both."""
+    from ralph_dev.core.config import Timing
+    from ralph_dev.devtools.api_faults import overloaded
+
+    outage = 60.0
+    first, second = world.tracker.create_issues_sync([
+        NewIssue(title="Add one.txt", labels=("model:claude-opus-4-1",)),
+        NewIssue(title="Add two.txt")])
+    began: list[float] = []
+    during: list[str] = []  # the first line of each conversation called during the outage
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        if not is_main_conversation(request):
+            return [Text("ok")]
+        now = time.time()
+        began.append(now)
+        text = json.dumps(request["messages"])
+        issue = first if f"Issue: {first}" in text else second
+        if now - began[0] < outage:
+            during.append(issue)
+            return [overloaded()]
+        name = "one.txt" if issue == first else "two.txt"
+        finish = f"touch ok.txt {name} && ralph-dev worker done {issue} --summary 'added {name}'"
+        return [Text("Done.")] if tool_uses_so_far(request) else [bash(finish)]
+
+    settings = dataclasses.replace(world.settings, timing=Timing(
+        poll_interval=0.5, stall_timeout=600, restart_timeout=600, outage_wait=5))
+    with FakeAnthropic(brain) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        monkeypatch.setenv("CLAUDE_CODE_MAX_RETRIES", "2")
+        tick = controller_ticks(world, settings)
+        retry_until(lambda: (tick(), all(world.tracker.get_sync(i).state_type
+                                         is StateType.COMPLETED for i in (first, second)))[1],
+                    240, interval=0.5,
+                    what="both done after the outage" + diagnostics(world, api, first))
+        recovered_after = time.time() - (began[0] + outage)
+    events = list(world.store.iter_events())
+    kinds = [e["event"] for e in events]
+    assert recovered_after < 60, recovered_after
+    assert sorted(e["attempt"] for e in events if e["event"] == "spawn") == [1, 1]
+    for absent in ("restart", "nudge", "hold", "reap"):
+        assert absent not in kinds, absent
+    probes = [e for e in events if e["event"] == "swarm_paused" and e.get("probe")]
+    assert probes, "no probe was sent"
+    probe = probes[0]["probe"]
+    other = second if probe == first else first
+    assert {e["probe"] for e in probes} == {probe}  # one session probes, step after step
+    waited = [e for e in events if e["event"] == "worker_continued" and e["issue"] == other]
+    assert len(waited) == 1  # the other goes on once, when the probe is answered
+    assert "swarm_resumed" in kinds
+    # the outage saw the other session's first turn (3 calls: the CLI's own retries) and
+    # then only the probe's
+    assert during.count(other) <= 3, during
+    files = world.jj_out("file", "list", "-r", "main").split()
+    assert "one.txt" in files and "two.txt" in files
+
+
 def test_a_malformed_stream_pauses_and_the_session_goes_on(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     from ralph_dev.devtools.api_faults import Malformed

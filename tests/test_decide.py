@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ralph_dev.core.actions import Forget, Hold, Nudge, Plan, Reap, Restart, Spawn, Tell
+from ralph_dev.core.actions import Forget, Hold, Nudge, PauseSwarm, Plan, Reap, Restart, Spawn, Tell
 from ralph_dev.core.config import AgentSettings, Limits, ProjectSettings, Timing, TrackerSettings
 from ralph_dev.core.critical_path import work_behind
 from ralph_dev.core.decide import (
@@ -935,3 +935,43 @@ def test_an_agent_that_never_reports_is_restarted_once_then_held_with_its_words(
     assert "> I think this is finished.\n> Everything looks good to me." in hold.comment
     assert "without asking anything" in hold.comment and "user-feedback-given" in hold.comment
     assert run(dataclasses.replace(gave_up(2), tracker_ok=False)).actions == ()
+
+
+def test_an_outage_is_probed_by_one_worker_and_its_answer_resumes_everyone() -> None:
+    """Issue 24: at the end of an outage's step one worker's session tries the API while
+    the others wait; when the model answers it, everyone goes on at once (not at the
+    end of a step that grows to minutes); when it fails again, the next step is set."""
+    stopped = NOW - timedelta(seconds=15)
+    outage = Pause(kind="api-outage", cause="the model API failed (server_error)",
+                   since=NOW - timedelta(minutes=1), until=NOW - timedelta(seconds=1),
+                   quiet_workers=True)
+    records = [rec(f"DEMO-{n}", agent_error="server_error", agent_error_text="529",
+                   agent_error_at=stopped, agent_error_streak=1) for n in (3, 4, 5)]
+    obs = world(issues=[issue(n, "started") for n in (3, 4, 5)], pauses=(outage,),
+                records=records, windows=[win(f"DEMO-{n}") for n in (3, 4, 5)])
+    plan = run(obs)
+    assert steps(plan) == [("pauseswarm", ""), ("continue", "DEMO-3")]
+    probing = plan.actions[0]
+    assert isinstance(probing, PauseSwarm) and probing.probe == "DEMO-3"
+    assert "probing the model API through DEMO-3" in probing.reason
+
+    def later(probe: WorkerRecord, now: datetime) -> Plan:
+        pause = dataclasses.replace(outage, until=probing.until, probe="DEMO-3")
+        return run(dataclasses.replace(obs, pauses=(pause,),
+                                       records={r.issue: r for r in (probe, *records[1:])}),
+                   now=now)
+
+    out = dataclasses.replace(records[0], **plan.actions[1].record_changes(NOW))
+    assert later(out, NOW + timedelta(seconds=20)).actions == ()  # the probe is out
+    failed = dataclasses.replace(out, agent_error="server_error",
+                                 agent_error_at=NOW + timedelta(seconds=20), agent_error_streak=2)
+    again = later(failed, NOW + timedelta(seconds=21))
+    assert steps(again) == [("pauseswarm", "")]  # the next step: 20 s
+    step = again.actions[0]
+    assert isinstance(step, PauseSwarm) and step.probe is None
+    assert step.until == NOW + timedelta(seconds=40)
+    answered = dataclasses.replace(out, agent_error_streak=0)  # a tool call came back
+    resumed = later(answered, NOW + timedelta(seconds=22))
+    assert steps(resumed) == [("endpause", ""), ("waited", "DEMO-3"), ("continue", "DEMO-4"),
+                              ("continue", "DEMO-5")]
+    assert "answered DEMO-3" in resumed.actions[0].reason

@@ -248,7 +248,8 @@ class Actuator:
             case PauseSwarm():
                 self.store.set_pause(Pause(kind=action.pause_kind, cause=action.cause,
                                            fix=action.fix, since=self.clock(), until=action.until,
-                                           quiet_workers=action.quiet_workers))
+                                           quiet_workers=action.quiet_workers,
+                                           probe=action.probe))
             case EndPause():
                 self.store.clear_pause(action.pause_kind, why=action.reason)
             case VerifyTrunk():

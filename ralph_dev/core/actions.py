@@ -252,6 +252,7 @@ class PauseSwarm(Action):
     fix: str = ""
     until: datetime | None = None
     quiet_workers: bool = False
+    probe: str | None = None
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,13 @@ USAGE_LIMIT = "usage-limit"
 API_OUTAGE = "api-outage"
 API_ACCESS = "api-access"
 
-OUTAGE_WAIT = timedelta(minutes=2)
+OUTAGE_WAIT = timedelta(seconds=10)
 """A rate limit or overload without a stated end: Claude Code already retried for
-minutes before giving up, so the swarm waits a while before asking again."""
+minutes before giving up; the first probe goes out after this, each next one after
+twice the last, up to ``OUTAGE_WAIT_CAP``."""
+OUTAGE_WAIT_CAP = timedelta(seconds=30)
+"""The longest step between an outage's probes: the API's recovery is noticed within it
+(and within Claude Code's own retries while a probe is out), at one worker's calls a step."""
 RESET_MARGIN = timedelta(seconds=30)
 """The text states the reset to the minute: wait until a little after it."""
 UNKNOWN_RESET_WAIT = timedelta(minutes=30)
@@ -105,7 +109,7 @@ def classify_stop_failure(error: str, text: str, now: datetime, *,
                                       f"{shown}",
                           "check ANTHROPIC_API_KEY or the Claude login and billing; ralph-dev "
                           "tries again every 30 minutes", now + UNKNOWN_RESET_WAIT)
-    wait = min(outage_wait * 2 ** min(max(streak, 1) - 1, 10), UNKNOWN_RESET_WAIT)
+    wait = min(outage_wait * 2 ** min(max(streak, 1) - 1, 10), OUTAGE_WAIT_CAP)
     return AgentFault(API_OUTAGE, f"the model API failed ({error or 'unknown'}): {shown}",
                       "nothing: dispatch resumes and waiting workers continue after a wait",
                       now + wait)

@@ -116,7 +116,7 @@ class Timing:
     health_interval: float = 180.0
     heartbeat_stale: float = 120.0
     """A controller heartbeat older than this is a dead controller."""
-    outage_wait: float = 120.0  # pause after an agent's API outage; doubles while it lasts
+    outage_wait: float = 10.0  # first step of an API outage's probes; doubles up to 30 s
     tripwire_interval: float = 30.0  # between walks of files no worker may change
     crash_loop_restarts: int = 5
     crash_loop_window: float = 900.0

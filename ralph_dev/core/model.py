@@ -315,6 +315,9 @@ class Pause:
     quiet_workers: bool = False
     """Running workers are waiting on the same cause (a usage limit): do not nudge or
     restart them while it lasts."""
+    probe: str | None = None
+    """The worker whose session tries the model API again while an outage pause stands
+    (one probe per step): its first answer ends the pause for everyone."""
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,10 @@ RESOURCES_PAUSE = "resources"
 BUDGET_PAUSE = "budget"
 AGENT_PAUSES = (USAGE_LIMIT, API_OUTAGE, API_ACCESS)
 
+PROBE_DEADLINE = timedelta(minutes=10)
+"""How long an outage's probe may go unanswered (Claude Code retries by itself meanwhile)
+before the next step tries another worker's session."""
+
 RESOURCES_MARGIN = 1.1
 """A resources pause lifts only once every figure is back with this margin (no flapping)."""
 def shortage(have: Resources, limits: Limits, margin: float = 1.0) -> str | None:
@@ -117,22 +121,62 @@ class SwarmRules:
     # -- pauses --------------------------------------------------------------------------
 
     def start(self, kind: str, cause: str, fix: str, *, until: datetime | None = None,
-              quiet_workers: bool = False) -> None:
+              quiet_workers: bool = False, probe: str | None = None) -> None:
         self.pauses[kind] = Pause(kind=kind, cause=cause, fix=fix, since=self.now, until=until,
-                                  quiet_workers=quiet_workers)
-        self.actions.append(PauseSwarm(SWARM, f"pausing the swarm: {cause}", pause_kind=kind,
-                                       cause=cause, fix=fix, until=until,
-                                       quiet_workers=quiet_workers))
+                                  quiet_workers=quiet_workers, probe=probe)
+        doing = f"probing the model API through {probe}'s session: " if probe else ""
+        self.actions.append(PauseSwarm(SWARM, f"pausing the swarm: {doing}{cause}",
+                                       pause_kind=kind, cause=cause, fix=fix, until=until,
+                                       quiet_workers=quiet_workers, probe=probe))
 
     def end(self, kind: str, why: str) -> None:
         if self.pauses.pop(kind, None) is not None:
             self.actions.append(EndPause(SWARM, f"the {kind} pause ends: {why}", pause_kind=kind))
 
     def pause_ends(self) -> None:
-        """A pause with a stated end (a usage limit's reset, a day's budget) ends then."""
+        """A pause with a stated end (a usage limit's reset, a day's budget) ends then. An
+        outage's step sends one probe instead: the first worker its error stopped goes on
+        in its own session while the others keep waiting, and the pause stands until the
+        model answers that worker (then everyone goes on) or it fails again (a longer
+        step). An outage costs the API one worker's calls, not every worker's."""
         for pause in list(self.pauses.values()):
-            if pause.until is not None and aware(pause.until) <= self.now:
+            if pause.until is None or aware(pause.until) > self.now:
+                continue
+            probe = self.probe_for(pause)
+            if probe is None:
                 self.end(pause.kind, "its stated end has passed")
+                continue
+            self.start(pause.kind, pause.cause, pause.fix, until=self.now + PROBE_DEADLINE,
+                       quiet_workers=True, probe=probe.issue)
+            self.actions.append(Continue(
+                probe.issue, f"{probe.issue}: probing the model API: it goes on in its own "
+                             "session while the other workers wait", after=probe.agent_error
+                or "", typed=True))
+
+    def probe_for(self, pause: Pause) -> WorkerRecord | None:
+        """The live worker an outage stopped that tries the API next, if any."""
+        if pause.kind != API_OUTAGE:
+            return None
+        for record in sorted(self.world.records.values(), key=lambda r: r.issue):
+            fault = agent_fault(record, self.settings)
+            if fault is not None and fault.kind == API_OUTAGE and self.world.live(record.issue):
+                return record
+        return None
+
+    def probe_answered(self) -> bool:
+        """The outage's probe was answered (the model answered its worker: a tool call or
+        a turn sent on, which clears its error streak), or it is gone: the pause ends."""
+        pause = self.pauses.get(API_OUTAGE)
+        if pause is None or pause.probe is None:
+            return False
+        record = self.world.records.get(pause.probe)
+        if record is None or not self.world.live(pause.probe):
+            self.end(API_OUTAGE, f"its probe {pause.probe} is gone, so the others try again")
+            return True
+        if record.agent_error is None and record.agent_error_streak == 0:
+            self.end(API_OUTAGE, f"the model API answered {pause.probe} again")
+            return True
+        return False
 
     def repository(self) -> None:
         error = self.observed.repository_error
@@ -209,9 +253,9 @@ class SwarmRules:
             if fault is None or fault.until <= self.now:
                 continue
             current = self.pauses.get(fault.kind)
-            if current is not None and current.until is not None \
+            if current is not None and current.probe is None and current.until is not None \
                     and aware(current.until) >= fault.until:
-                continue
+                continue  # (a probe's deadline is no wait: a new error sets the next step)
             self.start(fault.kind, fault.cause, fault.fix, until=fault.until,
                        quiet_workers=True)
 
@@ -219,6 +263,7 @@ class SwarmRules:
         """Once no agent pause is in force, each agent that waited goes on in its session:
         one whose own turn ended on the API error is told to continue, every other live
         worker starts its stall clock again (the pause was nobody's silence)."""
+        answered = self.probe_answered()
         if any(kind in self.pauses for kind in AGENT_PAUSES):
             return
         ended = any(p.quiet_workers for p in self.observed.pauses) and \
@@ -226,7 +271,7 @@ class SwarmRules:
         for record in sorted(self.world.records.values(), key=lambda r: r.issue):
             fault = agent_fault(record, self.settings)
             live = self.world.live(record.issue)
-            if fault is not None and fault.until <= self.now:
+            if fault is not None and (fault.until <= self.now or answered):
                 self.actions.append(Continue(
                     record.issue, f"{record.issue}: the pause its agent's API error caused is "
                                   "over; " + ("it goes on in its own session" if live else
