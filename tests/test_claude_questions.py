@@ -109,6 +109,45 @@ def test_a_question_asked_in_prose_goes_to_a_person_and_the_answer_to_the_sessio
         answer_and_finish(world, api, issue, tick)
 
 
+def test_a_second_question_after_the_answer_reaches_the_person_too(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answer is typed into the session; the agent then asks again instead of
+    finishing. The second question goes on the issue like the first (the first one,
+    answered, no longer counts as the agent's report), and the second answer finishes."""
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add the file")])
+    second = "Thanks. Should the exported file also be gzipped, or stay plain?"
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        if not is_main_conversation(request):
+            return [Text("ok")]
+        answers = conversation_text(request).count("a person left feedback")
+        if answers == 0:
+            return [Text(ISSUE_24)]
+        if answers == 1:
+            return [Text(second)]
+        return [Text("Done.")] if tool_uses_so_far(request) else [bash(finish(issue))]
+
+    def asked(question: str) -> bool:
+        tick()
+        found = world.tracker.get_sync(issue)
+        return "user-input-needed" in found.labels and any(question in c.body
+                                                           for c in found.comments)
+
+    with FakeAnthropic(brain) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        tick = controller_ticks(world, world.settings)
+        tick()  # spawns the worker
+        retry_until(lambda: asked(ISSUE_24), 60,
+                    what="the first question" + diagnostics(world, api, issue))
+        world.tracker.comment_sync(issue, "JSON.", by_ralph=False)
+        world.tracker.change_labels_sync(issue, add=["user-feedback-given"])
+        retry_until(lambda: asked(second), 60,
+                    what="the second question" + diagnostics(world, api, issue))
+        answer_and_finish(world, api, issue, tick)
+    assert [e["event"] for e in world.store.iter_events()].count("worker_blocked") == 2
+
+
 ASK = {"questions": [{
     "question": "Which storage format should the exporter write?",
     "header": "Format",

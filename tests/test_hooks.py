@@ -382,6 +382,27 @@ def test_stop_posts_a_question_asked_in_prose_and_lets_the_agent_wait(
     assert not (project.run_dir(issue) / "stop.json").exists()
 
 
+def test_after_the_answer_the_agent_works_again_and_a_new_question_is_posted(
+        project: Project) -> None:
+    """A question is answered by what is typed into the session (the relayed answer is a
+    UserPromptSubmit): the old question no longer lets the agent stop, and a second
+    question is posted like the first instead of being taken for the first."""
+    issue = project.issue()
+    project.spawn(issue)
+    second = "Thanks. Should the file also be gzipped, or stay plain?"
+    hook("stop", project.env(issue), {**stop_payload(), "last_assistant_message": ISSUE_24})
+    assert blocked_texts(project, issue) == [ISSUE_24]
+    hook("state", project.env(issue), {"hook_event_name": "UserPromptSubmit",
+                                       "prompt": "ralph-dev: a person left feedback"})
+    proc, _ = hook("stop", project.env(issue), {**stop_payload(),
+                                                "last_assistant_message": "Noted, JSON."})
+    assert json.loads(proc.stdout)["decision"] == "block"  # it must report again
+    proc, _ = hook("stop", project.env(issue), {**stop_payload(active=True),
+                                                "last_assistant_message": second})
+    assert proc.stdout == ""
+    assert sorted(blocked_texts(project, issue)) == sorted([ISSUE_24, second])
+
+
 # --- questions: AskUserQuestion and an agent idle on a question ----------------------------
 
 ASK = {"questions": [{

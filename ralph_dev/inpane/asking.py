@@ -35,16 +35,33 @@ def say(worker: Worker, doing: str, *, active: bool = False) -> None:
     ch.tell(worker.run_dir, "state", {"state": doing, "active": active})
 
 
+PROMPTED = "prompted"
+"""In the run dir: touched when something is typed into the session (a person's answer
+relayed, a prompt): a question asked before it is answered, or overtaken."""
+
+
+def prompted(worker: Worker) -> None:
+    """Something was typed into the session: the agent works again, so a question it
+    asked before no longer lets it stop, and a new one is posted afresh."""
+    (worker.run_dir / PROMPTED).touch()
+
+
 def reported(worker: Worker) -> str | None:
     """``done``/``blocked`` when this worker's latest start has such a report the
-    controller accepted, or has not answered yet (it applies it when it runs)."""
+    controller accepted, or has not answered yet (it applies it when it runs). A
+    ``blocked`` counts until something is typed into the session after it."""
     started = (worker.run_dir / ch.WORKER_FILE).stat().st_mtime
+    try:
+        answered = max(started, (worker.run_dir / PROMPTED).stat().st_mtime)
+    except OSError:
+        answered = started
     for report, answer in reversed(ch.reports_of(worker.run_dir,
                                                  frozenset({"done", "blocked"}))):
         try:
-            fresh = (worker.run_dir / ch.OUTBOX / f"{report.id}.json").stat().st_mtime >= started
+            at = (worker.run_dir / ch.OUTBOX / f"{report.id}.json").stat().st_mtime
         except OSError:
             continue
+        fresh = at >= (answered if report.kind == "blocked" else started)
         if fresh and (answer is None or answer.ok):
             return report.kind
     return None

@@ -37,7 +37,7 @@ from ralph_dev.core.jsonsafe import parse_json
 from ralph_dev.core.model import Role
 from ralph_dev.core.paths import state_home
 from ralph_dev.core.questions import asked_question
-from ralph_dev.inpane.asking import WAITING, ask_person, idle, reported, say
+from ralph_dev.inpane.asking import WAITING, ask_person, idle, prompted, reported, say
 from ralph_dev.inpane.worker import (
     IssueView,
     Worker,
@@ -305,6 +305,8 @@ def state(worker: Worker, payload: Mapping[str, Any]) -> None:
     an agent idle on a question it asked has it posted for a person (``idle``)."""
     if idle(worker, payload):
         return
+    if payload.get("hook_event_name") == "UserPromptSubmit":
+        prompted(worker)
     found = agent_state(payload)
     if found is not None:
         say(worker, found[0], active=found[1])
