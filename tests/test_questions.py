@@ -9,11 +9,12 @@ both, and a rule change that trades one for the other shows here.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
 
-from ralph_dev.core.questions import QUESTION_CHARS, asked_question
+from ralph_dev.core.questions import QUESTION_CHARS, asked_question, last_message, tool_question
 
 
 @dataclass(frozen=True)
@@ -352,3 +353,30 @@ def test_a_long_question_is_cut_from_the_front_and_keeps_its_end() -> None:
 def test_control_characters_are_cleaned_from_the_question() -> None:
     found = asked_question("\x1b[1mShould I\x1b[0m use \x07tabs or spaces?")
     assert found == "Should I use tabs or spaces?"
+
+
+def test_ask_user_question_input_reads_as_a_comment() -> None:
+    """Claude Code 2.1's AskUserQuestion input: questions, each with its options."""
+    found = tool_question({"questions": [
+        {"question": "Which formats?", "header": "Formats", "multiSelect": True,
+         "options": [{"label": "CSV", "description": "plain"}, {"label": "JSON"}]},
+        {"question": "Keep the\nold\x1b[2J flag?", "options": "not a list"},
+        {"header": "no question"}, "junk"]})
+    assert found == ("**Formats**: Which formats?\n(one or more of:)\n- CSV — plain\n- JSON\n\n"
+                     "Keep the old flag?")
+    for nothing in (None, {}, {"questions": "x"}, {"questions": [{"question": 3}]}):
+        assert tool_question(nothing) is None
+
+
+def test_the_last_message_of_a_transcript_is_its_last_text_unless_a_tool_call_follows() -> None:
+    def line(*blocks: dict[str, object], role: str = "assistant") -> str:
+        return json.dumps({"type": role, "message": {"role": role, "content": list(blocks)}})
+
+    text = {"type": "text", "text": "Which one?"}
+    call = {"type": "tool_use", "id": "t", "name": "Bash", "input": {}}
+    deep = '{"message": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    assert last_message([line(call), line(text), "not json", deep,
+                         line({"type": "thinking", "thinking": "hm"})]) == "Which one?"
+    assert last_message([line(text), line(call)]) is None
+    assert last_message([line(text), line({"type": "tool_result"}, role="user")]) == "Which one?"
+    assert last_message([]) is None

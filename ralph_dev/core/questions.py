@@ -27,12 +27,12 @@ and the paragraph that leads into them), cleaned of control characters and at mo
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
+from ralph_dev.core.jsonsafe import parse_json
 from ralph_dev.core.text import strip_ansi
 
 QUESTION_CHARS = 2000
@@ -95,8 +95,8 @@ def last_message(transcript_lines: Iterable[str | bytes]) -> str | None:
     last: str | None = None
     for line in transcript_lines:
         try:
-            entry = json.loads(line)
-        except ValueError:
+            entry = parse_json(line)
+        except ValueError:  # TooDeep too: a tool call's input is the model's JSON
             continue
         message = entry.get("message") if isinstance(entry, dict) else None
         if not isinstance(message, dict) or message.get("role") != "assistant":

@@ -108,8 +108,8 @@ def ask_user_question(worker: Worker, payload: Mapping[str, Any]) -> str:
 
 def idle(worker: Worker, payload: Mapping[str, Any]) -> bool:
     """Claude Code says the agent waits for input (``idle_prompt``): when its last message
-    asks a person something and it reported nothing since it started (the Stop hook lets
-    an agent stop at the iteration cap, or fails), the question is posted, so an idle
+    asks a person something and no report of its own stands (``reported``: the Stop hook
+    let it stop at the iteration cap, or failed), the question is posted, so an idle
     question is answered instead of nudged and restarted. True when it was posted."""
     if payload.get("hook_event_name") != "Notification" or not (
             payload.get("notification_type") == "idle_prompt"
