@@ -186,6 +186,13 @@ QUESTIONS = [
            "Let me know whether the new flag should be on or off by default, and I'll finish "
            "the docs.",
            "Let me know whether the new flag should be on or off by default"),
+    Ending("tests already failing on main: fix or leave",
+           "Two tests fail on main before my change (`test_a`, `test_b`). Should I fix them "
+           "as part of this issue or leave them?",
+           "Should I fix them as part of this issue or leave them?"),
+    Ending("a format to choose, the choice without a verb",
+           "I need to know the expected date format. ISO 8601 or the US format?",
+           "ISO 8601 or the US format?"),
 ]
 
 STATEMENTS = [
@@ -300,6 +307,12 @@ STATEMENTS = [
     Ending("table summary with a check mark",
            "**Summary**\n\n| File | Change |\n|---|---|\n| `a.py` | fix |\n\n"
            "Everything passes \u2705", None),
+    Ending("what do you think, after finished work",
+           "I've added retry logic to the client and all tests pass. What do you think?", None),
+    Ending("want me to open a PR, after green tests", "Tests pass. Want me to open a PR?", None),
+    Ending("optional next steps as a list",
+           "Everything is implemented as requested.\n\n**Next steps** (optional):\n"
+           "- Add caching\n- Add metrics", None),
     Ending("empty", "", None),
     Ending("only whitespace", "  \n\n ", None),
 ]

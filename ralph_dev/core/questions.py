@@ -255,6 +255,8 @@ CHECK_IN = _rx(
     r"\b(?:does|do|did|is|are|would|will)\s+(?:this|that|these|it|everything|all of this)\s+"
     r"(?:look|sound|seem|work|meet|match|cover|do)\b",
     r"^(?:sounds?|looks?) (?:good|ok|okay|right|fine)\b",
+    r"^(?:so,?\s+)?(?:what do you think|thoughts|any thoughts|any feedback|how does (?:this|that|"
+    r"it) (?:look|sound))\b",
     r"\b(?:make sense|work for you|what you (?:wanted|had in mind|expected|meant))\b",
     rf"\b(?:would you like|do you want|want|shall|should|can|may)\s+{_ME}\s+"
     r"(?:to\s+)?(?:commit|push|open|create|merge|run|ship|proceed|continue|go ahead|"
