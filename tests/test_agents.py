@@ -391,8 +391,11 @@ def test_tool_fence_per_role(role: Role) -> None:
     denied = argv[argv.index("--disallowedTools") + 1].split(",")
     assert offered == list(fence.tools) and allowed == list(fence.allowed)
     assert {"Bash", "Read", "Skill"} <= set(offered)
-    assert {"Agent", "AskUserQuestion"} <= set(denied)
-    assert not {"Agent", "AskUserQuestion"} & set(offered)
+    assert "Agent" in denied and "Agent" not in offered
+    # offered, never pre-approved: the PreToolUse hook turns it into a question on the issue
+    # (and dontAsk denies it should the hook not answer)
+    assert "AskUserQuestion" in offered
+    assert "AskUserQuestion" not in allowed and "AskUserQuestion" not in denied
     edits = {"Edit", "Write", "NotebookEdit"}
     if role in (Role.EXECUTE, Role.RESOLVE):
         assert edits <= set(offered) and not edits & set(denied)
@@ -499,11 +502,14 @@ def test_plugin_has_a_skill_per_role_and_its_hooks() -> None:
         "StopFailure": ["ralph-dev hook stop-failure"],
         # what the agent does now (issue 13 item 1): its own account, not the pane's
         "UserPromptSubmit": ["ralph-dev hook state"],
-        "PreToolUse": ["ralph-dev hook state"],
+        "PreToolUse": ["ralph-dev hook state", "ralph-dev hook ask-user-question"],
+        # an idle agent's question goes to a person (issue 24 item 5)
         "Notification": ["ralph-dev hook state"],
         "SessionEnd": ["ralph-dev hook state"],
     }
     assert hooks["PostToolUse"][0]["matcher"] == "Edit|Write|Bash|MultiEdit"
+    # nobody in a worker can answer AskUserQuestion's picker: its question is posted
+    assert hooks["PreToolUse"][1]["matcher"] == "AskUserQuestion"
 
 
 def test_repository_root_is_the_same_plugin() -> None:

@@ -332,24 +332,6 @@ def test_hook_work_fits_the_budget(project: Project) -> None:
         assert took < WORK_BUDGET, f"{name} took {took:.2f}s"
 
 
-@pytest.mark.parametrize(("message", "question"), [
-    ("I read the code.\n\nShould I use Postgres or SQLite?", True),
-    ("**Which of the two APIs do you want?**", True),
-    ("Is it X? I checked: it is. All tests pass.", False),  # answered itself
-    ("Done: all tests pass.", False),
-    ("", False),
-    (None, False),
-])
-def test_a_turn_that_ends_with_a_question_is_a_question_for_a_person(
-        message: object, question: bool) -> None:
-    from ralph_dev.inpane.hooks import asked_question
-
-    found = asked_question(message)
-    assert (found is not None) == question
-    if question:
-        assert found is not None and found.rstrip("*").endswith("?")  # the whole question
-
-
 @pytest.mark.parametrize(("payload", "expected"), [
     ({"hook_event_name": "UserPromptSubmit", "prompt": "go"}, ("working", True)),
     ({"hook_event_name": "PreToolUse", "tool_name": "Bash"}, ("running Bash", True)),

@@ -4,7 +4,9 @@ Tool names as Claude Code 2.1 offers them (seen in its requests). Every role
 may read, run commands (its `ralph-dev worker …` reports need Bash), load
 skills, keep a task list and look things up on the web; only execute and
 resolve workers edit files; nobody gets subagents or tools that wait for a
-person or schedule work outside ralph-dev.
+person or schedule work outside ralph-dev. ``AskUserQuestion`` is offered but
+never run: ralph-dev's PreToolUse hook denies it and posts its question on the
+issue (``inpane.asking``), and ``dontAsk`` denies it should the hook not answer.
 """
 
 from __future__ import annotations
@@ -26,10 +28,16 @@ COMMON_TOOLS = (
 EDIT_TOOLS = ("Edit", "Write", "NotebookEdit")
 
 
+ASK_TOOLS = ("AskUserQuestion",)
+"""Offered, never pre-approved: a model asks with it the way it was trained to, with
+options, and the PreToolUse hook turns the call into a question on the issue. Hidden,
+a model asks in prose instead, and its options are whatever it happened to write."""
+
+
 # Never for a worker: subagents (a worker does not orchestrate) and tools that
-# wait for a person or schedule work outside ralph-dev.
+# wait for a person (but AskUserQuestion, above) or schedule work outside ralph-dev.
 NEVER_TOOLS = (
-    "Agent", "AskUserQuestion", "SendMessage", "Workflow", "CronCreate", "CronDelete",
+    "Agent", "SendMessage", "Workflow", "CronCreate", "CronDelete",
     "CronList", "ScheduleWakeup", "EnterWorktree", "ExitWorktree", "EnterPlanMode",
     "ExitPlanMode",
 )
@@ -54,7 +62,7 @@ def tool_fence(role: Role, workspace: Path | None = None) -> ToolFence:
     for the model, not a jail: Bash can still write, which is what the sandbox
     (``agent.sandbox``) is for.
     """
-    tools = COMMON_TOOLS + (EDIT_TOOLS if role.may_edit else ())
+    tools = COMMON_TOOLS + ASK_TOOLS + (EDIT_TOOLS if role.may_edit else ())
     disallowed = NEVER_TOOLS + (() if role.may_edit else EDIT_TOOLS)
     allowed: tuple[str, ...] = COMMON_TOOLS
     if role.may_edit:

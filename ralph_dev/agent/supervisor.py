@@ -18,6 +18,7 @@ import structlog
 from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.agent.claude import plugin_dir, prepare_claude, skill_name
 from ralph_dev.agent.fence import (
+    ASK_TOOLS,
     EDIT_TOOLS,
     NEVER_TOOLS,
     SUPERVISOR_ALLOWED,
@@ -90,7 +91,7 @@ def build_supervisor_launch(
         "--permission-mode", "dontAsk",
         "--tools", "Bash,Read,Skill",
         "--allowedTools", ",".join(SUPERVISOR_ALLOWED),
-        "--disallowedTools", ",".join(NEVER_TOOLS + EDIT_TOOLS + SUPERVISOR_DENIED),
+        "--disallowedTools", ",".join(NEVER_TOOLS + ASK_TOOLS + EDIT_TOOLS + SUPERVISOR_DENIED),
         *settings.agent.extra_args,
         "--",
     ]

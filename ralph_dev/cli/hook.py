@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from ralph_dev.cli import main
-from ralph_dev.inpane import hooks
+from ralph_dev.inpane import asking, hooks
 from ralph_dev.inpane.worker import Worker
 
 HookBody = Callable[[Worker, dict[str, Any]], str | None]
@@ -51,6 +51,12 @@ def post_tool_use_cmd() -> None:
 def state_cmd() -> None:
     """Tell the controller what the agent does now (prompt, tool, notification, end)."""
     _run("state", lambda worker, payload: hooks.state(worker, payload))
+
+
+@hook_group.command("ask-user-question")
+def ask_user_question_cmd() -> None:
+    """Deny AskUserQuestion (nobody in a worker can answer it) and post its question."""
+    _run("ask-user-question", asking.ask_user_question)
 
 
 @hook_group.command("stop-failure")

@@ -6,7 +6,9 @@
 * PostToolUse tells the controller the agent is active; the controller
   snapshots the workspace with jj (so edits are never only on disk).
 * Stop is the Ralph loop: it refuses to let the agent stop until the worker
-  reported done or blocked, or the iteration cap is reached.
+  reported done or blocked, or the iteration cap is reached; a turn that ends by
+  asking a person something is let stop with its question posted (``inpane.asking``,
+  which also handles ``AskUserQuestion`` and an agent idle on a question).
 
 Hooks run inside the worker's sandbox, like the agent: they read only the
 worker's run directory (``adapters.mailbox``; the issue as the controller last saw
@@ -34,8 +36,15 @@ from ralph_dev.adapters import mailbox as ch
 from ralph_dev.core.jsonsafe import parse_json
 from ralph_dev.core.model import AWAITING_MODEL, WORKING, Role
 from ralph_dev.core.paths import state_home
-from ralph_dev.inpane.reports import blocked
-from ralph_dev.inpane.worker import IssueView, Worker, clean_text, current_worker, one_line
+from ralph_dev.core.questions import asked_question
+from ralph_dev.inpane.asking import WAITING, ask_person, idle, prompted, reported, say
+from ralph_dev.inpane.worker import (
+    IssueView,
+    Worker,
+    clean_text,
+    current_worker,
+    one_line,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -253,7 +262,7 @@ def session_start(worker: Worker, payload: Mapping[str, Any]) -> str:
     and print the issue's context from the controller's view of it."""
     ch.tell(worker.run_dir, "session", {k: payload.get(k) for k in
                                         ("session_id", "transcript_path")})
-    _say(worker, WORKING, active=True)
+    say(worker, WORKING, active=True)
     text = render_context(worker, worker.view())
     log.info("session_context", chars=len(text))
     return text
@@ -269,7 +278,6 @@ def post_tool_use(worker: Worker) -> None:
 
 
 _TOOL = re.compile(r"[A-Za-z0-9_.:-]{1,60}")
-WAITING = "waiting for input"
 
 
 def agent_state(payload: Mapping[str, Any]) -> tuple[str, bool] | None:
@@ -292,16 +300,16 @@ def agent_state(payload: Mapping[str, Any]) -> tuple[str, bool] | None:
     return None
 
 
-def _say(worker: Worker, doing: str, *, active: bool = False) -> None:
-    """Tell the controller what the agent does now (``agent_state``; active: it works)."""
-    ch.tell(worker.run_dir, "state", {"state": doing, "active": active})
-
-
 def state(worker: Worker, payload: Mapping[str, Any]) -> None:
-    """UserPromptSubmit, PreToolUse, Notification, SessionEnd: what the agent does now."""
+    """UserPromptSubmit, PreToolUse, Notification, SessionEnd: what the agent does now;
+    an agent idle on a question it asked has it posted for a person (``idle``)."""
+    if idle(worker, payload):
+        return
+    if payload.get("hook_event_name") == "UserPromptSubmit":
+        prompted(worker)
     found = agent_state(payload)
     if found is not None:
-        _say(worker, found[0], active=found[1])
+        say(worker, found[0], active=found[1])
 
 
 def stop_failure(worker: Worker, payload: Mapping[str, Any]) -> None:
@@ -311,7 +319,7 @@ def stop_failure(worker: Worker, payload: Mapping[str, Any]) -> None:
     error = said[:40] if isinstance(said, str) else "unknown"
     ch.tell(worker.run_dir, "agent_error", {
         "error": error, "text": one_line(text)[:300] if isinstance(text, str) else ""})
-    _say(worker, f"api error: {error}")
+    say(worker, f"api error: {error}")
 
 
 # --- Stop ---------------------------------------------------------------------------------
@@ -337,21 +345,6 @@ def stop_reason(worker: Worker, iteration: int) -> str:
     )
 
 
-def reported(worker: Worker) -> str | None:
-    """``done``/``blocked`` when this worker's latest start has such a report the
-    controller accepted, or has not answered yet (it applies it when it runs)."""
-    started = (worker.run_dir / ch.WORKER_FILE).stat().st_mtime
-    for report, answer in reversed(ch.reports_of(worker.run_dir,
-                                                 frozenset({"done", "blocked"}))):
-        try:
-            fresh = (worker.run_dir / ch.OUTBOX / f"{report.id}.json").stat().st_mtime >= started
-        except OSError:
-            continue
-        if fresh and (answer is None or answer.ok):
-            return report.kind
-    return None
-
-
 def _iterations(worker: Worker) -> int:
     try:
         data = json.loads((worker.run_dir / STOP_FILE).read_text(encoding="utf-8"))
@@ -359,22 +352,6 @@ def _iterations(worker: Worker) -> int:
         return int(data["iterations"]) if data.get("since") == started else 0
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return 0
-
-
-QUESTION_CHARS = 2000
-
-
-def asked_question(message: object) -> str | None:
-    """The agent's last message when it ends by asking something (its last line ends
-    with a question mark): a question for a person, asked in prose instead of with
-    ``worker blocked``. Pushing such an agent on only makes it guess or ask again."""
-    if not isinstance(message, str):
-        return None
-    text = clean_text(message).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines or not lines[-1].rstrip("*_`\"')] ").endswith("?"):
-        return None
-    return text if len(text) <= QUESTION_CHARS else "…" + text[-(QUESTION_CHARS - 1):]
 
 
 LAST_MESSAGE_CHARS = 1500
@@ -405,20 +382,19 @@ def stop(worker: Worker, payload: Mapping[str, Any]) -> StopDecision:
     why = reported(worker)
     if why is not None:
         log.info("stop_allowed", why=why)
-        _say(worker, "finished" if why == "done" else f"{WAITING}: asked a person")
+        say(worker, "finished" if why == "done" else f"{WAITING}: asked a person")
         return StopDecision(True, "reported", iterations)
     question = asked_question(payload.get("last_assistant_message"))
     if question is not None:
-        outcome = blocked(worker, question)
-        log.info("stop_allowed", why="asked a person", answer=outcome.message[:200])
-        _say(worker, f"{WAITING}: {one_line(question.splitlines()[-1])[:120]}")
+        ask_person(worker, question, "a question in the agent's last message")
+        log.info("stop_allowed", why="asked a person")
         return StopDecision(True, "asked a person", iterations)
     cap = worker.info.iteration_cap
     if iterations >= cap:
         log.warning("stop_allowed", why="iteration_cap", iterations=iterations)
         ch.tell(worker.run_dir, "iteration_cap", {
             "iterations": iterations, "message": last_message(payload)})
-        _say(worker, "stopped at the iteration cap")
+        say(worker, "stopped at the iteration cap")
         return StopDecision(True, "iteration cap", iterations)
     iterations += 1
     (worker.run_dir / STOP_FILE).write_text(json.dumps({
