@@ -84,17 +84,23 @@ def test_tracker_outage_skips_dispatch_but_keeps_workers(swarm: Swarm, in_proces
     running = wait_for(lambda: len(swarm.worker_windows()) == 2, 20, "two workers")
     assert running
     tracker.down = True
-    for _ in range(3):
+    for _ in range(6):
         result = _tick(ctl)
         assert not result.observed.tracker_ok
         assert all(a.kind not in ("spawn", "kill", "reap", "restart") for a in result.plan.actions)
     assert sorted(swarm.worker_windows()) == ["DEMO-1", "DEMO-2"]  # untouched
-    assert any(e["event"] == "tracker_unavailable" for e in swarm.events())
+    # issue 25: one event when the outage is sure, not one per tick
+    (down,) = [e for e in swarm.events() if e["event"] == "tracker_unavailable"]
+    assert down["failed_calls"] == 3 and down["error"]
     beat = json.loads((ctl.store.paths.heartbeat_file).read_text())
     assert beat["tracker_ok"] is False  # the heartbeat still beats, and says so
     tracker.down = False
     result = _tick(ctl)
     assert result.observed.tracker_ok  # recovery on the next tick
+    (up,) = [e for e in swarm.events() if e["event"] == "tracker_recovered"]
+    assert up["failed_calls"] == 6 and up["seconds"] >= 0
+    _tick(ctl)
+    assert [e["event"] for e in swarm.events()].count("tracker_recovered") == 1
 
 
 def test_failed_action_is_recorded_and_retried(swarm: Swarm, in_process) -> None:

@@ -746,7 +746,21 @@ def test_feedback_is_relayed_to_a_live_worker_or_resumes_a_held_issue() -> None:
     gone = dataclasses.replace(live, windows=())
     assert steps(run(gone)) == [("resume", "DEMO-8")]
     dead = dataclasses.replace(live, windows=(win("DEMO-8", alive=False, exit_status=0),))
-    assert steps(run(dead)) == [("reap", "DEMO-8"), ("resume", "DEMO-8")]
+    plan = run(dead)
+    assert steps(plan) == [("reap", "DEMO-8"), ("resume", "DEMO-8")]
+    # issue 25: the worker that asked ended its session; a person answered. That is no
+    # failure: no backoff, and its next start comes at once, named for the answer
+    reap = plan.actions[0]
+    assert isinstance(reap, Reap) and reap.exit_status == 0 and not reap.charged
+    assert "a person answered" in reap.reason and "backoff" not in reap.reason
+    after = dataclasses.replace(dead.records["DEMO-8"], attempts=1,
+                                last_failure_at=NOW - timedelta(seconds=1))
+    for action in plan.actions:
+        after = dataclasses.replace(after, **action.record_changes(NOW))
+    answered = world(issues=[issue(8, "started")], records=[after])
+    respawn = run(answered, now=NOW + timedelta(seconds=1))
+    assert steps(respawn) == [("spawn", "DEMO-8")]
+    assert "a person answered" in respawn.actions[0].reason
     # Feedback on a ready issue: resume first, dispatch on a later tick.
     todo = world(issues=[issue(3, labels={"user-feedback-given"})])
     assert steps(run(todo)) == [("resume", "DEMO-3")]

@@ -322,3 +322,12 @@ def test_the_real_controller_keeps_the_contract(world: World, kind: type[Action]
         assert (world.ctl.dirs.run_dir(ident) / "worker.json").is_file()
     if kind is VerifyTrunk:
         assert not world.ctl.store.paths.trunk_red_file.exists()  # green again
+
+
+def test_an_event_keeps_an_exit_status_of_zero() -> None:
+    """Issue 25: `reap` events dropped `exit_status` 0 (taken for an unset field)."""
+    from ralph_dev.control.act import event_details
+
+    details = event_details(Reap("DEMO-1", "pane died", exit_status=0, charged=False))
+    assert details == {"exit_status": 0}
+    assert event_details(Reap("DEMO-1", "pane died"))["charged"] is True

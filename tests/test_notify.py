@@ -111,8 +111,8 @@ def _raise_every_cause(store: StateStore) -> None:
     store.append_event("trunk_red", issue="DEMO-2", exit_code=2)
     store.append_event("controller_crash_loop", reason="controller exited (status 1)",
                        restarts=5, window_s=900)
-    for _ in range(3):  # one failing tick is a glitch; three in a row are worth telling
-        store.append_event("tracker_unavailable", error="401 authentication failed")
+    store.append_event("tracker_unavailable", error="401 authentication failed",
+                       failed_calls=3)  # (the controller says an outage once it is sure)
     store.append_event("swarm_paused", cause="usage_limit", reason="usage limit until 14:00")
     store.append_event("budget_breaker", reason="daily budget of $20 spent")
     store.append_event("merge", issue="DEMO-2", reason="DEMO-2: worker reported done")

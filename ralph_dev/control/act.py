@@ -108,6 +108,13 @@ GROOM_DESCRIPTION = (
     "each with a one-line reason in a comment. It is completed when the run ends.")
 
 
+def event_details(action: Action) -> dict[str, object]:
+    """An action's fields for its event, leaving out the unset ones (None, "", False) but
+    never a number: a pane's exit status 0 is a fact a person reads."""
+    return {k: v for k, v in action.details().items()
+            if v is not None and v != "" and v is not False}
+
+
 class Actuator:
     """Carries out one project's actions through its ports."""
 
@@ -180,9 +187,8 @@ class Actuator:
         elif changes := action.record_changes(self.clock()):
             self.store.update_record(action.issue, **changes)
         if not isinstance(action, OWN_EVENTS):
-            details = {k: v for k, v in action.details().items() if v not in (None, "", False)}
             self.store.append_event(action.kind, issue=action.issue, reason=action.reason,
-                                    **details)
+                                    **event_details(action))
 
     async def _do(self, action: Action, issue: Issue | None, observed: Observed) -> None:
         labels = self.settings.labels

@@ -33,6 +33,7 @@ from ralph_dev.control.intake import Intake
 from ralph_dev.control.merging import MergeLane
 from ralph_dev.control.metrics import TickHistogram
 from ralph_dev.control.observe import Observer, SetupCheck
+from ralph_dev.control.tracker_outage import TrackerOutage
 from ralph_dev.control.tripwires import Tripwires
 from ralph_dev.control.worker_dirs import WorkerDirs
 from ralph_dev.core.actions import (
@@ -112,6 +113,7 @@ class Controller:
         self.merges = MergeLane(settings, jj=jj, store=self.store,
                                 pull_requests=pull_requests, beat=self._beat_while)
         self.tripwires = Tripwires(settings, self.store, config=config_file(), clock=clock)
+        self.outage = TrackerOutage(self.store, self.clock)
         self.observer = Observer(settings, tracker=tracker, panes=tmux, jj=jj, store=self.store,
                                  writebacks=self.writebacks, dirs=self.dirs, merges=self.merges,
                                  tripwires=self.tripwires, spending=Spending(settings, clock),
@@ -183,8 +185,7 @@ class Controller:
             await self.server.listen(self.dirs.names())
             await self.intake.accept_all()  # reports written while we were busy or stopped
             observed = await self.observer.observe()
-            if observed.tracker_error is not None:
-                self.store.append_event("tracker_unavailable", error=observed.tracker_error)
+            self.outage.saw(observed)
             plan = decide(observed, self.settings, self.clock())
             self._publish_waits(plan)
             result = TickResult(self.tick_number, plan, observed)

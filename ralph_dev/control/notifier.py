@@ -88,7 +88,7 @@ CAUSES: tuple[Cause, ...] = (
           "the tracker cannot be read: dispatch is paused",
           "The controller could not read the tracker for several ticks in a row: {error}. "
           "Running workers go on; nothing new starts until it can.",
-          after=3, cleared_when_heartbeat="tracker_ok"),
+          cleared_by=frozenset({"tracker_recovered"}), cleared_when_heartbeat="tracker_ok"),
     Cause("paused", frozenset({"swarm_paused"}), "the swarm paused: {cause}", "{reason}",
           cleared_by=frozenset({"swarm_resumed"}), per="cause"),
     Cause("budget", frozenset({"budget_breaker"}), "a budget breaker stopped the swarm",

@@ -129,9 +129,12 @@ class Reap(Action):
     failure time (the orphan backoff counts from it)."""
 
     exit_status: int | None = None
+    charged: bool = True
+    """The pane's end is the issue's failure (the orphan backoff counts from it); not so
+    for a worker that asked a person and was answered."""
 
     def record_changes(self, now: datetime) -> dict[str, Any]:
-        return {"last_failure_at": now, "last_failure": self.reason}
+        return {"last_failure_at": now, "last_failure": self.reason} if self.charged else {}
 
 
 @dataclass(frozen=True)
@@ -197,7 +200,12 @@ class Resume(Action):
 
     def record_changes(self, now: datetime) -> dict[str, Any]:
         return {"attempts": 0, "blocked": False, "last_failure_at": None, "nudged_at": None,
-                "merge_failures": 0, "merge_failed_at": None, "hold_reason": None}
+                "merge_failures": 0, "merge_failed_at": None, "hold_reason": None,
+                "lost": ANSWERED}
+
+
+ANSWERED = "a person answered"
+"""Why a held issue's next worker starts: named in its spawn, which comes at once."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ralph_dev.core.actions import (
+    ANSWERED,
     STOPPED,
     Action,
     Complete,
@@ -406,6 +407,11 @@ class Decider:
         rec = self.world.records.get(ident)
         attempts = self.attempts(ident)
         cap = self.settings.timing.max_attempts
+        if rec is not None and rec.lost == ANSWERED:
+            queue.append(Candidate(issue, role, max(attempts, 1),
+                                   f"{ident}: {ANSWERED}; its worker starts again at once, in "
+                                   f"its session, attempt {max(attempts, 1)}/{cap}"))
+            return
         if rec is not None and rec.lost:
             queue.append(Candidate(issue, role, max(attempts, 1),
                                     f"{ident}: {what}; its worker was lost ({rec.lost[:120]}), "
@@ -476,8 +482,13 @@ class Decider:
                                "worker", lifts_hold=w.has(ident, self.settings.labels
                                                           .user_input_needed)))
                 return
-            if windows:
-                self.reap(ident, windows)
+            if windows:  # the worker that asked ended its session meanwhile
+                status = next((win.exit_status for win in windows
+                               if win.exit_status is not None), None)
+                self.emit(Reap(ident, f"{ident}: a person answered; closing its ended pane "
+                                      f"(exit {status if status is not None else 'unknown'}), "
+                                      "a worker starts again at once in its session",
+                               exit_status=status, charged=False))
             self.resume(ident)
             return
         if w.held(ident):
