@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
+from datetime import datetime
 from typing import Any, TypeVar
 
 from ralph_dev.adapters.mailbox_server import MailboxServer
@@ -49,12 +50,14 @@ class ControllerEnd:
                 return str(error)
         return None
 
-    async def write_back_due(self, *, tracker_ok: bool = True) -> list[str]:
+    async def write_back_due(self, *, tracker_ok: bool = True,
+                             config_loaded_at: datetime | None = None) -> list[str]:
         """What a tick does with the queue: every write-back ``decide`` finds due, made;
         the errors of those that failed."""
         owed = [item.owed() for item in self.writebacks.items()]
         errors = []
-        for action in write_backs(owed, tracker_ok, self.settings, utcnow()):
+        for action in write_backs(owed, tracker_ok, self.settings, utcnow(),
+                                  config_loaded_at=config_loaded_at):
             if (error := await self.writer.write_back(action.report)) is not None:
                 errors.append(str(error))
         return errors

@@ -711,6 +711,63 @@ def test_done_during_a_tracker_outage_costs_nothing_and_is_applied_once(
             end.close()
 
 
+class RefusingTracker(LocalTracker):
+    """The local tracker refusing every comment for a reason only a person can fix (as
+    Linear refuses a write in a project of two teams with no team configured)."""
+
+    refuse = False
+
+    async def comment(self, *args: Any, **kw: Any) -> Any:
+        from ralph_dev.core.errors import TrackerInputError
+
+        if self.refuse:
+            raise TrackerInputError("Linear needs a team for this write and the project has "
+                                    "two: set tracker.linear_team")
+        return await super().comment(*args, **kw)
+
+
+def test_a_write_the_tracker_refuses_for_good_goes_to_a_person_not_to_a_retry_loop(
+        xdg: Path, jj_bin: str) -> None:
+    """Issue 25: a write that can never succeed was retried forever while the worker was
+    told "Nothing is lost" and nobody was told anything. Now the worker hears the truth,
+    the write is not retried, status says what to fix (NEEDS YOU) and a person is
+    notified (`relay_refused`); once the config is read again it is tried again."""
+    from ralph_dev.control.status import snapshot
+
+    project = make_project(xdg, jj_bin)
+    project.tracker = RefusingTracker(project.settings.paths.tracker_db, "DEMO")
+    try:
+        issue = project.issue("Add ok file")
+        project.spawn(issue)
+        RefusingTracker.refuse = True
+        result = project.cli(["worker", "note", issue, "Halfway: the parser is done."], issue)
+        assert result.exit_code == 0, result.output
+        assert "refused" in result.output and "set tracker.linear_team" in result.output
+        assert "Nothing is lost" not in result.output
+        end = project.controller
+        (item,) = end.writebacks.items()
+        assert item.blame == "permanent" and item.failures == 1
+        for _ in range(3):  # ticks: never tried again on their own
+            assert end.call(end.write_back_due()) == []
+        assert end.writebacks.items()[0].failures == 1
+        refused = [e for e in project.store.iter_events() if e["event"] == "relay_refused"]
+        assert len(refused) == 1 and "linear_team" in refused[0]["error"]
+        doc = end.call(snapshot(project.settings))
+        (need,) = [n for n in doc["needs_you"] if n["kind"] == "tracker_write"]
+        assert need["issue"] == issue and "set tracker.linear_team" in need["message"]
+        RefusingTracker.refuse = False  # a person fixed the config; the controller reads it
+        assert end.call(end.write_back_due(config_loaded_at=utcnow())) == []
+        assert end.writebacks.items() == []
+        notes = [c for c in project.tracker.get_sync(issue).comments if c.by_ralph]
+        assert len(notes) == 1 and "the parser is done" in notes[0].body
+        doc = end.call(snapshot(project.settings))
+        assert not [n for n in doc["needs_you"] if n["kind"] == "tracker_write"]
+    finally:
+        RefusingTracker.refuse = False
+        for end in project.ends:
+            end.close()
+
+
 def test_reports_wait_for_a_controller_that_is_not_running(project: Project) -> None:
     """No controller: the report is recorded and applied when one runs."""
     issue = project.issue("Add ok file")

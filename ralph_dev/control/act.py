@@ -415,7 +415,9 @@ class WriteBackWriter:
                 item.failed_at = self.clock()
             item.last_error, item.blame = str(exc)[:500], blame.value
             self.writebacks.add(item)
-            self.store.append_event("relay_failed", issue=item.issue, report=item.kind,
+            # a write the tracker will never take is a person's to fix: its own event
+            event = "relay_refused" if blame is Blame.PERMANENT else "relay_failed"
+            self.store.append_event(event, issue=item.issue, report=item.kind,
                                     failures=item.failures, blame=blame.value, error=str(exc))
             return exc
         finally:

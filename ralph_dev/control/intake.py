@@ -36,6 +36,7 @@ from ralph_dev.core.groom import (
 from ralph_dev.core.model import IDENTIFIER_RE, Issue, NewIssue, Role, StateType
 from ralph_dev.core.patterns import PLAN_TEXT_CHARS
 from ralph_dev.core.plan_admission import PlanRefused, admit_plan
+from ralph_dev.core.policy import Blame
 from ralph_dev.core.ports import TrackerReader, Workspaces
 from ralph_dev.core.text import strip_ansi
 from ralph_dev.core.writeback import KINDS as WRITING_KINDS
@@ -143,7 +144,12 @@ class Intake:
         if report.kind in WRITING_KINDS and self.write_now is not None:
             error = await self.write_now(report.id)
             pending = error is not None
-            if pending:
+            owed = self.writebacks.get(report.id) if pending else None
+            if owed is not None and owed.blame == Blame.PERMANENT:
+                message += (f" But the tracker refused its writes ({error}): they wait "
+                            "until a person fixes the cause, and `ralph-dev status` tells "
+                            "them. Your report is kept.")
+            elif pending:
                 message += (f" The tracker did not answer ({error}); ralph-dev makes the "
                             "tracker writes when it does. Nothing is lost.")
         return mailbox.Answer(report.id, True, message, pending=pending, data=data)

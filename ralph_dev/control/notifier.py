@@ -91,6 +91,12 @@ CAUSES: tuple[Cause, ...] = (
           cleared_by=frozenset({"tracker_recovered"}), cleared_when_heartbeat="tracker_ok"),
     Cause("paused", frozenset({"swarm_paused"}), "the swarm paused: {cause}", "{reason}",
           cleared_by=frozenset({"swarm_resumed"}), per="cause"),
+    Cause("tracker_write", frozenset({"relay_refused"}),
+          "{issue}: the tracker refused a write",
+          "The tracker refused the writes {issue}'s {report} report owes: {error}. Fix the "
+          "cause (often a tracker setting in ralph-dev's config); they are tried again when "
+          "the config is read again.",
+          cleared_by=frozenset({"relayed"}), per="issue"),
     Cause("budget", frozenset({"budget_breaker"}), "a budget breaker stopped the swarm",
           "{reason}", cleared_by=frozenset({"budget_reset"})),
     Cause("merge", frozenset({"merge"}), "{issue} merged",

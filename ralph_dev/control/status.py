@@ -27,11 +27,13 @@ from typing import Any
 from ralph_dev.adapters.processes import lock_holder
 from ralph_dev.adapters.store import StateStore, to_iso, utcnow
 from ralph_dev.adapters.terminal import last_words, render_tail
+from ralph_dev.adapters.writebacks import WriteBackQueue
 from ralph_dev.control import costs as spending
 from ralph_dev.control.disk import workspace_sizes
 from ralph_dev.control.status_sources import StateSources
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import CONTROLLER_WINDOW, Issue, Observed, Window, worker_windows
+from ralph_dev.core.policy import Blame
 from ralph_dev.core.text import strip_ansi
 
 SCHEMA_VERSION = 1
@@ -440,6 +442,12 @@ def _needs_you(settings: ProjectSettings, doc: Mapping[str, Any]) -> list[dict[s
     if doc["tracker"]["error"]:
         out.append({"kind": "tracker", "message":
                     f"the tracker cannot be read: {doc['tracker']['error']}"})
+    for item in WriteBackQueue(settings.paths.relay_dir).items():
+        if item.blame == Blame.PERMANENT:
+            out.append({"kind": "tracker_write", "issue": item.issue, "message": (
+                f"the tracker refused the writes {item.issue}'s {item.kind} report owes: "
+                f"{item.last_error}; fix the cause (often a tracker setting in ralph-dev's "
+                "config): they are tried again when the config is read again")})
     for item in doc["board"]["held"]:
         if item["needs_you"]:
             out.append({

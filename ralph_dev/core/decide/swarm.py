@@ -295,7 +295,8 @@ class SwarmRules:
 
     def write_backs(self) -> None:
         self.actions += write_backs(self.observed.owed, self.observed.tracker_ok,
-                                    self.settings, self.now)
+                                    self.settings, self.now,
+                                    config_loaded_at=self.observed.config_loaded_at)
 
     def adoption(self) -> None:
         for name in sorted(self.observed.unadopted):
@@ -304,14 +305,21 @@ class SwarmRules:
 
 
 def write_backs(owed: Iterable[OwedWrite], tracker_ok: bool, settings: ProjectSettings,
-                now: datetime) -> list[WriteBack]:
+                now: datetime, *, config_loaded_at: datetime | None = None
+                ) -> list[WriteBack]:
     """Each accepted report's tracker writes, when due: at once when new or when the
     tracker answers again after an outage (an outage is nobody's failure and costs no
-    wait of its own), after the retry policy's wait when the write itself failed, and
-    never again when it can never succeed (a person is asked instead)."""
+    wait of its own), after the retry policy's wait when the write itself failed. One the
+    tracker refused for good (its configuration, a validation, a permission) waits for
+    a person (``status`` says what to fix) and is tried again once the config is read
+    again after the refusal: a config edit is how most such causes are fixed."""
     policy, out = retry_policy(settings), []
     for item in owed:
-        if item.blame == Blame.PERMANENT or not tracker_ok:
+        if not tracker_ok:
+            continue
+        if item.blame == Blame.PERMANENT and (
+                config_loaded_at is None or item.failed_at is None
+                or aware(config_loaded_at) <= aware(item.failed_at)):
             continue
         if item.blame == Blame.OWN and not policy.due(item.failures, item.failed_at, now):
             continue
