@@ -113,7 +113,7 @@ def _raise_every_cause(store: StateStore) -> None:
                        restarts=5, window_s=900)
     for _ in range(3):  # one failing tick is a glitch; three in a row are worth telling
         store.append_event("tracker_unavailable", error="401 authentication failed")
-    store.append_event("swarm_paused", cause="usage_limit", reason="usage limit until 14:00")
+    store.append_event("swarm_paused", kind="setup", cause="usage_limit", fix="wait")
     store.append_event("budget_breaker", reason="daily budget of $20 spent")
     store.append_event("merge", issue="DEMO-2", reason="DEMO-2: worker reported done")
     store.append_event("config_invalid", file="config.toml",
@@ -308,3 +308,29 @@ async def test_a_hostile_title_reaches_no_notification_raw(xdg: Path, tmp_path: 
         assert all(c.isprintable() or c == "\n" for c in shown), ascii(shown)
         assert "Fix" in shown and "gnp.exe" in shown and "Which" in shown
     await tracker.close()
+
+
+async def test_a_usage_limit_is_told_once_by_its_reset(
+        xdg: Path, tmp_path: Path, receiver: Receiver) -> None:
+    """Issue 24: the limit pauses the swarm, a second worker's error lengthens the pause
+    with another cause: one message, "usage limit until HH:MM" (local), cause and fix."""
+    from ralph_dev.control.pause_text import clock, limit_lifts
+    from ralph_dev.core.agent_faults import RESET_MARGIN, USAGE_LIMIT
+    from ralph_dev.core.model import Pause
+
+    settings = _settings(tmp_path, receiver)
+    store = StateStore(settings.paths)
+    now = datetime.now(UTC)
+    reset = now.replace(second=0, microsecond=0) + timedelta(hours=2)
+    notifier = _notifier(settings, store, await _tracker_with_question(settings))
+    for n, cause in enumerate(("the model's usage limit was reached: You've hit your limit",
+                               "the API's rate limit was reached (…): Request rejected")):
+        store.set_pause(Pause(kind=USAGE_LIMIT, cause=cause, fix="nothing: wait", since=now,
+                              until=reset + RESET_MARGIN + timedelta(minutes=n),
+                              quiet_workers=True))
+    assert await notifier.poll() == 1
+    (message,) = receiver.messages
+    assert message["title"] == (f"ralph-dev demo: the swarm paused: usage limit until "
+                                f"{clock(limit_lifts(reset + RESET_MARGIN), now)}")
+    assert "You've hit your limit" in message["message"] and "nothing: wait" in message["message"]
+    assert "?" not in message["message"].split("See `")[0]  # every field was there

@@ -7,6 +7,9 @@
   snapshots the workspace with jj (so edits are never only on disk).
 * Stop is the Ralph loop: it refuses to let the agent stop until the worker
   reported done or blocked, or the iteration cap is reached.
+* StopFailure tells the controller the API error the turn ended on; on an API key's
+  429 it first asks the API once when the limit lifts (``inpane.limits``: Claude Code
+  keeps the ``retry-after`` to itself).
 
 Hooks run inside the worker's sandbox, like the agent: they read only the
 worker's run directory (``adapters.mailbox``; the issue as the controller last saw
@@ -25,15 +28,18 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 import structlog
 
 from ralph_dev.adapters import mailbox as ch
+from ralph_dev.core.agent_faults import is_key_rate_limit
 from ralph_dev.core.jsonsafe import parse_json
 from ralph_dev.core.model import Role
 from ralph_dev.core.paths import state_home
+from ralph_dev.inpane.limits import model_used, read_reset
 from ralph_dev.inpane.reports import blocked
 from ralph_dev.inpane.worker import IssueView, Worker, clean_text, current_worker, one_line
 
@@ -309,8 +315,14 @@ def stop_failure(worker: Worker, payload: Mapping[str, Any]) -> None:
     pauses the swarm and has this worker continue afterwards."""
     said, text = payload.get("error"), payload.get("last_assistant_message")
     error = said[:40] if isinstance(said, str) else "unknown"
-    ch.tell(worker.run_dir, "agent_error", {
-        "error": error, "text": one_line(text)[:300] if isinstance(text, str) else ""})
+    shown = one_line(text)[:300] if isinstance(text, str) else ""
+    news: dict[str, Any] = {"error": error, "text": shown}
+    if is_key_rate_limit(error, shown):  # the CLI read the key's reset and kept it to itself
+        where = payload.get("transcript_path")
+        reset = read_reset(os.environ, model_used(Path(where) if isinstance(where, str)
+                                                  else None), datetime.now(UTC))
+        news["reset_at"] = reset.isoformat() if reset else None
+    ch.tell(worker.run_dir, "agent_error", news)
     _say(worker, f"api error: {error}")
 
 

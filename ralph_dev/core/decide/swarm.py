@@ -29,6 +29,7 @@ from ralph_dev.core.actions import (
 from ralph_dev.core.agent_faults import (
     API_ACCESS,
     API_OUTAGE,
+    RATE_LIMIT,
     USAGE_LIMIT,
     AgentFault,
     classify_stop_failure,
@@ -48,7 +49,7 @@ HOOK_PAUSE = "hook"
 """The after_create hook cannot run: ends when the config is read again."""
 RESOURCES_PAUSE = "resources"
 BUDGET_PAUSE = "budget"
-AGENT_PAUSES = (USAGE_LIMIT, API_OUTAGE, API_ACCESS)
+AGENT_PAUSES = (USAGE_LIMIT, RATE_LIMIT, API_OUTAGE, API_ACCESS)
 
 RESOURCES_MARGIN = 1.1
 """A resources pause lifts only once every figure is back with this margin (no flapping)."""
@@ -75,7 +76,9 @@ def agent_fault(record: WorkerRecord, settings: ProjectSettings) -> AgentFault |
     return classify_stop_failure(record.agent_error, record.agent_error_text or "",
                                  aware(record.agent_error_at),
                                  outage_wait=timedelta(seconds=settings.timing.outage_wait),
-                                 streak=record.agent_error_streak)
+                                 streak=record.agent_error_streak,
+                                 reset_at=aware(record.agent_error_reset_at)
+                                 if record.agent_error_reset_at else None)
 
 
 @dataclass
