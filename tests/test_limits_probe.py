@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ralph_dev.devtools.api_faults import rate_limited, usage_limit
 from ralph_dev.devtools.scripted_model import FakeAnthropic, Text
 from ralph_dev.inpane.limits import model_used, read_reset
@@ -57,3 +59,37 @@ def test_the_model_is_the_one_of_the_last_real_answer(tmp_path: Path) -> None:
     assert model_used(transcript) == "claude-opus-4-8"
     assert model_used(tmp_path / "missing.jsonl") is None
     assert model_used(None) is None
+
+
+def test_the_stop_failure_hook_asks_only_for_an_api_keys_429(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook's report carries the read reset for a key's 429; a subscriber's limit (its
+    text states the reset) and an outage cost no request."""
+    from types import SimpleNamespace
+
+    from ralph_dev.adapters import mailbox
+    from ralph_dev.inpane import hooks
+
+    told: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(mailbox, "tell", lambda _dir, kind, fields: told.append((kind, fields)))
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text(json.dumps({"type": "assistant", "message": {"model": "claude-x"}}))
+    worker: Any = SimpleNamespace(run_dir=tmp_path)
+    with FakeAnthropic(lambda _request: [rate_limited(600)]) as api:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        for error, text in (("rate_limit", "You've hit your session limit · resets 3:06am (UTC)"),
+                            ("server_error", "API Error: 529 Overloaded")):
+            hooks.stop_failure(worker, {"error": error, "last_assistant_message": text,
+                                        "transcript_path": str(transcript)})
+        assert api.messages() == []
+        before = datetime.now(UTC)
+        hooks.stop_failure(worker, {
+            "error": "rate_limit", "transcript_path": str(transcript),
+            "last_assistant_message": "API Error: Request rejected (429) · This request would "
+                                      "exceed the rate limit for your organization"})
+        assert len(api.messages()) == 1
+    reports = [fields for kind, fields in told if kind == "agent_error"]
+    assert [("reset_at" in r) for r in reports] == [False, False, True]
+    reset = datetime.fromisoformat(reports[-1]["reset_at"])
+    assert before + timedelta(seconds=599) <= reset <= datetime.now(UTC) + timedelta(seconds=600)
