@@ -9,10 +9,14 @@ import pytest
 from ralph_dev.core.agent_faults import (
     API_ACCESS,
     API_OUTAGE,
+    CLI_OWN_WAIT,
     OUTAGE_WAIT,
+    RATE_LIMIT,
     RESET_MARGIN,
+    TEXT_RESOLUTION,
     USAGE_LIMIT,
     classify_stop_failure,
+    reset_from_headers,
     usage_limit_reset,
 )
 
@@ -38,10 +42,14 @@ def test_usage_limit_reset(text: str, reset: datetime | None) -> None:
 
 
 def test_a_usage_limit_pauses_until_just_after_the_reset() -> None:
+    """Claude Code cuts the reset to the minute (21:51:33 is "9:51pm"): the pause lasts
+    past the end of the stated minute, or the first call after it is refused again."""
     fault = classify_stop_failure(
         "rate_limit", "You've hit your session limit · resets 3:06am (UTC)", NOW)
     assert fault.kind == USAGE_LIMIT
-    assert fault.until == datetime(2026, 11, 23, 3, 6, tzinfo=UTC) + RESET_MARGIN
+    assert fault.until == datetime(2026, 11, 23, 3, 6, tzinfo=UTC) + TEXT_RESOLUTION \
+        + RESET_MARGIN
+    assert fault.until > datetime(2026, 11, 23, 3, 6, 59, tzinfo=UTC)
     assert "session limit" in fault.cause
     late = classify_stop_failure(  # the stated minute is over, the limit still holds
         "rate_limit", "You've hit your session limit · resets 2:10am (UTC)", NOW)
@@ -51,8 +59,6 @@ def test_a_usage_limit_pauses_until_just_after_the_reset() -> None:
 @pytest.mark.parametrize(("error", "text", "kind"), [
     ("rate_limit", "API Error: Server is temporarily limiting requests (not your usage "
                    "limit) · Rate limited", API_OUTAGE),
-    ("rate_limit", "API Error: Request rejected (429) · This request would exceed the rate "
-                   "limit for your organization", API_OUTAGE),
     ("server_error", "API Error: 529 Overloaded. This is a server-side issue", API_OUTAGE),
     ("unknown", "API Error: stream idle: no bytes for 20000ms", API_OUTAGE),
     ("", "", API_OUTAGE),
@@ -82,3 +88,57 @@ def test_the_first_outage_wait_comes_from_config() -> None:
     fault = classify_stop_failure("unknown", "API returned a malformed response", now,
                                   outage_wait=timedelta(seconds=12), streak=2)
     assert fault.until == now + timedelta(seconds=24)
+
+
+KEY_429 = ("API Error: Request rejected (429) · This request would exceed the rate limit for "
+           "your organization of 50 requests per minute.")
+"""Claude Code 2.1.197's text for an API key's 429 (measured: docs/claude-code-limits.md)."""
+
+
+def test_a_key_limit_with_a_read_reset_pauses_until_just_after_it() -> None:
+    """The hook read the API's retry-after: that is the pause, not an outage's backoff."""
+    reset = NOW + timedelta(seconds=600)
+    fault = classify_stop_failure("rate_limit", KEY_429, NOW, reset_at=reset, streak=3)
+    assert fault.kind == USAGE_LIMIT
+    assert fault.until == reset + RESET_MARGIN
+    assert "failed" not in fault.cause and "rate limit" in fault.cause
+    lifted = classify_stop_failure("rate_limit", KEY_429, NOW, reset_at=NOW - timedelta(1))
+    assert lifted.until == NOW + RESET_MARGIN  # lifted already: go on, never in the past
+
+
+def test_a_subscribers_read_reset_wins_over_the_minute_its_text_states() -> None:
+    reset = datetime(2026, 11, 23, 3, 6, 12, tzinfo=UTC)
+    fault = classify_stop_failure(
+        "rate_limit", "You've hit your session limit · resets 3:06am (UTC)", NOW,
+        reset_at=reset)
+    assert fault.kind == USAGE_LIMIT and fault.until == reset + RESET_MARGIN
+
+
+def test_a_key_limit_whose_reset_is_unknown_is_a_rate_limit_not_an_outage() -> None:
+    """Claude Code gives up at once only when asked to wait over a minute: never less."""
+    fault = classify_stop_failure("rate_limit", KEY_429, NOW, outage_wait=timedelta(seconds=5))
+    assert fault.kind == RATE_LIMIT
+    assert fault.until == NOW + CLI_OWN_WAIT + RESET_MARGIN
+    assert "the model API failed" not in fault.cause and "rate limit" in fault.cause
+    later = classify_stop_failure("rate_limit", KEY_429, NOW, streak=3)
+    assert later.until == NOW + CLI_OWN_WAIT + RESET_MARGIN  # the backoff's cap is shorter
+
+
+@pytest.mark.parametrize(("headers", "reset"), [
+    ({"retry-after": "600"}, NOW + timedelta(seconds=600)),
+    ({"Retry-After": "Mon, 23 Nov 2026 02:20:00 GMT"}, datetime(2026, 11, 23, 2, 20, tzinfo=UTC)),
+    ({"anthropic-ratelimit-unified-status": "rejected",
+      "anthropic-ratelimit-unified-reset": "1795403460"},
+     datetime.fromtimestamp(1795403460, UTC)),
+    ({"anthropic-ratelimit-requests-remaining": "0",
+      "anthropic-ratelimit-requests-reset": "2026-11-23T02:11:00Z",
+      "anthropic-ratelimit-tokens-remaining": "0",
+      "anthropic-ratelimit-tokens-reset": "2026-11-23T02:12:30Z",
+      "anthropic-ratelimit-input-tokens-remaining": "9000",
+      "anthropic-ratelimit-input-tokens-reset": "2026-11-23T02:30:00Z"},
+     datetime(2026, 11, 23, 2, 12, 30, tzinfo=UTC)),
+    ({"retry-after": "soon"}, None),
+    ({}, None),
+])
+def test_the_reset_a_429_states(headers: dict[str, str], reset: datetime | None) -> None:
+    assert reset_from_headers(headers, NOW) == reset

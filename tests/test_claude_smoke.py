@@ -456,64 +456,6 @@ def test_workers_get_no_secret_of_the_daemon(world: World, tmp_path: Path,
         assert FAKE_KEY not in seen["tmux show-environment -g"]
 
 
-def test_a_usage_limit_pauses_the_swarm_and_the_worker_goes_on_after_the_reset(
-        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 13: a subscriber's Claude Code hits its session limit. The controller pauses
-    dispatch until the stated reset (no attempt charged, no nudge, no hold, no kill),
-    spends no API call meanwhile, and then has the same session continue to done."""
-    from ralph_dev.devtools.api_faults import usage_limit
-
-    now = time.time()
-    resets_at = (int(now) // 60 + 1) * 60
-    if resets_at - now < 25:
-        resets_at += 60  # the limit must still hold when the first request comes
-    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
-    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
-
-    def brain(request: dict[str, Any]) -> list[Any]:
-        if not is_main_conversation(request):
-            return [Text("ok")]
-        if time.time() < resets_at:
-            return [usage_limit(resets_at)]
-        return [Text("Done.")] if tool_uses_so_far(request) else [bash(finish)]
-
-    with FakeAnthropic(brain) as api:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
-        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-        monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-fake-subscriber-0123456789")
-        monkeypatch.setenv("CLAUDE_CODE_SUBSCRIPTION_TYPE", "max")
-        tick = controller_ticks(world, world.settings)
-
-        tick()  # spawns the worker
-        retry_until(lambda: (tick(), any(p.kind == "usage-limit"
-                                         for p in world.store.load_pauses()))[1], 60,
-                    what="the usage-limit pause" + diagnostics(world, api, issue))
-        (pause,) = world.store.load_pauses()
-        assert pause.until is not None and pause.quiet_workers
-        # the text states the reset to the minute (the CLI's rounding): about then
-        assert resets_at - 60 <= pause.until.timestamp() <= resets_at + 90
-        assert world.store.load_record(issue).agent_state == "api error: rate_limit"
-        refused = len(api.main_messages())
-        while any(p.kind == "usage-limit" for p in world.store.load_pauses()):
-            assert len(api.main_messages()) == refused  # no call at all while paused
-            tick()
-            time.sleep(0.5)
-        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
-                             is StateType.COMPLETED)[1], 120,
-                    what="the issue done after the reset" + diagnostics(world, api, issue))
-        assert refused <= 2  # the limited call (and the CLI's own retry, if any)
-        assert "ok.txt" in world.jj_out("file", "list", "-r", "main").split()  # merged
-        spawns = [e for e in world.store.iter_events() if e["event"] == "spawn"]
-        assert [e["attempt"] for e in spawns] == [1]  # no attempt charged, no respawn
-        events = [e["event"] for e in world.store.iter_events()]
-        for absent in ("hold", "restart", "nudge", "reap"):  # (kill: after done)
-            assert absent not in events, absent
-        assert "swarm_paused" in events and "swarm_resumed" in events
-        assert "worker_continued" in events
-        assert events.count("worker_continued") == 1
-        assert events.index("kill") > events.index("worker_done")  # nothing killed before
-
-
 def test_a_hung_model_call_is_named_and_restarted_free_in_its_own_session(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issues 13 and 24: the API accepts a request and then says nothing. Claude Code's

@@ -113,9 +113,11 @@ def _raise_every_cause(store: StateStore) -> None:
                        restarts=5, window_s=900)
     store.append_event("tracker_unavailable", error="401 authentication failed",
                        failed_calls=3)  # (the controller says an outage once it is sure)
-    store.append_event("swarm_paused", cause="usage_limit", reason="usage limit until 14:00")
+    store.append_event("swarm_paused", kind="setup", cause="usage_limit", fix="wait")
     store.append_event("budget_breaker", reason="daily budget of $20 spent")
     store.append_event("merge", issue="DEMO-2", reason="DEMO-2: worker reported done")
+    store.append_event("relay_refused", issue="DEMO-2", report="note", blame="permanent",
+                       error="Linear needs a team: set tracker.linear_team")
     store.append_event("config_invalid", file="config.toml",
                        error="projects.demo.limits.max_workers: expected an integer")
 
@@ -132,9 +134,9 @@ async def test_every_cause_is_told_once_and_repeats_are_not(
     with caplog.at_level(logging.DEBUG):
         sent = await notifier.poll()
     told = {c.name for c in CAUSES}
-    assert sent == len(told) == 8
+    assert sent == len(told) == 9
     titles = [m["title"] for m in receiver.messages]
-    assert len(titles) == 8 and all(t.startswith("ralph-dev demo: ") for t in titles)
+    assert len(titles) == 9 and all(t.startswith("ralph-dev demo: ") for t in titles)
     assert "ralph-dev demo: DEMO-1 needs you" in titles
     assert "ralph-dev demo: the swarm paused: usage_limit" in titles
     held = next(m for m in receiver.messages if "DEMO-1 needs you" in m["title"])
@@ -157,7 +159,7 @@ async def test_every_cause_is_told_once_and_repeats_are_not(
         store.append_event("trunk_green", commit="abc")
         store.append_event("trunk_red", issue="DEMO-2", exit_code=2)
     assert await notifier.poll() == 0
-    assert len(receiver.messages) == 8
+    assert len(receiver.messages) == 9
     suppressed = [e for e in store.iter_events() if e["event"] == "notify_suppressed"]
     assert suppressed and all("flapping" in e["reason"] for e in suppressed)
 
@@ -308,3 +310,29 @@ async def test_a_hostile_title_reaches_no_notification_raw(xdg: Path, tmp_path: 
         assert all(c.isprintable() or c == "\n" for c in shown), ascii(shown)
         assert "Fix" in shown and "gnp.exe" in shown and "Which" in shown
     await tracker.close()
+
+
+async def test_a_usage_limit_is_told_once_by_its_reset(
+        xdg: Path, tmp_path: Path, receiver: Receiver) -> None:
+    """Issue 24: the limit pauses the swarm, a second worker's error lengthens the pause
+    with another cause: one message, "usage limit until HH:MM" (local), cause and fix."""
+    from ralph_dev.control.pause_text import clock, limit_lifts
+    from ralph_dev.core.agent_faults import RESET_MARGIN, USAGE_LIMIT
+    from ralph_dev.core.model import Pause
+
+    settings = _settings(tmp_path, receiver)
+    store = StateStore(settings.paths)
+    now = datetime.now(UTC)
+    reset = now.replace(second=0, microsecond=0) + timedelta(hours=2)
+    notifier = _notifier(settings, store, await _tracker_with_question(settings))
+    for n, cause in enumerate(("the model's usage limit was reached: You've hit your limit",
+                               "the API's rate limit was reached (…): Request rejected")):
+        store.set_pause(Pause(kind=USAGE_LIMIT, cause=cause, fix="nothing: wait", since=now,
+                              until=reset + RESET_MARGIN + timedelta(minutes=n),
+                              quiet_workers=True))
+    assert await notifier.poll() == 1
+    (message,) = receiver.messages
+    assert message["title"] == (f"ralph-dev demo: the swarm paused: usage limit until "
+                                f"{clock(limit_lifts(reset + RESET_MARGIN), now)}")
+    assert "You've hit your limit" in message["message"] and "nothing: wait" in message["message"]
+    assert "?" not in message["message"].split("See `")[0]  # every field was there

@@ -273,3 +273,49 @@ def test_tracker_text_reaches_no_terminal_raw(swarm: Swarm,
     assert "held: Fix it ␛]0;owned␇" in printed["events"]
     assert "bug␛]0;label␇" in printed["issue show"] and "ann␛]0;author␇" in printed["issue show"]
     assert "see ␛]0;commented␇ here" in printed["issue show"]
+
+
+def test_a_usage_limit_is_said_by_its_local_reset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: "usage limit until 14:05", the reset in local time (the date when not
+    today); a rate limit whose reset is unknown says when it is asked again."""
+    from ralph_dev.control.pause_text import limit_lifts, pause_headline
+    from ralph_dev.core.agent_faults import RATE_LIMIT, RESET_MARGIN, USAGE_LIMIT
+
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    time.tzset()
+    try:
+        now = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
+        reset = datetime(2026, 7, 1, 12, 5, tzinfo=UTC)
+        assert pause_headline(USAGE_LIMIT, "c", reset + RESET_MARGIN, now) \
+            == "usage limit until 14:05"
+        assert limit_lifts(reset + RESET_MARGIN + timedelta(seconds=1)) \
+            == reset + timedelta(minutes=1)  # never before the reset: the next minute
+        assert pause_headline(USAGE_LIMIT, "c", reset + timedelta(days=1, seconds=30), now) \
+            == "usage limit until 2026-07-02 14:05"
+        assert pause_headline(RATE_LIMIT, "c", reset, now).endswith("trying again at 14:05")
+        assert pause_headline("api-outage", "the model API failed", None, now) \
+            == "the model API failed"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_status_and_its_document_say_the_pause(swarm: Swarm,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from ralph_dev.control.pause_text import clock
+    from ralph_dev.core.agent_faults import RESET_MARGIN, USAGE_LIMIT
+    from ralph_dev.core.model import Pause
+
+    store = _store(swarm, monkeypatch)
+    now = datetime.now(UTC)
+    reset = now.replace(second=0, microsecond=0) + timedelta(hours=1)
+    store.set_pause(Pause(kind=USAGE_LIMIT, cause="the model's usage limit was reached: "
+                          "You've hit your session limit", fix="nothing: wait", since=now,
+                          until=reset + RESET_MARGIN, quiet_workers=True))
+    doc = swarm.status()
+    jsonschema.Draft202012Validator(load_schema()).validate(doc)
+    (pause,) = doc["pauses"]
+    said = f"usage limit until {clock(reset, now)}"
+    assert pause["headline"] == said and pause["lifts"] == reset.isoformat()
+    table = swarm.cli("status", swarm.project).stdout
+    assert f"PAUSED:     {said} (the model's usage limit was reached" in table, table

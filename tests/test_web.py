@@ -15,6 +15,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +141,8 @@ def _cards(driver: Any) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_dashboard_shows_a_running_swarm_and_follows_it(swarm: Swarm, browser: Any) -> None:
+def test_dashboard_shows_a_running_swarm_and_follows_it(
+        swarm: Swarm, browser: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     swarm.script = {"*": "work:4", "DEMO-11": "block"}
     swarm.write_script()
     identifiers = swarm.import_plan()
@@ -185,6 +187,19 @@ def test_dashboard_shows_a_running_swarm_and_follows_it(swarm: Swarm, browser: A
     card = browser.find_element("css selector", '.card[data-issue="DEMO-13"] .title')
     assert card.text == HOSTILE_TITLE
     assert browser.execute_script("return document.body.dataset.pwned") is None
+
+    # issue 24: a usage limit is one fact on top, its reset as HH:MM in the browser's zone
+    from ralph_dev.core.agent_faults import RESET_MARGIN, USAGE_LIMIT
+    from ralph_dev.core.model import Pause
+
+    for key, value in swarm.env.items():
+        monkeypatch.setenv(key, value)
+    reset = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=3)
+    StateStore(load_project(swarm.project).paths).set_pause(Pause(
+        kind=USAGE_LIMIT, cause="the model's usage limit was reached: You've hit your limit",
+        fix="nothing", since=datetime.now(UTC), until=reset + RESET_MARGIN, quiet_workers=True))
+    said = f"usage limit until {reset.astimezone().strftime('%H:%M')}"  # chromium's TZ is ours
+    wait_for(lambda: said in browser.find_element("id", "facts").text, 30, said)
 
     shot = _artifacts() / "dashboard.png"
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000

@@ -194,10 +194,12 @@ class Intake:
                     name, agent_error=str(fields.get("error", "unknown"))[:40],
                     agent_error_text=str(fields.get("text", ""))[:300],
                     agent_error_at=now, last_activity=now,
+                    agent_error_reset_at=from_iso(fields.get("reset_at")),
                     agent_error_streak=(record.agent_error_streak if record else 0) + 1)
                 self.store.append_event("agent_api_error", issue=name,
                                         error=str(fields.get("error", "unknown"))[:40],
-                                        text=str(fields.get("text", ""))[:300])
+                                        text=str(fields.get("text", ""))[:300],
+                                        reset_at=fields.get("reset_at"))
             case "iteration_cap":  # it ended turn after turn without reporting or asking
                 said = fields.get("message")
                 self.store.update_record(name, gave_up=strip_ansi(said)[:2000].strip()

@@ -31,6 +31,7 @@ import structlog
 from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.notify import Message
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
+from ralph_dev.control.pause_text import pause_headline
 from ralph_dev.core.config import NotifySettings, ProjectSettings
 from ralph_dev.core.text import for_terminal, terminal_line
 
@@ -89,8 +90,8 @@ CAUSES: tuple[Cause, ...] = (
           "The controller could not read the tracker for several ticks in a row: {error}. "
           "Running workers go on; nothing new starts until it can.",
           cleared_by=frozenset({"tracker_recovered"}), cleared_when_heartbeat="tracker_ok"),
-    Cause("paused", frozenset({"swarm_paused"}), "the swarm paused: {cause}", "{reason}",
-          cleared_by=frozenset({"swarm_resumed"}), per="cause"),
+    Cause("paused", frozenset({"swarm_paused"}), "the swarm paused: {headline}",
+          "{cause}\n\n{fix}", cleared_by=frozenset({"swarm_resumed"}), per="kind"),
     Cause("tracker_write", frozenset({"relay_refused"}),
           "{issue}: the tracker refused a write",
           "The tracker refused the writes {issue}'s {report} report owes: {error}. Fix the "
@@ -237,6 +238,10 @@ class Notifier:
         fields.update(project=self.settings.name, trunk=self.settings.trunk,
                       feedback_label=self.settings.labels.user_feedback_given,
                       dashboard=dashboard(self.settings)["url"] or "")
+        if event.get("event") == "swarm_paused":  # "usage limit until 14:05"
+            fields["headline"] = readable_text(pause_headline(
+                str(event.get("kind", "")), str(event.get("cause", "")),
+                from_iso(event.get("until")), self.clock()), 200)
         identifier = event.get("issue")
         issue = await self.lookup_issue(identifier) if isinstance(identifier, str) else None
         if issue is not None:

@@ -30,6 +30,7 @@ from ralph_dev.adapters.terminal import last_words, render_tail
 from ralph_dev.adapters.writebacks import WriteBackQueue
 from ralph_dev.control import costs as spending
 from ralph_dev.control.disk import workspace_sizes
+from ralph_dev.control.pause_text import pause_entries
 from ralph_dev.control.status_sources import StateSources
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import CONTROLLER_WINDOW, Issue, Observed, Window, worker_windows
@@ -166,6 +167,7 @@ async def _document(settings: ProjectSettings, sources: StateSources,
         "generated_at": now.isoformat(),
         "session": settings.session_name,
         "needs_you": [],
+        "pauses": pause_entries(store.load_pauses(), now),
         "daemon": {"running": bool(daemon_pid), "pid": daemon_pid if daemon_pid else None},
         "controller": controller,
         "dashboard": dashboard(settings) if daemon_pid else {"url": None, "error": None},

@@ -55,6 +55,10 @@ def render(doc: Mapping[str, Any], *, login: str | None = None) -> str:
         lines.append("  NEEDS YOU:")
         for need in doc["needs_you"]:
             lines += _need_lines(need)
+    for pause in doc.get("pauses") or ():
+        said = terminal_line(pause["headline"], 120)
+        lines.append(f"  PAUSED:     {said}" + ("" if pause["headline"].startswith(
+            pause["cause"]) else f" ({terminal_line(pause['cause'], 160)})"))
     daemon, ctl = doc["daemon"], doc["controller"]
     running = f"running, pid {daemon['pid']}" if daemon["running"] else "not running"
     lines.append(f"  daemon:     {running}")

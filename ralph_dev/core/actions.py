@@ -219,7 +219,7 @@ class Continue(Action):
 
     def record_changes(self, now: datetime) -> dict[str, Any]:
         return {"agent_error": None, "agent_error_text": None, "agent_error_at": None,
-                "last_activity": now, **Waited.changes(now)}
+                "agent_error_reset_at": None, "last_activity": now, **Waited.changes(now)}
 
 
 @dataclass(frozen=True)

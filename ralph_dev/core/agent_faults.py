@@ -5,26 +5,32 @@ Claude Code ends a turn on an API error with ``StopFailure`` (``error`` is one o
 ``billing_error``…; the text is its ``last_assistant_message``). None of these is
 the issue's fault, so none may cost an attempt or a hold:
 
-* a subscription usage limit ("You've hit your session limit · resets 3:06am
-  (UTC)") pauses dispatch until the stated reset;
-* a rate limit or an overloaded/erroring API pauses it for a backoff;
+* a usage or rate limit pauses dispatch until it lifts: a subscription's limit until
+  the reset its text states ("You've hit your session limit · resets 3:06am (UTC)"),
+  an API key's rate limit until the reset the API gave (``retry-after``), read by the
+  hook (the CLI passes it on nowhere), or, when that could not be read, for a backoff;
+* an overloaded or erroring API pauses it for a backoff;
 * a refused key or billing pauses it, tried again every half hour, until a
   person fixes it.
 
 Waiting workers are not nudged or restarted meanwhile (``quiet_workers``); when
-the pause ends they are told to continue in their own sessions. Measured on
-Claude Code 2.1.197: no reset time is exposed except in the text, which gives the
-time of day (the date too for weekly limits) and the time zone.
+the pause ends they are told to continue in their own sessions. What Claude Code
+2.1.197 exposes, and how that was checked: docs/claude-code-limits.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 USAGE_LIMIT = "usage-limit"
+RATE_LIMIT = "rate-limit"
+"""An API key's rate limit whose end could not be read: a backoff, said as a limit."""
 API_OUTAGE = "api-outage"
 API_ACCESS = "api-access"
 
@@ -36,7 +42,13 @@ OUTAGE_WAIT_CAP = timedelta(seconds=30)
 """The longest step between an outage's probes: the API's recovery is noticed within it
 (and within Claude Code's own retries while a probe is out), at one worker's calls a step."""
 RESET_MARGIN = timedelta(seconds=30)
-"""The text states the reset to the minute: wait until a little after it."""
+"""A reset is waited out with a little to spare (clocks differ)."""
+TEXT_RESOLUTION = timedelta(minutes=1)
+"""Claude Code states a reset to the minute, cut (9:51:33 → "9:51pm"): it may lift up
+to a minute after the stated one."""
+CLI_OWN_WAIT = timedelta(seconds=60)
+"""Claude Code waits out a ``retry-after`` of up to a minute by itself; it gives up at
+once on a longer one. A 429 that ended the turn therefore asked for more than this."""
 UNKNOWN_RESET_WAIT = timedelta(minutes=30)
 
 _LIMIT = re.compile(r"hit your (?P<what>[\w -]*?)limit", re.IGNORECASE)
@@ -44,6 +56,9 @@ _RESET = re.compile(
     r"resets\s+(?:(?P<month>[A-Z][a-z]{2})\s+(?P<day>\d{1,2}),\s*)?"
     r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<ampm>am|pm)\s*(?:\((?P<zone>[^)]+)\))?",
     re.IGNORECASE)
+_KEY_LIMIT = re.compile(r"Request rejected \(429\)", re.IGNORECASE)
+"""How Claude Code words an API key's 429 (a subscriber's server-side throttle says
+"Server is temporarily limiting requests (not your usage limit)": an outage)."""
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 
 
@@ -90,26 +105,77 @@ def usage_limit_reset(text: str, now: datetime) -> datetime | None:
     return when.astimezone(UTC)
 
 
+_RESETS = ("requests", "tokens", "input-tokens", "output-tokens")
+"""The API key's limits whose ``anthropic-ratelimit-<name>-reset`` (RFC 3339) may say
+when a 429 lifts."""
+
+
+def reset_from_headers(headers: Mapping[str, str], now: datetime) -> datetime | None:
+    """When a refused request may be sent again, as the API's 429 says: ``retry-after``
+    (seconds or an HTTP date), else a subscription's ``anthropic-ratelimit-unified-reset``
+    (Unix seconds), else the latest reset of a key's exhausted limit."""
+    said = {k.lower(): v.strip() for k, v in headers.items()}
+    retry = said.get("retry-after", "")
+    if retry.isdigit():
+        return now + timedelta(seconds=int(retry))
+    if retry:
+        with contextlib.suppress(TypeError, ValueError, IndexError):
+            return parsedate_to_datetime(retry).astimezone(UTC)
+    unified = said.get("anthropic-ratelimit-unified-reset", "")
+    if unified.isdigit():
+        return datetime.fromtimestamp(int(unified), UTC)
+    resets = []
+    for name in _RESETS:
+        reset = said.get(f"anthropic-ratelimit-{name}-reset")
+        if reset and said.get(f"anthropic-ratelimit-{name}-remaining") == "0":
+            with contextlib.suppress(ValueError):
+                when = datetime.fromisoformat(reset.replace("Z", "+00:00"))
+                resets.append(when if when.tzinfo else when.replace(tzinfo=UTC))
+    return max(resets, default=None)
+
+
+def is_key_rate_limit(error: str, text: str) -> bool:
+    """An API key's 429 that Claude Code gave up on (its reset unsaid)."""
+    return error == "rate_limit" and bool(_KEY_LIMIT.search(text))
+
+
+_LIMIT_FIX = ("nothing: dispatch resumes and waiting workers continue at the reset (or raise "
+              "the plan's or the key's limit)")
+
+
 def classify_stop_failure(error: str, text: str, now: datetime, *,
-                          outage_wait: timedelta = OUTAGE_WAIT, streak: int = 1) -> AgentFault:
-    """The swarm-wide pause one ``StopFailure`` calls for. An outage's wait doubles with
-    each error in a row (``streak``), up to half an hour."""
+                          outage_wait: timedelta = OUTAGE_WAIT, streak: int = 1,
+                          reset_at: datetime | None = None) -> AgentFault:
+    """The swarm-wide pause one ``StopFailure`` calls for. ``reset_at``: when the API said
+    the limit lifts (its ``retry-after`` or reset headers, as the hook read them), the
+    most exact source. An outage's wait doubles with each error in a row (``streak``),
+    up to ``OUTAGE_WAIT_CAP``."""
     shown = " ".join(text.split())[:200]
+    backoff = min(outage_wait * 2 ** min(max(streak, 1) - 1, 10), OUTAGE_WAIT_CAP)
+    if error == "rate_limit" and reset_at is not None:
+        return AgentFault(USAGE_LIMIT, f"the API's rate limit was reached (its reset read from "
+                                       f"the API's answer): {shown}", _LIMIT_FIX,
+                          max(reset_at, now) + RESET_MARGIN)
     if error == "rate_limit" and _LIMIT.search(text):
         reset = usage_limit_reset(text, now)
         # the stated minute may already be over while the limit still holds: then a
         # minute more, never a pause that has ended before it began
-        until = max(reset + RESET_MARGIN, now + timedelta(minutes=1)) if reset \
-            else now + UNKNOWN_RESET_WAIT
+        until = max(reset + TEXT_RESOLUTION + RESET_MARGIN, now + timedelta(minutes=1)) \
+            if reset else now + UNKNOWN_RESET_WAIT
         return AgentFault(USAGE_LIMIT, f"the model's usage limit was reached: {shown}",
-                          "nothing: dispatch resumes and waiting workers continue at the "
-                          "reset (or raise the plan's limit)", until)
+                          _LIMIT_FIX, until)
+    if is_key_rate_limit(error, text):
+        return AgentFault(RATE_LIMIT, f"the API key's rate limit was reached, its reset could "
+                                      f"not be read: {shown}",
+                          "nothing: dispatch resumes and waiting workers continue after a "
+                          "wait (or raise the key's rate limit)",
+                          now + max(backoff, CLI_OWN_WAIT + RESET_MARGIN))
     if error in ("authentication_failed", "oauth_org_not_allowed", "billing_error"):
         return AgentFault(API_ACCESS, f"the model API refused the agent's access ({error}): "
                                       f"{shown}",
                           "check ANTHROPIC_API_KEY or the Claude login and billing; ralph-dev "
                           "tries again every 30 minutes", now + UNKNOWN_RESET_WAIT)
-    wait = min(outage_wait * 2 ** min(max(streak, 1) - 1, 10), OUTAGE_WAIT_CAP)
     return AgentFault(API_OUTAGE, f"the model API failed ({error or 'unknown'}): {shown}",
                       "nothing: dispatch resumes and waiting workers continue after a wait",
-                      now + wait)
+                      now + backoff)
+

@@ -242,6 +242,8 @@ class WorkerRecord:
     the controller has it continue after the pause that error caused."""
     agent_error_text: str | None = None
     agent_error_at: datetime | None = None
+    agent_error_reset_at: datetime | None = None
+    """When the API said the limit that error was lifts (read by the hook), if it said."""
     agent_error_streak: int = 0
     """API errors in a row with no answer from the model between them: each doubles the
     outage pause (a backoff), so a long outage costs one probe per step."""

@@ -9,6 +9,9 @@
   reported done or blocked, or the iteration cap is reached; a turn that ends by
   asking a person something is let stop with its question posted (``inpane.asking``,
   which also handles ``AskUserQuestion`` and an agent idle on a question).
+* StopFailure tells the controller the API error the turn ended on; on an API key's
+  429 it first asks the API once when the limit lifts (``inpane.limits``: Claude Code
+  keeps the ``retry-after`` to itself).
 
 Hooks run inside the worker's sandbox, like the agent: they read only the
 worker's run directory (``adapters.mailbox``; the issue as the controller last saw
@@ -27,17 +30,20 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 import structlog
 
 from ralph_dev.adapters import mailbox as ch
+from ralph_dev.core.agent_faults import is_key_rate_limit
 from ralph_dev.core.jsonsafe import parse_json
 from ralph_dev.core.model import AWAITING_MODEL, WORKING, Role
 from ralph_dev.core.paths import state_home
 from ralph_dev.core.questions import asked_question
 from ralph_dev.inpane.asking import WAITING, ask_person, idle, prompted, reported, say
+from ralph_dev.inpane.limits import model_used, read_reset
 from ralph_dev.inpane.worker import (
     IssueView,
     Worker,
@@ -317,8 +323,14 @@ def stop_failure(worker: Worker, payload: Mapping[str, Any]) -> None:
     pauses the swarm and has this worker continue afterwards."""
     said, text = payload.get("error"), payload.get("last_assistant_message")
     error = said[:40] if isinstance(said, str) else "unknown"
-    ch.tell(worker.run_dir, "agent_error", {
-        "error": error, "text": one_line(text)[:300] if isinstance(text, str) else ""})
+    shown = one_line(text)[:300] if isinstance(text, str) else ""
+    news: dict[str, Any] = {"error": error, "text": shown}
+    if is_key_rate_limit(error, shown):  # the CLI read the key's reset and kept it to itself
+        where = payload.get("transcript_path")
+        reset = read_reset(os.environ, model_used(Path(where) if isinstance(where, str)
+                                                  else None), datetime.now(UTC))
+        news["reset_at"] = reset.isoformat() if reset else None
+    ch.tell(worker.run_dir, "agent_error", news)
     say(worker, f"api error: {error}")
 
 

@@ -30,6 +30,7 @@ from ralph_dev.core.actions import (
 from ralph_dev.core.agent_faults import (
     API_ACCESS,
     API_OUTAGE,
+    RATE_LIMIT,
     USAGE_LIMIT,
     AgentFault,
     classify_stop_failure,
@@ -49,7 +50,9 @@ HOOK_PAUSE = "hook"
 """The after_create hook cannot run: ends when the config is read again."""
 RESOURCES_PAUSE = "resources"
 BUDGET_PAUSE = "budget"
-AGENT_PAUSES = (USAGE_LIMIT, API_OUTAGE, API_ACCESS)
+AGENT_PAUSES = (USAGE_LIMIT, RATE_LIMIT, API_OUTAGE, API_ACCESS)
+PROBED = (API_OUTAGE, RATE_LIMIT)
+"""Pauses with no end stated by the API: one worker's session probes at each step's end."""
 
 PROBE_DEADLINE = timedelta(minutes=10)
 """How long an outage's probe may go unanswered (Claude Code retries by itself meanwhile)
@@ -80,7 +83,9 @@ def agent_fault(record: WorkerRecord, settings: ProjectSettings) -> AgentFault |
     return classify_stop_failure(record.agent_error, record.agent_error_text or "",
                                  aware(record.agent_error_at),
                                  outage_wait=timedelta(seconds=settings.timing.outage_wait),
-                                 streak=record.agent_error_streak)
+                                 streak=record.agent_error_streak,
+                                 reset_at=aware(record.agent_error_reset_at)
+                                 if record.agent_error_reset_at else None)
 
 
 @dataclass
@@ -155,28 +160,27 @@ class SwarmRules:
 
     def probe_for(self, pause: Pause) -> WorkerRecord | None:
         """The live worker an outage stopped that tries the API next, if any."""
-        if pause.kind != API_OUTAGE:
+        if pause.kind not in PROBED:
             return None
         for record in sorted(self.world.records.values(), key=lambda r: r.issue):
             fault = agent_fault(record, self.settings)
-            if fault is not None and fault.kind == API_OUTAGE and self.world.live(record.issue):
+            if fault is not None and fault.kind == pause.kind and self.world.live(record.issue):
                 return record
         return None
 
     def probe_answered(self) -> bool:
         """The outage's probe was answered (the model answered its worker: a tool call or
         a turn sent on, which clears its error streak), or it is gone: the pause ends."""
-        pause = self.pauses.get(API_OUTAGE)
-        if pause is None or pause.probe is None:
-            return False
-        record = self.world.records.get(pause.probe)
-        if record is None or not self.world.live(pause.probe):
-            self.end(API_OUTAGE, f"its probe {pause.probe} is gone, so the others try again")
-            return True
-        if record.agent_error is None and record.agent_error_streak == 0:
-            self.end(API_OUTAGE, f"the model API answered {pause.probe} again")
-            return True
-        return False
+        answered = False
+        for pause in [p for p in self.pauses.values() if p.probe is not None]:
+            record = self.world.records.get(pause.probe or "")
+            if record is None or not self.world.live(pause.probe or ""):
+                self.end(pause.kind, f"its probe {pause.probe} is gone, so the others try again")
+                answered = True
+            elif record.agent_error is None and record.agent_error_streak == 0:
+                self.end(pause.kind, f"the model API answered {pause.probe} again")
+                answered = True
+        return answered
 
     def repository(self) -> None:
         error = self.observed.repository_error

@@ -59,8 +59,24 @@ function fact(text, tone) {
   return el("li", { "data-tone": tone }, text);
 }
 
+const clockFormat = new Intl.DateTimeFormat(undefined, {
+  hour: "2-digit", minute: "2-digit", hourCycle: "h23",
+});
+const dayClockFormat = new Intl.DateTimeFormat(undefined, {
+  month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", hourCycle: "h23",
+});
+
+function pauseFact(pause) {
+  // a limit by its reset as HH:MM (the date when not today) in this browser's zone
+  const lifts = pause.lifts ? new Date(pause.lifts) : null;
+  const today = lifts && new Date().toDateString() === lifts.toDateString();
+  const text = lifts ? `usage limit until ${(today ? clockFormat : dayClockFormat).format(lifts)}`
+                     : pause.headline;
+  return el("li", { "data-tone": "bad", "data-pause": pause.kind, title: pause.cause }, text);
+}
+
 function renderFacts(doc) {
-  const facts = [];
+  const facts = (doc.pauses || []).map(pauseFact);
   facts.push(fact(doc.daemon.running ? "daemon running" : "daemon stopped",
                   doc.daemon.running ? "good" : "bad"));
   const ctl = doc.controller;

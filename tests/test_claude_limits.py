@@ -1,0 +1,177 @@
+"""Issue 24, "limits are read, not guessed", with the REAL Claude Code CLI in tmux.
+
+A subscriber's usage limit and an API key's rate limit each pause the swarm until the
+reset the API stated (plus RESET_MARGIN), not for an outage's backoff: no attempt is
+charged, nobody is nudged or restarted, no API call is made while it lasts, the same
+session goes on right after it, and the person is told "usage limit until HH:MM".
+What the CLI itself exposes: docs/claude-code-limits.md.
+"""
+# ruff: noqa: F811  (the smoke tests' fixtures, imported: their parameters shadow them)
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from conftest import retry_until
+from test_claude_smoke import (  # noqa: F401 (fixtures)
+    FAKE_KEY,
+    World,
+    claude_bin,
+    controller_ticks,
+    diagnostics,
+    world,
+)
+
+from ralph_dev.control.pause_text import clock, limit_lifts, pause_entries
+from ralph_dev.core.agent_faults import CLI_OWN_WAIT, RESET_MARGIN, USAGE_LIMIT
+from ralph_dev.core.model import NewIssue, StateType
+from ralph_dev.devtools.api_faults import rate_limited, usage_limit
+from ralph_dev.devtools.scripted_model import (
+    FakeAnthropic,
+    Text,
+    bash,
+    is_main_conversation,
+    tool_uses_so_far,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.claude]
+
+
+class Calls:
+    """When each ``POST /v1/messages`` came (main conversation or not, the hook's probe
+    included): the API's view of what the swarm spent while limited."""
+
+    def __init__(self) -> None:
+        self.times: list[tuple[float, bool]] = []
+        self._lock = threading.Lock()
+
+    def note(self, request: dict[str, Any]) -> float:
+        now = time.time()
+        with self._lock:
+            self.times.append((now, is_main_conversation(request)))
+        return now
+
+    def between(self, start: float, end: float) -> int:
+        with self._lock:
+            return sum(start < t < end for t, _ in self.times)
+
+    def first_main_after(self, start: float) -> float | None:
+        with self._lock:
+            return next((t for t, main in self.times if main and t > start), None)
+
+
+def _event_time(world: World, name: str) -> float:
+    event = next(e for e in world.store.iter_events() if e["event"] == name)
+    return datetime.fromisoformat(event["time"]).timestamp()
+
+
+def _ride_out(world: World, api: FakeAnthropic, issue: str, tick: Callable[[], Any],
+              calls: Calls) -> tuple[Any, str]:
+    """Tick until the usage-limit pause starts and ends and the issue is done; check that
+    nothing was asked of the API meanwhile. Returns the pause and what status said."""
+    retry_until(lambda: (tick(), any(p.kind == USAGE_LIMIT
+                                     for p in world.store.load_pauses()))[1], 90,
+                what="the usage-limit pause" + diagnostics(world, api, issue))
+    (pause,) = world.store.load_pauses()
+    assert pause.until is not None and pause.quiet_workers
+    assert world.store.load_record(issue).agent_state == "api error: rate_limit"
+    (said,) = pause_entries([pause], datetime.now(UTC))
+    now = datetime.now(UTC)
+    assert said["headline"] == f"usage limit until {clock(limit_lifts(pause.until), now)}"
+    while any(p.kind == USAGE_LIMIT for p in world.store.load_pauses()):
+        tick()
+        time.sleep(0.5)
+    retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
+                         is StateType.COMPLETED)[1], 120,
+                what="the issue done after the reset" + diagnostics(world, api, issue))
+    paused_at, resumed_at = _event_time(world, "swarm_paused"), _event_time(world, "swarm_resumed")
+    assert calls.between(paused_at + 1, resumed_at) == 0  # not one call while paused
+    went_on = calls.first_main_after(resumed_at)
+    assert went_on is not None and went_on - resumed_at < 15  # at once after the pause
+    events = [e["event"] for e in world.store.iter_events()]
+    assert [e["attempt"] for e in world.store.iter_events() if e["event"] == "spawn"] == [1]
+    for absent in ("hold", "restart", "nudge", "reap"):
+        assert absent not in events, absent
+    assert events.count("swarm_paused") == 1 and events.count("worker_continued") == 1
+    assert events.index("kill") > events.index("worker_done")
+    return pause, said["headline"]
+
+
+def test_a_subscribers_limit_pauses_until_its_stated_reset_and_the_worker_goes_on(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 429 carries ``anthropic-ratelimit-unified-reset``; Claude Code says "You've hit
+    your session limit · resets 9:51pm (UTC)", the minute cut: a reset at :45 s past it
+    must not be met by a call at :30 s (one refusal more, a second pause)."""
+    resets_at = (int(time.time()) // 60 + 1) * 60 + 45
+    if resets_at - time.time() < 30:
+        resets_at += 60  # the limit must still hold when the first request comes
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
+    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
+    calls = Calls()
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        if calls.note(request) < resets_at:
+            return [usage_limit(resets_at)]
+        if not is_main_conversation(request):
+            return [Text("ok")]
+        return [Text("Done.")] if tool_uses_so_far(request) else [bash(finish)]
+
+    with FakeAnthropic(brain) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+        monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-fake-subscriber-0123456789")
+        monkeypatch.setenv("CLAUDE_CODE_SUBSCRIPTION_TYPE", "max")
+        tick = controller_ticks(world, world.settings)
+        tick()  # spawns the worker
+        pause, said = _ride_out(world, api, issue, tick, calls)
+    stated = resets_at // 60 * 60  # what the text says: the minute, cut
+    assert pause.until.timestamp() == stated + 60 + RESET_MARGIN.total_seconds()
+    assert pause.until.timestamp() > resets_at
+    assert said.startswith("usage limit until ")
+
+
+def test_an_api_keys_limit_with_retry_after_pauses_until_it(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An API key's 429 with ``retry-after`` over a minute: Claude Code gives up at once
+    and keeps the header to itself; the StopFailure hook asks the API once and reads it,
+    and the swarm waits exactly that (not 2 then 8 minutes of "the model API failed")."""
+    limited = 70  # Claude Code waits out up to 60 s by itself: only more reaches the swarm
+    assert limited > CLI_OWN_WAIT.total_seconds()
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
+    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
+    calls = Calls()
+    lifts: list[float] = []
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        now = calls.note(request)
+        main = is_main_conversation(request)
+        if not lifts and main and tool_uses_so_far(request):  # limited after the first step
+            lifts.append(now + limited)
+        if lifts and now < lifts[0]:
+            return [rate_limited(math.ceil(lifts[0] - now))]
+        if not main:
+            return [Text("ok")]
+        steps = tool_uses_so_far(request)
+        return [bash("echo started > started.txt")] if steps == 0 else \
+            [bash(finish)] if steps == 1 else [Text("Done.")]
+
+    with FakeAnthropic(brain) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        tick = controller_ticks(world, world.settings)
+        tick()  # spawns the worker
+        pause, said = _ride_out(world, api, issue, tick, calls)
+    assert abs(pause.until.timestamp() - (lifts[0] + RESET_MARGIN.total_seconds())) <= 3
+    error = next(e for e in world.store.iter_events() if e["event"] == "agent_api_error")
+    assert error["error"] == "rate_limit" and "Request rejected (429)" in error["text"]
+    assert error["reset_at"]  # read by the hook: Claude Code passes it on nowhere
+    assert "the model API failed" not in pause.cause
+    refused = [t for t, _ in calls.times if lifts[0] - limited <= t < lifts[0]]
+    assert len(refused) <= 3  # the agent's call, the hook's probe (and a side call)
+    assert said.startswith("usage limit until ")
