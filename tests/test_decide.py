@@ -989,3 +989,13 @@ def test_an_outage_is_probed_by_one_worker_and_its_answer_resumes_everyone() -> 
     assert steps(resumed) == [("endpause", ""), ("waited", "DEMO-3"), ("continue", "DEMO-4"),
                               ("continue", "DEMO-5")]
     assert "answered DEMO-3" in resumed.actions[0].reason
+
+
+def test_a_held_issue_is_never_shown_as_done() -> None:
+    """Issue 27: a hold on an issue the tracker says is Done (its merge failed for good
+    after a person completed it) needs a person: it is held, not done."""
+    obs = world(issues=[issue(4, "done", labels={"user-input-needed"}), issue(5, "done"),
+                        issue(6, "canceled", labels={"user-input-needed"})])
+    columns = issue_columns(obs, settings())
+    assert columns["DEMO-4"] == ("held", None)
+    assert columns["DEMO-5"] == ("done", None) and columns["DEMO-6"] == ("done", None)

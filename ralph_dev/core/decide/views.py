@@ -64,7 +64,9 @@ def issue_columns(observed: Observed, settings: ProjectSettings
         if issue.foreign:
             continue
         blocker = None
-        if issue.state_type.finished:
+        if world.held(ident) and issue.state_type == StateType.COMPLETED:
+            column = "held"  # Done in the tracker, but held for a person: never shown as done
+        elif issue.state_type.finished:
             column = "done"
         elif world.held(ident):
             column = "held"
