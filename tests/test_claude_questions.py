@@ -11,6 +11,7 @@ which then finishes the issue.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -65,6 +66,17 @@ def finish(issue: str) -> str:
     ("Should the file be called ok.txt or okay.txt?", "Should the file be called ok.txt"),
     (ISSUE_24, "JSON or SQLite?"),
 ], ids=["a last line that asks", "issue 24: a question, then please reply"])
+
+def until_asked(world: World, api: FakeAnthropic, issue: str) -> Callable[[], Any]:
+    """Start the issue's worker and tick until its question is on the issue; the ticks."""
+    tick = controller_ticks(world, world.settings)
+    tick()  # spawns the worker
+    retry_until(lambda: (tick(), "user-input-needed"
+                         in world.tracker.get_sync(issue).labels)[1], 60,
+                what="the question on the issue" + diagnostics(world, api, issue))
+    return tick
+
+
 def test_a_question_asked_in_prose_goes_to_a_person_and_the_answer_to_the_session(
         world: World, monkeypatch: pytest.MonkeyPatch, question: str, drawn: str) -> None:
     """Issue 13 item 4, issue 24 item 5: the model ends its turn with a question instead
@@ -83,11 +95,7 @@ def test_a_question_asked_in_prose_goes_to_a_person_and_the_answer_to_the_sessio
     with FakeAnthropic(brain) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
-        tick = controller_ticks(world, world.settings)
-        tick()  # spawns the worker
-        retry_until(lambda: (tick(), "user-input-needed"
-                             in world.tracker.get_sync(issue).labels)[1], 60,
-                    what="the question on the issue" + diagnostics(world, api, issue))
+        tick = until_asked(world, api, issue)
         comments = [c.body for c in world.tracker.get_sync(issue).comments]
         assert any(question in body for body in comments), comments  # in its own words
         # the pane as it looked (issue 13 item 6): the question on a line of its own, and
@@ -176,11 +184,7 @@ def test_ask_user_question_is_denied_and_its_question_goes_to_a_person(
     with FakeAnthropic(brain) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
-        tick = controller_ticks(world, world.settings)
-        tick()  # spawns the worker
-        retry_until(lambda: (tick(), "user-input-needed"
-                             in world.tracker.get_sync(issue).labels)[1], 60,
-                    what="the question on the issue" + diagnostics(world, api, issue))
+        tick = until_asked(world, api, issue)
         (comment,) = [c.body for c in world.tracker.get_sync(issue).comments
                       if "Which storage format" in c.body]
         for said in ("Which storage format should the exporter write?", "- JSON — one file",

@@ -30,7 +30,7 @@ from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.agent.launch import build_launch
-from ralph_dev.core.config import load_project
+from ralph_dev.core.config import ProjectSettings, load_project
 from ralph_dev.core.model import NewIssue, Role, StateType
 from ralph_dev.devtools.scripted_model import (
     FakeAnthropic,
@@ -666,11 +666,19 @@ class Outcome:
     """Seconds from the fault's end to the issue Done."""
 
 
+def outage_settings(world: World) -> ProjectSettings:
+    """Quick ticks, a short first outage step, and stall timeouts no fault reaches: a
+    nudge or restart in these tests is the pause's doing, never a stall's."""
+    from ralph_dev.core.config import Timing
+
+    return dataclasses.replace(world.settings, timing=Timing(
+        poll_interval=0.5, stall_timeout=600, restart_timeout=600, outage_wait=5))
+
+
 def through_a_fault(world: World, monkeypatch: pytest.MonkeyPatch, fault: Callable[[], Any],
                     seconds: float, *, timeout: float = 240, **env: str) -> Outcome:
     """One worker adds ok.txt while the API answers ``fault()`` for its first
     ``seconds``; the real controller ticks throughout."""
-    from ralph_dev.core.config import Timing
 
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
     finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
@@ -687,8 +695,7 @@ def through_a_fault(world: World, monkeypatch: pytest.MonkeyPatch, fault: Callab
             return [fault()]
         return [Text("Done.")] if tool_uses_so_far(request) else [bash(finish)]
 
-    settings = dataclasses.replace(world.settings, timing=Timing(
-        poll_interval=0.5, stall_timeout=600, restart_timeout=600, outage_wait=5))
+    settings = outage_settings(world)
     with FakeAnthropic(brain) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
@@ -741,7 +748,6 @@ def test_an_outage_is_probed_by_one_session_and_its_answer_resumes_everyone(
     the probe's first answer sends everyone on: both issues merge within a minute of the
     API's recovery, nothing is nudged, restarted or charged, and the API sees one
     session's calls during the outage, not both."""
-    from ralph_dev.core.config import Timing
     from ralph_dev.devtools.api_faults import overloaded
 
     outage = 60.0
@@ -765,8 +771,7 @@ def test_an_outage_is_probed_by_one_session_and_its_answer_resumes_everyone(
         finish = f"touch ok.txt {name} && ralph-dev worker done {issue} --summary 'added {name}'"
         return [Text("Done.")] if tool_uses_so_far(request) else [bash(finish)]
 
-    settings = dataclasses.replace(world.settings, timing=Timing(
-        poll_interval=0.5, stall_timeout=600, restart_timeout=600, outage_wait=5))
+    settings = outage_settings(world)
     with FakeAnthropic(brain) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
