@@ -864,3 +864,24 @@ def test_worker_diff_shows_the_change_as_of_now(project: Project) -> None:
     assert shown.exit_code == 0, shown.output
     assert "+++ b/ok.txt" in shown.output and "+the change" in shown.output
     assert "did not answer" not in shown.output
+
+
+def test_an_older_state_report_never_overwrites_a_newer_one(project: Project) -> None:
+    """What the agent said last wins, whatever order its reports are applied in: one left
+    in the outbox can be applied after a later one the socket delivered (a controller
+    that just started listening), and the status must not go back to "working" while
+    the agent waits out a usage limit."""
+    import os
+
+    from ralph_dev.adapters import mailbox as ch
+
+    issue = project.issue("Add ok file")
+    project.spawn(issue, listen=False)
+    run = project.run_dir(issue)
+    older = ch.write_report(run, "state", {"state": "working", "active": True})
+    newer = ch.write_report(run, "state", {"state": "api error: rate_limit"})
+    late = os.stat(run / ch.OUTBOX / f"{newer.id}.json").st_mtime + 5
+    os.utime(run / ch.OUTBOX / f"{older.id}.json", (late, late))  # applied last
+    project.controller.call(project.controller.intake.accept_all())
+    record = project.store.load_record(issue)
+    assert record is not None and record.agent_state == "api error: rate_limit"

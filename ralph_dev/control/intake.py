@@ -33,7 +33,7 @@ from ralph_dev.core.groom import (
     auto_accepts,
     check_priority_change,
 )
-from ralph_dev.core.model import IDENTIFIER_RE, Issue, NewIssue, Role, StateType
+from ralph_dev.core.model import IDENTIFIER_RE, Issue, NewIssue, Role, StateType, WorkerRecord
 from ralph_dev.core.patterns import PLAN_TEXT_CHARS
 from ralph_dev.core.plan_admission import PlanRefused, admit_plan
 from ralph_dev.core.policy import Blame
@@ -211,15 +211,28 @@ class Intake:
                 self.store.update_record(name, last_activity=now, agent_error_streak=0,
                                          hang_restarts=0, **(
                     {"iterations": count} if isinstance(count, int) and count >= 0 else {}),
-                    **mailbox.state_fields(fields, now))
+                    **self._state(record, report, now))
                 await self._snapshot(name)
             case "diff":  # the worker wants its diff now: snapshot it from outside
                 self._snapshotted.pop(name, None)
                 await self._snapshot(name)
             case "state":  # what the agent does now, from its own hooks
-                self.store.update_record(name, **mailbox.state_fields(fields, now), **(
+                self.store.update_record(name, **self._state(record, report, now), **(
                     {"last_activity": now} if fields.get("active") is True else {}))
         return "noted", {}
+
+    @staticmethod
+    def _state(record: WorkerRecord | None, report: mailbox.Report, now: datetime
+               ) -> dict[str, Any]:
+        """What the agent said it does, unless it said something newer already: a report
+        from the outbox can be applied after a later one that came through the socket
+        (a controller that just started listening), and the older must not win. Its time
+        is the worker's own, never later than now."""
+        said_at = min(from_iso(report.at) or now, now)
+        if record is not None and record.agent_state_at is not None \
+                and said_at < record.agent_state_at:
+            return {}
+        return mailbox.state_fields(report.fields, said_at)
 
     async def _snapshot(self, name: str) -> None:
         last = self._snapshotted.get(name)
