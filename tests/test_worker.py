@@ -878,10 +878,13 @@ def test_an_older_state_report_never_overwrites_a_newer_one(project: Project) ->
     issue = project.issue("Add ok file")
     project.spawn(issue, listen=False)
     run = project.run_dir(issue)
-    older = ch.write_report(run, "state", {"state": "working", "active": True})
+    older = ch.write_report(run, "activity", {"state": "waiting for the model"})
+    ch.write_report(run, "agent_error", {"error": "rate_limit", "text": "429"})
     newer = ch.write_report(run, "state", {"state": "api error: rate_limit"})
-    late = os.stat(run / ch.OUTBOX / f"{newer.id}.json").st_mtime + 5
+    late = (run / ch.OUTBOX / f"{newer.id}.json").stat().st_mtime + 5
     os.utime(run / ch.OUTBOX / f"{older.id}.json", (late, late))  # applied last
     project.controller.call(project.controller.intake.accept_all())
     record = project.store.load_record(issue)
     assert record is not None and record.agent_state == "api error: rate_limit"
+    # nor is the model taken to have answered after the error (an outage's probe)
+    assert record.agent_error == "rate_limit" and record.agent_error_streak == 1

@@ -77,6 +77,12 @@ def _line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def said_at(report: mailbox.Report, now: datetime) -> datetime:
+    """When the worker wrote the report (its own clock, never later than now): reports
+    can be applied out of order, and what was said last must win."""
+    return min(from_iso(report.at) or now, now)
+
+
 class Intake:
     """One project's acceptance of its workers' reports."""
 
@@ -193,7 +199,7 @@ class Intake:
                 self.store.update_record(
                     name, agent_error=str(fields.get("error", "unknown"))[:40],
                     agent_error_text=str(fields.get("text", ""))[:300],
-                    agent_error_at=now, last_activity=now,
+                    agent_error_at=said_at(report, now), last_activity=now,
                     agent_error_reset_at=from_iso(fields.get("reset_at")),
                     agent_error_streak=(record.agent_error_streak if record else 0) + 1)
                 self.store.append_event("agent_api_error", issue=name,
@@ -208,8 +214,11 @@ class Intake:
                                         iterations=fields.get("iterations"))
             case "activity":  # a tool call, or the Stop hook sending the agent back
                 count = fields.get("iterations")
-                self.store.update_record(name, last_activity=now, agent_error_streak=0,
-                                         hang_restarts=0, **(
+                # the model answered: unless an API error came after this report was written
+                answered = record is None or record.agent_error_at is None \
+                    or said_at(report, now) >= record.agent_error_at
+                self.store.update_record(name, last_activity=now, **(
+                    {"agent_error_streak": 0, "hang_restarts": 0} if answered else {}), **(
                     {"iterations": count} if isinstance(count, int) and count >= 0 else {}),
                     **self._state(record, report, now))
                 await self._snapshot(name)
@@ -228,11 +237,11 @@ class Intake:
         from the outbox can be applied after a later one that came through the socket
         (a controller that just started listening), and the older must not win. Its time
         is the worker's own, never later than now."""
-        said_at = min(from_iso(report.at) or now, now)
+        said = said_at(report, now)
         if record is not None and record.agent_state_at is not None \
-                and said_at < record.agent_state_at:
+                and said < record.agent_state_at:
             return {}
-        return mailbox.state_fields(report.fields, said_at)
+        return mailbox.state_fields(report.fields, said)
 
     async def _snapshot(self, name: str) -> None:
         last = self._snapshotted.get(name)
