@@ -59,7 +59,9 @@ def test_counters_follow_the_events(xdg: Path) -> None:
         ("worker_blocked", {"issue": "DEMO-3", "repeated": False}),
         ("worker_blocked", {"issue": "DEMO-3", "repeated": True}),  # the same question again
         ("hold", {"issue": "DEMO-4"}),
-        ("swarm_paused", {"cause": "usage_limit"}),
+        ("swarm_paused", {"kind": "usage-limit", "cause": "the model's usage limit was "
+                                                          "reached: resets 3pm"}),
+        ("swarm_paused", {"kind": "api-outage", "cause": "the model API failed"}),
         ("swarm_paused", {"cause": "setup_error"}),
         ("agent_usage", {"role": "plan", "input_tokens": 1000, "output_tokens": 50,
                          "cost_usd": 0.25}),

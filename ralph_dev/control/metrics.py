@@ -30,6 +30,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ralph_dev.core.agent_faults import USAGE_LIMIT
 from ralph_dev.core.model import Role
 
 TICK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -41,8 +42,8 @@ USAGE_EVENT = "agent_usage"
 ``cost_usd`` (each optional). The token and cost counters sum these."""
 
 PAUSE_EVENT = "swarm_paused"
-"""Event written when a cause outside any issue pauses the swarm; ``cause`` names it
-(``usage_limit``, ``setup_error``…)."""
+"""Event written when a cause outside any issue pauses the swarm; ``kind`` names it
+(``usage-limit``, ``api-outage``, ``setup``…)."""
 
 TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
 
@@ -119,7 +120,7 @@ class EventCounts:
             self._add("failures", kind=FAILURE_KINDS[name])
         elif name in HOLD_KINDS and not event.get("repeated"):
             self._add("holds", kind=HOLD_KINDS[name])
-        elif name == PAUSE_EVENT and event.get("cause") == "usage_limit":
+        elif name == PAUSE_EVENT and event.get("kind") == USAGE_LIMIT:
             self._add("usage_limit_pauses")
         elif name == USAGE_EVENT:
             for kind in TOKEN_KINDS:
