@@ -62,11 +62,6 @@ def finish(issue: str) -> str:
     return f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
 
 
-@pytest.mark.parametrize(("question", "drawn"), [
-    ("Should the file be called ok.txt or okay.txt?", "Should the file be called ok.txt"),
-    (ISSUE_24, "JSON or SQLite?"),
-], ids=["a last line that asks", "issue 24: a question, then please reply"])
-
 def until_asked(world: World, api: FakeAnthropic, issue: str) -> Callable[[], Any]:
     """Start the issue's worker and tick until its question is on the issue; the ticks."""
     tick = controller_ticks(world, world.settings)
@@ -77,6 +72,10 @@ def until_asked(world: World, api: FakeAnthropic, issue: str) -> Callable[[], An
     return tick
 
 
+@pytest.mark.parametrize(("question", "drawn"), [
+    ("Should the file be called ok.txt or okay.txt?", "Should the file be called ok.txt"),
+    (ISSUE_24, "JSON or SQLite?"),
+], ids=["a last line that asks", "issue 24: a question, then please reply"])
 def test_a_question_asked_in_prose_goes_to_a_person_and_the_answer_to_the_session(
         world: World, monkeypatch: pytest.MonkeyPatch, question: str, drawn: str) -> None:
     """Issue 13 item 4, issue 24 item 5: the model ends its turn with a question instead
