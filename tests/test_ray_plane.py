@@ -1,0 +1,167 @@
+"""The Ray process plane on a real cluster: a head and two worker nodes on this machine
+(``ray.cluster_utils.Cluster``), the remote a bare git repository on disk.
+
+Workers are real: each attempt is a named actor Ray places on a node with a free
+``ralph_worker`` slot, which clones the project there, makes its workspace and runs a
+scripted worker in a tmux server of its own; the work comes back through the remote.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import make_jj_repo, retry_until, running
+
+from ralph_dev.adapters.jj_cli import JjCli, child_path
+from ralph_dev.core import cluster
+from ralph_dev.core.model import Window
+from ralph_dev.core.ports import ProcessPlane
+
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'ralph-dev[ray]')")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+pytestmark = pytest.mark.slow
+
+NAMESPACE = "ralph-dev-test"
+PROJECT = f"t{uuid.uuid4().hex[:8]}"
+"""Unique per run: a worker's tmux server is named by project, issue and attempt, and
+tmux servers are per machine."""
+
+WORKER = ["sh", "-c", 'echo "work of $RALPH_DEV_ISSUE" > "$RALPH_DEV_ISSUE.txt" '
+                      '&& jj commit -m "$RALPH_DEV_ISSUE: scripted work"']
+"""The scripted worker: writes a file named for its (checked) issue and commits it."""
+
+
+def _cluster_pids(ray_cluster: Any) -> list[int]:
+    nodes = [ray_cluster.head_node, *ray_cluster.worker_nodes]
+    return [info.process.pid for node in nodes for infos in node.all_processes.values()
+            for info in infos if info.process is not None]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Any]:
+    """Head (no slots) plus two nodes of two ``ralph_worker`` slots each; torn down with
+    every process it started checked gone."""
+    started = time.monotonic()
+    made = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    nodes = [made.add_node(num_cpus=1, resources={cluster.SLOT_RESOURCE: 2})
+             for _ in range(2)]
+    ray.init(address=made.address, namespace=NAMESPACE, log_to_driver=False,
+             logging_level="WARNING")
+    made.wait_for_nodes()
+    print(f"cluster up in {time.monotonic() - started:.1f}s")
+    pids = _cluster_pids(made)
+    try:
+        yield made, nodes
+    finally:
+        ray.shutdown()
+        made.shutdown()
+        _kill_worker_servers()
+        retry_until(lambda: not any(running(pid) for pid in pids), timeout=30,
+                    what="every raylet and GCS of the test cluster to exit")
+
+
+def _kill_worker_servers() -> None:
+    """The test's workers' tmux servers (they daemonize: a node's end does not end them)."""
+    sockets = Path(os.environ.get("TMUX_TMPDIR", "/tmp"), f"tmux-{os.getuid()}")
+    for socket in sockets.glob(f"ralph-{PROJECT}-*"):
+        subprocess.run(["tmux", "-L", socket.name, "kill-server"], capture_output=True,
+                       check=False)
+        socket.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def remote(tmp_path: Path, jj_bin: str) -> Path:
+    """A bare git repository holding trunk ``main`` with one commit."""
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    seed = JjCli(make_jj_repo(tmp_path / "seed"), jj_bin=jj_bin)
+    seed.run("git", "remote", "add", "origin", str(bare), touch_checkout=True).check()
+    seed.run("git", "push", "--bookmark", "main", touch_checkout=True).check()
+    return bare
+
+
+def _environment(issue: str, attempt: int) -> dict[str, str]:
+    return {"PATH": child_path(), "JJ_USER": "worker", "JJ_EMAIL": "worker@example.com",
+            "RALPH_DEV_ISSUE": issue, cluster.ATTEMPT_VAR: str(attempt)}
+
+
+def _ended(plane: Any, issues: set[str]) -> list[Window] | None:
+    windows = [w for w in plane.list_windows() if w.name in issues]
+    done = [w for w in windows if not w.alive]
+    return done if len(done) == len(issues) else None
+
+
+def _fetched(controller: JjCli, bookmark: str, path: str) -> str:
+    controller.read("git", "fetch", "--remote", "origin")
+    return controller.read("file", "show", "-r", f'"{bookmark}"@origin', path).stdout
+
+
+def test_workers_placed_by_ray_push_their_work_back(ray_cluster: Any, remote: Path,
+                                                   tmp_path: Path, jj_bin: str) -> None:
+    from ralph_dev.adapters.ray_plane import RayPlane
+
+    plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
+                     root=str(tmp_path / "hosts"), namespace=NAMESPACE)
+    checked: ProcessPlane = plane  # the same port as this host's tmux
+    issues = {"APP-1", "APP-2"}
+    started = time.monotonic()
+    for issue in sorted(issues):
+        opened = checked.open_window(issue, cwd=tmp_path, command=WORKER,
+                                     environment=_environment(issue, 1))
+        assert opened.pane_id == cluster.actor_name(PROJECT, issue, 1)
+    print(f"two workers placed and started in {time.monotonic() - started:.1f}s")
+
+    ended = retry_until(lambda: _ended(plane, issues), timeout=60,
+                        what="both scripted workers to finish")
+    assert isinstance(ended, list)
+    assert {w.exit_status for w in ended} == {0}, ended
+    places = {w.name: plane.where(w.pane_id) for w in ended}
+    assert len({p.node for p in places.values()}) == 2, places  # SPREAD: one per node
+    # each node keeps a clone of its own
+    assert len(list((tmp_path / "hosts").glob(f"*/clones/{PROJECT}/.jj"))) == 2
+
+    pushed = {w.name: plane.push(w.pane_id) for w in ended}
+    assert pushed == {issue: cluster.attempt_bookmark(issue, 1) for issue in issues}
+
+    controller = JjCli(tmp_path / "controller", jj_bin=jj_bin)
+    controller.run("git", "clone", "--no-colocate", str(remote), str(controller.repo),
+                   cwd=tmp_path, touch_checkout=True).check()
+    for issue, bookmark in pushed.items():
+        assert _fetched(controller, bookmark, f"{issue}.txt") == f"work of {issue}\n"
+
+    for window in ended:
+        plane.kill_window(window.pane_id)
+    retry_until(lambda: not [w for w in plane.list_windows() if w.name in issues],
+                timeout=30, what="the ended workers' actors to be gone")
+    plane.kill_window(cluster.actor_name(PROJECT, "APP-1", 1))  # already gone: fine
+    plane.close()
+    assert ray.is_initialized()  # the test's connection, not the plane's: kept
+
+
+def test_one_attempt_is_never_placed_twice(ray_cluster: Any, remote: Path,
+                                           tmp_path: Path) -> None:
+    from ralph_dev.adapters.ray_plane import ClusterError, RayPlane
+
+    plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
+                     root=str(tmp_path / "hosts"), namespace=NAMESPACE)
+    waiting = ["sleep", "600"]
+    first = plane.open_window("APP-3", cwd=tmp_path, command=waiting,
+                              environment=_environment("APP-3", 1))
+    try:
+        with pytest.raises(ClusterError, match="cannot be placed"):
+            plane.open_window("APP-3", cwd=tmp_path, command=waiting,
+                              environment=_environment("APP-3", 1))
+        [seen] = [w for w in plane.list_windows() if w.name == "APP-3"]
+        assert seen.alive and seen.pane_id == first.pane_id
+        assert "sleep" in seen.command
+    finally:
+        plane.kill_window(first.pane_id)
+    assert not [w for w in plane.list_windows() if w.name == "APP-3"]
