@@ -165,3 +165,42 @@ def test_one_attempt_is_never_placed_twice(ray_cluster: Any, remote: Path,
     finally:
         plane.kill_window(first.pane_id)
     assert not [w for w in plane.list_windows() if w.name == "APP-3"]
+
+
+def test_a_new_attempt_resumes_from_the_last_snapshot_and_only_it_can_land(
+        ray_cluster: Any, remote: Path, tmp_path: Path, jj_bin: str) -> None:
+    """Attempt 1 is cut off (still running and pushing snapshots, as behind a network
+    partition); attempt 2 starts from its last snapshot, and only attempt 2's push is
+    the issue's mergeable work."""
+    from ralph_dev.adapters.pushed_work import PushedWork
+    from ralph_dev.adapters.ray_plane import RayPlane
+
+    plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
+                     root=str(tmp_path / "hosts"), snapshot_interval=1.0, namespace=NAMESPACE)
+    controller = JjCli(tmp_path / "controller", jj_bin=jj_bin)
+    controller.run("git", "clone", "--no-colocate", str(remote), str(controller.repo),
+                   cwd=tmp_path, touch_checkout=True).check()
+    pushed = PushedWork(controller)
+    first = plane.open_window("APP-4", cwd=tmp_path, environment=_environment("APP-4", 1),
+                              command=["sh", "-c", "echo 'a1 was here' > notes.txt; sleep 600"])
+    try:
+        a1 = cluster.attempt_bookmark("APP-4", 1)
+        retry_until(lambda: a1 in pushed.fetch()
+                    and _fetched(controller, a1, "notes.txt") == "a1 was here\n",
+                    timeout=60, what="attempt 1's snapshot on the remote, unasked")
+        assert pushed.mergeable("APP-4", 1) == pushed.fetch()[a1]
+
+        second = plane.open_window(
+            "APP-4", cwd=tmp_path, environment=_environment("APP-4", 2),
+            command=["sh", "-c", "echo 'a2 was here' >> notes.txt && jj commit -m 'APP-4: done'"])
+        a2 = cluster.attempt_bookmark("APP-4", 2)
+        landed = retry_until(lambda: pushed.mergeable("APP-4", 2), timeout=60,
+                             what="attempt 2's push after its worker ended")
+        assert _fetched(controller, a2, "notes.txt") == "a1 was here\na2 was here\n"
+        assert [w.alive for w in plane.list_windows() if w.pane_id == first.pane_id] == [True]
+        # attempt 1 goes on pushing, and its push is never what lands
+        assert pushed.mergeable("APP-4", 2) == landed == pushed.fetch()[a2] != pushed.fetch()[a1]
+        assert pushed.mergeable("APP-4", 3) is None
+        plane.kill_window(second.pane_id)
+    finally:
+        plane.kill_window(first.pane_id)

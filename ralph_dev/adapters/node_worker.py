@@ -19,15 +19,21 @@ import contextlib
 import fcntl
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from ralph_dev.adapters.jj_cli import JjCli, child_path, quote_revset
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.core import cluster
+from ralph_dev.core.errors import RalphError
 from ralph_dev.core.model import Window
 from ralph_dev.core.paths import data_home
+
+log = structlog.get_logger(__name__)
 
 REMOTE = "origin"
 """What a node's clone calls the cluster's remote (``jj git clone`` names it so)."""
@@ -46,6 +52,9 @@ class WorkerSpec:
     trunk: str = "main"
     root: str | None = None
     """Where hosts keep their clones (None: ralph-dev's data directory on each host)."""
+    snapshot_interval: float = 0.0
+    """Seconds between work-in-progress pushes while the window lives (0: only when
+    asked)."""
 
     @property
     def bookmark(self) -> str:
@@ -79,6 +88,7 @@ class NodeWorker:
         # a server per attempt: ending the attempt ends every process it started
         self.tmux = Tmux(f"ralph-{spec.project}",
                          f"ralph-{spec.project}-{spec.issue}-a{spec.attempt}")
+        self._stopped = threading.Event()
 
     def where(self) -> Placement:
         return self.placement
@@ -143,9 +153,25 @@ class NodeWorker:
         log_file = self.home / "logs" / f"{self.spec.workspace_name}.log"
         # a pane gets its tmux client's PATH whatever `-e PATH=` says (tmux 3.3a): set
         # it in the command itself
-        return self.tmux.open_window(self.spec.issue, cwd=self.workspace,
-                                     command=["env", "--", f"PATH={env['PATH']}", *command],
-                                     environment=env, log_file=log_file)
+        window = self.tmux.open_window(self.spec.issue, cwd=self.workspace,
+                                       command=["env", "--", f"PATH={env['PATH']}", *command],
+                                       environment=env, log_file=log_file)
+        if self.spec.snapshot_interval > 0:
+            threading.Thread(target=self._snapshots, name="snapshots", daemon=True).start()
+        return window
+
+    def _snapshots(self) -> None:
+        """Push what the worker has every interval while its window lives, and once
+        more when it has ended: a host lost later loses at most one interval of work."""
+        while not self._stopped.wait(self.spec.snapshot_interval):
+            window = self.window()
+            try:
+                self.push()
+            except RalphError as exc:  # the remote is away: the next interval tries again
+                log.warning("snapshot_push_failed", issue=self.spec.issue,
+                            attempt=self.spec.attempt, error=str(exc))
+            if window is None or not window.alive:
+                return
 
     def _path(self, given: str) -> str:
         """The worker's PATH on this host: this host's jj (and a git that works with it)
@@ -177,6 +203,7 @@ class NodeWorker:
     def stop(self) -> None:
         """End the attempt's processes; its workspace stays (what it did is pushed, or
         a snapshot push of what is left is the controller's to ask for first)."""
+        self._stopped.set()
         self.tmux.kill_server()
 
     # -- code back --------------------------------------------------------------------------

@@ -68,7 +68,8 @@ class RayPlane:
     """One project's workers on a Ray cluster."""
 
     def __init__(self, project: str, *, address: str, remote: str, trunk: str = "main",
-                 root: str | None = None, namespace: str = NAMESPACE,
+                 root: str | None = None, snapshot_interval: float = 0.0,
+                 namespace: str = NAMESPACE,
                  call_timeout: float = CALL_TIMEOUT, start_timeout: float = START_TIMEOUT
                  ) -> None:
         self.project = project
@@ -76,6 +77,7 @@ class RayPlane:
         self.remote = remote
         self.trunk = trunk
         self.root = root
+        self.snapshot_interval = snapshot_interval
         self.namespace = namespace
         self.call_timeout = call_timeout
         self.start_timeout = start_timeout
@@ -92,7 +94,7 @@ class RayPlane:
                 f"no git remote {settings.merge.remote!r}: name a git URL every host can "
                 "fetch from and push to")
         return cls(settings.name, address=settings.cluster.address, remote=remote,
-                   trunk=settings.trunk)
+                   trunk=settings.trunk, snapshot_interval=settings.cluster.snapshot_interval)
 
     def _connect(self) -> None:
         if not ray.is_initialized():
@@ -126,7 +128,8 @@ class RayPlane:
         attempt = cluster.attempt_of(environment)
         target = cluster.actor_name(self.project, name, attempt)
         spec = WorkerSpec(project=self.project, issue=name, attempt=attempt,
-                          remote=self.remote, trunk=self.trunk, root=self.root)
+                          remote=self.remote, trunk=self.trunk, root=self.root,
+                          snapshot_interval=self.snapshot_interval)
         self._connect()
         try:
             actor = _RemoteWorker.options(

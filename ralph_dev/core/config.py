@@ -243,6 +243,9 @@ class ClusterSettings:
     remote: str | None = None
     """A git URL every host can fetch from and push to: workers' code comes back through
     it. None: the project repository's own remote (``merge.remote``)."""
+    snapshot_interval: float = 300.0
+    """Seconds between a worker's work-in-progress pushes: what a lost host loses at
+    most."""
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,9 @@ def cluster_rules(cluster: ClusterSettings, bad: Callable[[str, str], ConfigErro
     """A cluster table that can be used: its address is one Ray understands, and its
     remote is a git URL, not a word a shell or git would read as an option."""
     address, remote = cluster.address.strip(), cluster.remote
+    if cluster.snapshot_interval <= 0:
+        raise bad("cluster.snapshot_interval", "must be greater than 0 (seconds between a "
+                  "worker's work-in-progress pushes)")
     if address != "auto" and not _RAY_ADDRESS.fullmatch(address):
         raise bad("cluster.address", f"{address!r} is not a Ray address: write 'auto' (the "
                   "cluster this host joined with `ray start`), HOST:6379, or ray://HOST:10001")
