@@ -204,3 +204,51 @@ def test_a_new_attempt_resumes_from_the_last_snapshot_and_only_it_can_land(
         plane.kill_window(second.pane_id)
     finally:
         plane.kill_window(first.pane_id)
+
+
+def test_a_dead_node_ends_its_worker_and_the_next_attempt_resumes_elsewhere(
+        ray_cluster: Any, remote: Path, tmp_path: Path, jj_bin: str) -> None:
+    """A host fails mid-work: its worker is seen dead within seconds, its agent's
+    processes end with it (never two live agents), and the next attempt starts on
+    another node from the last snapshot the lost one pushed."""
+    from ralph_dev.adapters.pushed_work import PushedWork
+    from ralph_dev.adapters.ray_plane import RayPlane
+
+    made, _nodes = ray_cluster
+    made.add_node(num_cpus=1, resources={cluster.SLOT_RESOURCE: 2})  # two nodes stay
+    made.wait_for_nodes()
+    plane = RayPlane(PROJECT, address=made.address, remote=str(remote),
+                     root=str(tmp_path / "hosts"), snapshot_interval=1.0, call_timeout=10.0,
+                     namespace=NAMESPACE)
+    controller = JjCli(tmp_path / "controller", jj_bin=jj_bin)
+    controller.run("git", "clone", "--no-colocate", str(remote), str(controller.repo),
+                   cwd=tmp_path, touch_checkout=True).check()
+    pushed = PushedWork(controller)
+    first = plane.open_window("APP-6", cwd=tmp_path, environment=_environment("APP-6", 1),
+                              command=["sh", "-c", "echo 'a1 was here' > notes.txt; sleep 600"])
+    a1 = cluster.attempt_bookmark("APP-6", 1)
+    retry_until(lambda: a1 in pushed.fetch(), timeout=60, what="attempt 1's first snapshot")
+    [seen] = [w for w in plane.list_windows() if w.pane_id == first.pane_id]
+    assert seen.alive and seen.pid is not None
+    lost = plane.where(first.pane_id).node
+    [doomed] = [n for n in made.worker_nodes if n.node_id == lost]
+
+    made.remove_node(doomed, allow_graceful=False)
+    died = time.monotonic()
+    retry_until(lambda: [w.alive for w in plane.list_windows()
+                         if w.pane_id == first.pane_id] in ([False], []),
+                timeout=30, what="the lost node's worker to be seen dead")
+    print(f"a dead node's worker seen dead after {time.monotonic() - died:.1f}s")
+    retry_until(lambda: not running(seen.pid), timeout=30,  # type: ignore[arg-type]
+                what="the lost worker's agent process to end with its node")
+
+    second = plane.open_window(
+        "APP-6", cwd=tmp_path, environment=_environment("APP-6", 2),
+        command=["sh", "-c", "echo 'a2 was here' >> notes.txt && jj commit -m 'APP-6: done'"])
+    assert plane.where(second.pane_id).node != lost
+    retry_until(lambda: pushed.mergeable("APP-6", 2), timeout=60,
+                what="attempt 2's push")
+    assert _fetched(controller, cluster.attempt_bookmark("APP-6", 2), "notes.txt") \
+        == "a1 was here\na2 was here\n"
+    plane.kill_window(second.pane_id)
+    plane.kill_window(first.pane_id)  # a dead node's actor: nothing to end, no error
