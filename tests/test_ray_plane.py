@@ -167,6 +167,25 @@ def test_one_attempt_is_never_placed_twice(ray_cluster: Any, remote: Path,
     assert not [w for w in plane.list_windows() if w.name == "APP-3"]
 
 
+def test_doctor_checks_the_cluster_and_each_node(ray_cluster: Any, remote: Path) -> None:
+    from ralph_dev.adapters.ray_plane import ClusterError, check_reachable
+    from ralph_dev.control.doctor import cluster_checks
+    from ralph_dev.core.config import ClusterSettings, ProjectSettings
+
+    settings = ProjectSettings(name=PROJECT, repo=remote, cluster=ClusterSettings(
+        address=ray_cluster[0].address, remote=str(remote)))
+    checks = cluster_checks(settings)
+    assert (checks[0].name, checks[0].ok, checks[0].detail) == (
+        f"cluster {PROJECT}", True, "2 nodes, 4 worker slots")
+    assert len(checks) == 3 and all(c.ok and c.name.startswith("node ") for c in checks[1:])
+    assert "2 slots; has bwrap, git, jj, setpriv, tmux" in checks[1].detail
+    # an address nothing listens at is said at once (Ray itself retries for minutes)
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match=r"cannot reach the Ray cluster at 127\.0\.0\.1:1"):
+        check_reachable("127.0.0.1:1")
+    assert time.monotonic() - started < 5
+
+
 def test_a_new_attempt_resumes_from_the_last_snapshot_and_only_it_can_land(
         ray_cluster: Any, remote: Path, tmp_path: Path, jj_bin: str) -> None:
     """Attempt 1 is cut off (still running and pushing snapshots, as behind a network

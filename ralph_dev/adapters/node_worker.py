@@ -28,7 +28,7 @@ from pathlib import Path
 
 import structlog
 
-from ralph_dev.adapters.jj_cli import JjCli, child_path, quote_revset
+from ralph_dev.adapters.jj_cli import JjCli, child_path, find_jj, quote_revset
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tmux_args import TmuxError
 from ralph_dev.core import cluster
@@ -76,6 +76,22 @@ class Placement:
 
     node: str
     host: str
+
+
+WORKER_TOOLS = ("jj", "git", "tmux", "setpriv", "bwrap")
+"""What a host runs a worker with: jj (and a git beside it or on PATH that works with
+it), tmux, setpriv (the worker's leash to its node) and bubblewrap (its sandbox)."""
+
+
+def host_tools() -> dict[str, str | None]:
+    """Where this host has each of :data:`WORKER_TOOLS` (None: missing), found the way a
+    worker here finds them."""
+    jj = find_jj()
+    path = child_path(jj) if jj else os.environ.get("PATH", os.defpath)
+    found: dict[str, str | None] = {name: shutil.which(name, path=path)
+                                    for name in WORKER_TOOLS}
+    found["jj"] = jj
+    return found
 
 
 class NodeWorker:

@@ -28,15 +28,17 @@ import dataclasses
 import logging
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
 from ray.exceptions import RayError
 from ray.util import list_named_actors
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ralph_dev.adapters.git import git_remote_url
-from ralph_dev.adapters.node_worker import NodeWorker, Placement, WorkerSpec
+from ralph_dev.adapters.node_worker import NodeWorker, Placement, WorkerSpec, host_tools
 from ralph_dev.core import cluster
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import ConfigError, RalphError
@@ -46,6 +48,9 @@ NAMESPACE = "ralph-dev"
 START_TIMEOUT = 180.0
 """Seconds for an attempt to be placed, clone or fetch, and open its window (a first
 clone of a large project on a new host is the slow part)."""
+REACH_TIMEOUT = 5.0
+"""Seconds to reach the cluster's address before connecting (Ray's own retries last
+minutes)."""
 CALL_TIMEOUT = 20.0
 """Seconds for any other call; a node that died fails its calls within ~3 s."""
 
@@ -56,12 +61,44 @@ class ClusterError(RalphError):
     retryable = True
 
 
+def check_reachable(address: str, timeout: float = REACH_TIMEOUT) -> None:
+    """Raise unless something listens at a ``HOST:PORT`` or ``ray://HOST:PORT`` address:
+    ``ray.init`` retries an unreachable one for minutes ("auto" finds this host's
+    cluster file, or says at once there is none)."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as exc:
+        raise ClusterError(f"cannot reach the Ray cluster at {address} ({exc})") from None
+
+
 def _this_node() -> Placement:
     """Runs on the host the actor was placed on."""
     return Placement(node=ray.get_runtime_context().get_node_id(), host=socket.gethostname())
 
 
 _RemoteWorker: Any = ray.remote(NodeWorker)
+
+
+@ray.remote(num_cpus=0)
+def _tools_on() -> tuple[str, dict[str, str | None]]:
+    return socket.gethostname(), host_tools()
+
+
+@dataclass(frozen=True)
+class HostReport:
+    """One node as ``doctor`` shows it."""
+
+    node: str
+    host: str
+    slots: int
+    tools: Mapping[str, str | None]
+
+    @property
+    def missing(self) -> list[str]:
+        return [name for name, where in self.tools.items() if where is None]
 
 
 class RayPlane:
@@ -98,6 +135,7 @@ class RayPlane:
 
     def _connect(self) -> None:
         if not ray.is_initialized():
+            check_reachable(self.address)
             ray.init(address=self.address, namespace=self.namespace, log_to_driver=False,
                      logging_level=logging.WARNING)
             self._connected_here = True
@@ -208,6 +246,20 @@ class RayPlane:
         """The node and host an attempt runs on."""
         placed: Placement = self._call(target, "where")
         return placed
+
+    def hosts(self) -> list[HostReport]:
+        """Each live node with worker slots: its slots and what it has of what a worker
+        needs, asked on the node itself (``doctor``)."""
+        self._connect()
+        listed: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        nodes = [n for n in listed
+                 if n.get("Alive") and n.get("Resources", {}).get(cluster.SLOT_RESOURCE)]
+        asked = [_tools_on.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            n["NodeID"], soft=False)).remote() for n in nodes]
+        found = self._get(asked)
+        return [HostReport(node=n["NodeID"], host=host, slots=int(n["Resources"][
+            cluster.SLOT_RESOURCE]), tools=tools) for n, (host, tools) in zip(nodes, found,
+                                                                            strict=True)]
 
     def close(self) -> None:
         """Disconnect from the cluster, if this plane connected; the workers, detached,
