@@ -21,7 +21,6 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,6 @@ import structlog
 
 from ralph_dev.adapters.jj_cli import JjCli, child_path, find_jj, quote_revset
 from ralph_dev.adapters.tmux import Tmux
-from ralph_dev.adapters.tmux_args import TmuxError
 from ralph_dev.core import cluster
 from ralph_dev.core.environment import is_secret_name
 from ralph_dev.core.errors import RalphError
@@ -40,7 +38,6 @@ from ralph_dev.core.paths import data_home
 log = structlog.get_logger(__name__)
 
 REMOTE = "origin"
-SERVER_START_S = 10.0
 """What a node's clone calls the cluster's remote (``jj git clone`` names it so)."""
 
 
@@ -171,7 +168,11 @@ class NodeWorker:
             self._make_workspace()
         env = {**environment, "RALPH_DEV_WORKSPACE": str(self.workspace),
                "PATH": self._path(environment.get("PATH", os.defpath))}
-        self._leashed_server()
+        # the server is this process's child, killed with it: a daemonized one would keep
+        # the agent running after its node died, a second live agent on the issue once
+        # the controller starts the next attempt elsewhere
+        self._server = self.tmux.start_leashed_server(
+            {k: v for k, v in os.environ.items() if not is_secret_name(k)})
         self.tmux.ensure_session(self.workspace, {"PATH": env["PATH"]})
         log_file = self.home / "logs" / f"{self.spec.workspace_name}.log"
         # a pane gets its tmux client's PATH whatever `-e PATH=` says (tmux 3.3a): set
@@ -195,26 +196,6 @@ class NodeWorker:
                             attempt=self.spec.attempt, error=str(exc))
             if window is None or not window.alive:
                 return
-
-    def _leashed_server(self) -> None:
-        """Start the attempt's tmux server as a child of this process that is killed
-        when this process ends (``tmux -D`` keeps it from daemonizing; ``setpriv
-        --pdeathsig`` asks the kernel). A daemonized server would keep the agent
-        running after its node died: a second live agent on the issue once the
-        controller starts the next attempt elsewhere."""
-        tmux = self.tmux
-        self._server = subprocess.Popen(
-            ["setpriv", "--pdeathsig", "KILL", "--", tmux.tmux_bin, "-L",
-             str(tmux.socket_name), "-D"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            # the server's environment is every pane's: none of the host's secrets
-            env={k: v for k, v in os.environ.items() if not is_secret_name(k)})
-        deadline = time.monotonic() + SERVER_START_S
-        while not tmux.server_alive():
-            if self._server.poll() is not None or time.monotonic() > deadline:
-                raise TmuxError(f"the tmux server of {self.spec.issue} (attempt "
-                                f"{self.spec.attempt}) did not start on {self.placement.host}")
-            time.sleep(0.02)
 
     def _path(self, given: str) -> str:
         """The worker's PATH on this host: this host's jj (and a git that works with it)
