@@ -50,7 +50,10 @@ def ray_cluster() -> Iterator[Any]:
     """Head (no slots) plus two nodes of two ``ralph_worker`` slots each; torn down with
     every process it started checked gone."""
     started = time.monotonic()
-    made = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    # no dashboard: nothing here needs it, and two clusters on one machine would both
+    # want its port
+    made = cluster_utils.Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "include_dashboard": False})
     nodes = [made.add_node(num_cpus=1, resources={cluster.SLOT_RESOURCE: 2})
              for _ in range(2)]
     ray.init(address=made.address, namespace=NAMESPACE, log_to_driver=False,
