@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from ralph_dev.adapters.config_file import project_table
+from ralph_dev.cli import main
 from ralph_dev.core import cluster
 from ralph_dev.core.config import ClusterSettings, live_settings, load_project
 from ralph_dev.core.errors import ConfigError
@@ -97,12 +100,16 @@ print(sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.")))
     assert result.stdout.strip() == "[]"
 
 
-def test_the_controller_refuses_a_cluster_it_cannot_run_on_yet(xdg: Path) -> None:
+def test_start_and_the_controller_refuse_a_cluster_they_cannot_run_on_yet(xdg: Path) -> None:
     from ralph_dev.control.wiring import controller_for
 
     write_config('[projects.app]\nrepo = "/srv/app"\n[projects.app.cluster]\n')
-    with pytest.raises(ConfigError, match=r"projects\.app\.cluster: .*remove the \[cluster\]"):
+    refusal = r"projects\.app\.cluster: .*remove the \[cluster\]"
+    with pytest.raises(ConfigError, match=refusal):
         controller_for(load_project("app", environ={}))
+    result = CliRunner().invoke(main, ["start", "app"])
+    assert result.exit_code != 0
+    assert re.search(refusal, result.output), result.output
 
 
 # --- names and the fence --------------------------------------------------------------

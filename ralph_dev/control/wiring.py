@@ -37,14 +37,19 @@ def jj_for(settings: ProjectSettings) -> JjRepository:
     return JjRepository.from_settings(settings)
 
 
-def controller_for(settings: ProjectSettings) -> Controller:
+def refuse_cluster(settings: ProjectSettings) -> None:
+    """The swarm does not run on a cluster yet: a worker's workspace, its agent's launch
+    and its mailbox are still this host's, and a cluster worker would run without them.
+    Said at ``start`` (and by a controller started any other way), never half-run."""
     if settings.cluster is not None:
-        # the workspace, the agent's launch and its mailbox are still this host's: a
-        # cluster worker would run without them, so the swarm refuses to start instead
         raise ConfigError(
             f"projects.{settings.name}.cluster: the controller does not place workers on a "
             "cluster yet (only the process plane does, see issue 26); remove the [cluster] "
             "table to run every worker on this host")
+
+
+def controller_for(settings: ProjectSettings) -> Controller:
+    refuse_cluster(settings)
     session: Session = tmux_for(settings)
     repository: Repository = jj_for(settings)
     pull_requests: PullRequests = Gh(settings.merge.gh_bin, settings.repo)
