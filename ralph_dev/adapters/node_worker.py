@@ -92,12 +92,12 @@ def host_tools() -> dict[str, str | None]:
 
 
 class NodeWorker:
-    """One attempt on this host. ``where`` tells which node this is (Ray's node id on
+    """One attempt on this host. ``locate`` tells which node this is (Ray's node id on
     a cluster): the clone is per node, not per machine."""
 
-    def __init__(self, spec: WorkerSpec, where: Callable[[], Placement]) -> None:
+    def __init__(self, spec: WorkerSpec, locate: Callable[[], Placement]) -> None:
         self.spec = spec
-        self.placement = where()
+        self.placement = locate()
         root = Path(spec.root) if spec.root else data_home() / "nodes"
         self.home = root / self.placement.node[:16]
         self.workspace = self.home / "workspaces" / spec.project / spec.workspace_name
@@ -165,7 +165,9 @@ class NodeWorker:
         self.tmux.kill_server()
         with self._clone_locked():
             self._fetched_clone()
-            self._make_workspace()
+            base = self._make_workspace()
+        log.info("cluster_worker_started", issue=self.spec.issue, attempt=self.spec.attempt,
+                 host=self.placement.host, started_from=base)
         env = {**environment, "RALPH_DEV_WORKSPACE": str(self.workspace),
                "PATH": self._path(environment.get("PATH", os.defpath))}
         # the server is this process's child, killed with it: a daemonized one would keep
