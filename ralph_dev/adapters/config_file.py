@@ -35,13 +35,15 @@ def project_table(settings: ProjectSettings) -> dict[str, Any]:
         if value == getattr(defaults, f.name):
             continue
         if dataclasses.is_dataclass(value):
+            # a table that is absent by default (cluster) is written whole: its presence
+            # is the setting
             section_default = getattr(defaults, f.name)
             table = {
                 sf.name: _toml_value(getattr(value, sf.name))
                 for sf in dataclasses.fields(value)
-                if getattr(value, sf.name) != getattr(section_default, sf.name)
+                if getattr(value, sf.name) != getattr(section_default, sf.name, None)
             }
-            if table:
+            if table or section_default is None:
                 out[f.name] = table
         else:
             out[f.name] = _toml_value(value)

@@ -36,3 +36,11 @@ def git_head_branch(repo: Path, git_bin: str) -> str | None:
     result = run_command([git_bin, "-C", str(repo), "symbolic-ref", "--quiet", "--short",
                           "HEAD"], timeout=15)
     return result.stdout.strip() or None if result.ok else None
+
+
+def git_remote_url(repo: Path, remote: str, git_bin: str = "git") -> str | None:
+    """The URL of the repository's git remote ``remote`` (None: no such remote, or no
+    git repository): the default remote a cluster's hosts fetch from and push to."""
+    result = run_command([git_bin, "-C", str(repo), "remote", "get-url", "--", remote],
+                         timeout=15)
+    return result.stdout.strip() or None if result.ok else None

@@ -46,6 +46,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -226,6 +227,26 @@ class Tmux:
         doomed = [name for name in names if is_secret_name(name)]
         if doomed:
             self.run_many(*(["set-environment", "-g", "-u", name] for name in doomed)).check()
+
+    def start_leashed_server(self, environment: Mapping[str, str],
+                             timeout: float = 10.0) -> subprocess.Popen[bytes]:
+        """Start this socket's server as a child of this process that the kernel kills
+        when this process ends (``tmux -D`` keeps it from daemonizing, ``setpriv
+        --pdeathsig`` asks for the kill); ``environment`` is its, and so every pane's.
+        A server started the usual way daemonizes and outlives whoever started it."""
+        server = subprocess.Popen(
+            ["setpriv", "--pdeathsig", "KILL", "--", self.tmux_bin,
+             *(["-L", self.socket_name] if self.socket_name else []), "-D"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=dict(environment))
+        deadline = time.monotonic() + timeout
+        while not self.server_alive():
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise TmuxError(f"tmux -D on socket {self.socket_name!r} did not start a "
+                                f"server (exit {server.poll()})")
+            time.sleep(0.02)
+        return server
 
     def kill_server(self) -> None:
         """End the whole tmux server (the demo's private one); already gone is fine."""

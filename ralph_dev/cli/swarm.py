@@ -75,10 +75,11 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
     from ralph_dev.adapters.processes import start_background
     from ralph_dev.agent.probe import try_worker_sandbox
     from ralph_dev.control.daemon import Daemon
-    from ralph_dev.control.wiring import jj_for, tmux_for
+    from ralph_dev.control.wiring import jj_for, refuse_cluster, tmux_for
 
     # a service's daemon waits for a fixed config; a person at `start` is told at once
     settings = cli.project_when_valid(project) if foreground else cli.project(project)
+    refuse_cluster(settings)
     jj_for(settings).trunk.check_repo()
     if not foreground:
         # a person is here to read why: every worker would fail the same way. (A service

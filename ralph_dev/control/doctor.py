@@ -112,6 +112,41 @@ async def project_checks(settings: ProjectSettings) -> list[Check]:
         checks.append(Check(f"repo {name}", False, str(exc)))
     checks += _git_reads_repo(settings)
     checks.append(await _check_tracker(settings))
+    if settings.cluster is not None:
+        checks += cluster_checks(settings)
+    return checks
+
+
+def cluster_checks(settings: ProjectSettings) -> list[Check]:
+    """A cluster project: Ray installed here, its cluster reachable, and each node with
+    worker slots having what a worker runs with (asked on the node)."""
+    name = f"cluster {settings.name}"
+    try:
+        from ralph_dev.adapters.ray_plane import RayPlane  # Ray only for a cluster
+    except ImportError as exc:
+        return [Check(name, False, f"Ray cannot be imported ({exc}): "
+                                   "pip install 'ralph-dev[ray]'")]
+    try:
+        hosts = RayPlane.from_settings(settings).hosts()
+    except (RalphError, ConnectionError) as exc:
+        return [Check(name, False, f"{exc}; start the cluster (`ray start --head`, then "
+                                   "`ray start --address=HEAD:6379 --resources="
+                                   "'{\"ralph_worker\": 4}'` on each host) or fix "
+                                   "cluster.address")]
+    if not hosts:
+        return [Check(name, False, "no node has ralph_worker slots: join hosts with "
+                                   "`ray start --address=HEAD:6379 --resources="
+                                   "'{\"ralph_worker\": 4}'`")]
+    checks = [Check(name, True, f"{len(hosts)} nodes, {sum(h.slots for h in hosts)} "
+                                "worker slots")]
+    for host in hosts:
+        where = f"node {host.host} ({host.node[:12]})"
+        checks.append(Check(where, not host.missing,
+                            f"{host.slots} slots; has {', '.join(sorted(host.tools))}"
+                            if not host.missing else
+                            f"{host.slots} slots; missing {', '.join(host.missing)}: "
+                            "install them on that host (jj >= 0.46, tmux, util-linux's "
+                            "setpriv, bubblewrap)"))
     return checks
 
 

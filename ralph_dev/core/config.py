@@ -231,6 +231,24 @@ class PatternSettings:
 
 
 @dataclass(frozen=True)
+class ClusterSettings:
+    """Workers on other hosts (``[projects.NAME.cluster]``). Without the table every
+    worker runs on this host and the cluster engine is never imported."""
+
+    engine: Literal["ray"] = "ray"
+    """The only engine: Ray places each worker attempt on a host with a free slot."""
+    address: str = "auto"
+    """The Ray cluster's address (``HOST:6379``, ``ray://HOST:10001``), or ``auto``: the
+    cluster this host joined with ``ray start``."""
+    remote: str | None = None
+    """A git URL every host can fetch from and push to: workers' code comes back through
+    it. None: the project repository's own remote (``merge.remote``)."""
+    snapshot_interval: float = 300.0
+    """Seconds between a worker's work-in-progress pushes: what a lost host loses at
+    most."""
+
+
+@dataclass(frozen=True)
 class ProjectSettings:
     name: str
     repo: Path
@@ -257,6 +275,8 @@ class ProjectSettings:
     patterns: PatternSettings = field(default_factory=PatternSettings)
     groom: GroomSettings = field(default_factory=GroomSettings)
     costs: CostSettings = field(default_factory=CostSettings)
+    cluster: ClusterSettings | None = None
+    """None (no ``[cluster]`` table): every worker on this host."""
 
     @property
     def paths(self) -> ProjectPaths:
@@ -306,6 +326,7 @@ _SECTIONS: dict[str, type] = {
     "patterns": PatternSettings,
     "groom": GroomSettings,
     "costs": CostSettings,
+    "cluster": ClusterSettings,
 }
 
 
@@ -473,9 +494,11 @@ def build_project(name: str, raw: Mapping[str, Any]) -> ProjectSettings:
 
 
 
-RESTART_NEEDED = ("repo", "trunk", "workspace_root", "tmux_socket", "tracker", "web")
+RESTART_NEEDED = ("repo", "trunk", "workspace_root", "tmux_socket", "tracker", "web",
+                  "cluster")
 """Settings a running swarm cannot take live: they name the repository, the tracker and
-its client, the tmux server and the dashboard's socket that the running processes hold.
+its client, the tmux server, the dashboard's socket and the cluster connection that the
+running processes hold.
 Everything else (limits, timing, labels, agent and models, merge, hooks, budgets,
 notifications, grooming, patterns, verify) applies from the next tick."""
 

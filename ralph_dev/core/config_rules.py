@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ralph_dev.core.environment import controller_secret
@@ -12,7 +13,7 @@ from ralph_dev.core.model import Role
 from ralph_dev.core.patterns import compile_strategy
 
 if TYPE_CHECKING:
-    from ralph_dev.core.config import ProjectSettings
+    from ralph_dev.core.config import ClusterSettings, ProjectSettings
 
 KEY_RE = re.compile(r"[A-Z][A-Z0-9]{0,9}")
 """A tracker key: the ``KEY`` in ``KEY-N`` identifiers."""
@@ -98,6 +99,8 @@ def validate(settings: ProjectSettings, where: str) -> None:
                                            "e.g. ntfy://topic or mailto://user:pass@host)")
     for name, regex in settings.patterns.strategies.items():
         compile_strategy(name, regex, f"{where}.patterns.strategies")
+    if settings.cluster is not None:
+        cluster_rules(settings.cluster, bad)
     if settings.notify.command is not None:
         try:
             argv = shlex.split(settings.notify.command)
@@ -105,3 +108,25 @@ def validate(settings: ProjectSettings, where: str) -> None:
             raise bad("notify.command", f"cannot be split into words ({exc})") from None
         if not argv:
             raise bad("notify.command", "is empty: name a program, or remove the key")
+
+
+_RAY_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9_.\[\]:-]+:\d{1,5}")
+"""``HOST:PORT`` (a GCS address, as ``ray start --address`` takes) or ``ray://HOST:PORT``
+(Ray Client); IPv6 hosts in brackets."""
+
+
+def cluster_rules(cluster: ClusterSettings, bad: Callable[[str, str], ConfigError]) -> None:
+    """A cluster table that can be used: its address is one Ray understands, and its
+    remote is a git URL, not a word a shell or git would read as an option."""
+    address, remote = cluster.address.strip(), cluster.remote
+    if cluster.snapshot_interval <= 0:
+        raise bad("cluster.snapshot_interval", "must be greater than 0 (seconds between a "
+                  "worker's work-in-progress pushes)")
+    if address != "auto" and not _RAY_ADDRESS.fullmatch(address):
+        raise bad("cluster.address", f"{address!r} is not a Ray address: write 'auto' (the "
+                  "cluster this host joined with `ray start`), HOST:6379, or ray://HOST:10001")
+    if remote is not None and (not remote.strip() or remote.startswith("-")
+                               or any(c.isspace() for c in remote)):
+        raise bad("cluster.remote", f"{remote!r} is not a git URL every host can reach: write "
+                  "one such as git@host:team/app.git or /srv/git/app.git, or remove the key "
+                  "to use the project repository's own remote")

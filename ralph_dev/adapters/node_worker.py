@@ -1,0 +1,262 @@
+"""One worker attempt on the host a cluster placed it on: its clone, workspace and window.
+
+A host shares nothing with the controller but the git remote. So the attempt keeps
+the project in a jj clone of the host's own (one per node, so two nodes on one
+machine never share one; the attempts on a node share it under a lock), makes its
+workspace there from trunk, or from the last snapshot an earlier attempt pushed,
+runs the worker's command in a tmux server of its own, and sends its change back
+as bookmark ``ralph/ISSUE/aN`` — a name that carries the attempt, so the controller
+can tell the current attempt's push from a stale one's (``core.cluster``).
+
+This module knows nothing of Ray: ``adapters.ray_plane`` makes it an actor, and
+tests drive it as a plain object. Each method is one call the controller makes
+through the plane; none is started by anything an issue says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from ralph_dev.adapters.jj_cli import JjCli, child_path, find_jj, quote_revset
+from ralph_dev.adapters.tmux import Tmux
+from ralph_dev.core import cluster
+from ralph_dev.core.environment import is_secret_name
+from ralph_dev.core.errors import RalphError
+from ralph_dev.core.model import Window
+from ralph_dev.core.paths import data_home
+
+log = structlog.get_logger(__name__)
+
+REMOTE = "origin"
+"""What a node's clone calls the cluster's remote (``jj git clone`` names it so)."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a host needs to run one worker attempt: all of it from the controller's
+    config, none of it from an issue's text."""
+
+    project: str
+    issue: str
+    attempt: int
+    remote: str
+    """The git URL every host fetches from and pushes to."""
+    trunk: str = "main"
+    root: str | None = None
+    """Where hosts keep their clones (None: ralph-dev's data directory on each host)."""
+    snapshot_interval: float = 0.0
+    """Seconds between work-in-progress pushes while the window lives (0: only when
+    asked)."""
+
+    @property
+    def bookmark(self) -> str:
+        return cluster.attempt_bookmark(self.issue, self.attempt)
+
+    @property
+    def workspace_name(self) -> str:
+        return f"{self.issue}-a{self.attempt}"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where an attempt runs, for status and the spawn event."""
+
+    node: str
+    host: str
+
+
+WORKER_TOOLS = ("jj", "git", "tmux", "setpriv", "bwrap")
+"""What a host runs a worker with: jj (and a git beside it or on PATH that works with
+it), tmux, setpriv (the worker's leash to its node) and bubblewrap (its sandbox)."""
+
+
+def host_tools() -> dict[str, str | None]:
+    """Where this host has each of :data:`WORKER_TOOLS` (None: missing), found the way a
+    worker here finds them."""
+    jj = find_jj()
+    path = child_path(jj) if jj else os.environ.get("PATH", os.defpath)
+    found: dict[str, str | None] = {name: shutil.which(name, path=path)
+                                    for name in WORKER_TOOLS}
+    found["jj"] = jj
+    return found
+
+
+class NodeWorker:
+    """One attempt on this host. ``locate`` tells which node this is (Ray's node id on
+    a cluster): the clone is per node, not per machine."""
+
+    def __init__(self, spec: WorkerSpec, locate: Callable[[], Placement]) -> None:
+        self.spec = spec
+        self.placement = locate()
+        root = Path(spec.root) if spec.root else data_home() / "nodes"
+        self.home = root / self.placement.node[:16]
+        self.workspace = self.home / "workspaces" / spec.project / spec.workspace_name
+        self.jj = JjCli(self.home / "clones" / spec.project,
+                        workspace_root=self.home / "workspaces" / spec.project)
+        # a server per attempt: ending the attempt ends every process it started
+        self.tmux = Tmux(f"ralph-{spec.project}",
+                         f"ralph-{spec.project}-{spec.issue}-a{spec.attempt}")
+        self._stopped = threading.Event()
+        self._server: subprocess.Popen[bytes] | None = None
+
+    def where(self) -> Placement:
+        return self.placement
+
+    # -- the code -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _clone_locked(self) -> Iterator[None]:
+        """The node's clone, one attempt at a time: a clone, a fetch, a new workspace and
+        a push each write its operation log."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with (self.home / f"{self.spec.project}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _fetched_clone(self) -> None:
+        repo = self.jj.repo
+        if not (repo / ".jj").is_dir():
+            shutil.rmtree(repo, ignore_errors=True)  # a clone cut short last time
+            repo.parent.mkdir(parents=True, exist_ok=True)
+            self.jj.run("git", "clone", "--no-colocate", "--", self.spec.remote, str(repo),
+                        cwd=repo.parent, touch_checkout=True).check()
+        else:
+            self.jj.read("git", "fetch", "--remote", REMOTE)
+
+    def _bookmarks(self) -> list[str]:
+        """The remote's bookmarks as this clone last fetched them."""
+        return self.jj.read("bookmark", "list", "--all-remotes", "-T",
+                            f'if(remote == "{REMOTE}", name ++ "\\n")').lines()
+
+    def _make_workspace(self) -> str:
+        """The attempt's workspace, from the last earlier attempt's push when there is
+        one (a lost host's snapshot), else from trunk; the revision it started from."""
+        spec = self.spec
+        base = cluster.resume_point(spec.issue, spec.attempt, self._bookmarks()) or spec.trunk
+        if not self.workspace.is_dir():
+            self.workspace.parent.mkdir(parents=True, exist_ok=True)
+            # the clone is the node's own: jj may update its working copy
+            self.jj.run("workspace", "add", "--name", spec.workspace_name,
+                        "-r", f"{quote_revset(base)}@{REMOTE}", str(self.workspace),
+                        touch_checkout=True).check()
+        return base
+
+    # -- the process ------------------------------------------------------------------------
+
+    def start(self, command: Sequence[str], environment: Mapping[str, str]) -> Window:
+        """Clone or fetch, make the workspace, and open the worker's window in it.
+
+        A tmux server by this attempt's name on this machine is a leftover (Ray lets
+        only one actor hold the name, and a tmux server outlives the node that started
+        it): it is ended first, so the window found later is this start's."""
+        self.tmux.kill_server()
+        with self._clone_locked():
+            self._fetched_clone()
+            base = self._make_workspace()
+        log.info("cluster_worker_started", issue=self.spec.issue, attempt=self.spec.attempt,
+                 host=self.placement.host, started_from=base)
+        env = {**environment, "RALPH_DEV_WORKSPACE": str(self.workspace),
+               "PATH": self._path(environment.get("PATH", os.defpath))}
+        # the server is this process's child, killed with it: a daemonized one would keep
+        # the agent running after its node died, a second live agent on the issue once
+        # the controller starts the next attempt elsewhere
+        self._server = self.tmux.start_leashed_server(
+            {k: v for k, v in os.environ.items() if not is_secret_name(k)})
+        self.tmux.ensure_session(self.workspace, {"PATH": env["PATH"]})
+        log_file = self.home / "logs" / f"{self.spec.workspace_name}.log"
+        # a pane gets its tmux client's PATH whatever `-e PATH=` says (tmux 3.3a): set
+        # it in the command itself
+        window = self.tmux.open_window(self.spec.issue, cwd=self.workspace,
+                                       command=["env", "--", f"PATH={env['PATH']}", *command],
+                                       environment=env, log_file=log_file)
+        if self.spec.snapshot_interval > 0:
+            threading.Thread(target=self._snapshots, name="snapshots", daemon=True).start()
+        return window
+
+    def _snapshots(self) -> None:
+        """Push what the worker has every interval while its window lives, and once
+        more when it has ended: a host lost later loses at most one interval of work."""
+        while not self._stopped.wait(self.spec.snapshot_interval):
+            window = self.window()
+            try:
+                self.push()
+            except RalphError as exc:  # the remote is away: the next interval tries again
+                log.warning("snapshot_push_failed", issue=self.spec.issue,
+                            attempt=self.spec.attempt, error=str(exc))
+            if window is None or not window.alive:
+                return
+
+    def _path(self, given: str) -> str:
+        """The worker's PATH on this host: this host's jj (and a git that works with it)
+        first, whatever the controller's host has where."""
+        jj_dir = str(Path(self.jj.jj_bin).parent)
+        return os.pathsep.join([jj_dir, *(p for p in child_path(self.jj.jj_bin, given)
+                                          .split(os.pathsep) if p != jj_dir)])
+
+    def window(self) -> Window | None:
+        """The attempt's window as tmux sees it now; None once its server is gone."""
+        found = self.tmux.find(self.spec.issue)
+        return found[0] if found else None
+
+    def capture(self, lines: int = 40) -> str:
+        return self.tmux.capture(self._pane(), lines)
+
+    def send_text(self, text: str) -> None:
+        self.tmux.send_text(self._pane(), text)
+
+    def dismiss(self) -> None:
+        self.tmux.dismiss(self._pane())
+
+    def _pane(self) -> str:
+        window = self.window()
+        if window is None:
+            raise LookupError(f"{self.spec.issue}: its window on {self.placement.host} is gone")
+        return window.pane_id
+
+    def stop(self) -> None:
+        """End the attempt's processes; its workspace stays (what it did is pushed, or
+        a snapshot push of what is left is the controller's to ask for first)."""
+        self._stopped.set()
+        self.tmux.kill_server()
+        if self._server is not None:
+            self._server.kill()
+            self._server.wait(timeout=10)
+
+    # -- code back --------------------------------------------------------------------------
+
+    def push(self) -> str:
+        """Push the attempt's change as ``ralph/ISSUE/aN``; returns the bookmark.
+
+        The change is the workspace's working copy, or its parent when the worker
+        committed and left an empty working copy on top. A change without a
+        description gets one: git cannot push it otherwise.
+        """
+        spec = self.spec
+        with self._clone_locked():
+            here = self.jj.run("log", "--no-graph", "-r", "@", "-T",
+                               'if(empty && !description, "empty")', cwd=self.workspace)
+            revision = "@-" if here.check().stdout.strip() == "empty" else "@"
+            described = self.jj.run("log", "--no-graph", "-r", revision, "-T",
+                                    'if(description, "yes")', cwd=self.workspace).check()
+            if described.stdout.strip() != "yes":
+                self.jj.run("describe", "-r", revision, "-m",
+                            f"{spec.issue}: work in progress (attempt {spec.attempt})",
+                            cwd=self.workspace).check()
+            self.jj.run("bookmark", "set", spec.bookmark, "-r", revision,
+                        "--allow-backwards", cwd=self.workspace).check()
+            self.jj.run("git", "push", "--remote", REMOTE, "--bookmark", spec.bookmark,
+                        cwd=self.workspace).check()
+        return spec.bookmark

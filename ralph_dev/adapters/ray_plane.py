@@ -1,0 +1,269 @@
+"""The process plane on a Ray cluster: each worker attempt a named actor on some host.
+
+The only module that imports Ray; ``control.wiring`` imports it only for a project
+with a ``[cluster]`` table. It is the same port as this host's tmux
+(``core.ports.ProcessPlane``): a window is named by its issue, and its target
+(pane and window id) is its actor's name, ``PROJECT:ISSUE#ATTEMPT``.
+
+Why these choices (checked with ray 2.60, notes/ray.md):
+
+* Named and detached: Ray refuses a second actor of one name cluster-wide, so one
+  attempt can never run twice, and a controller restart finds its workers again by
+  listing names. The attempt is in the name because a dead host's name stays taken
+  for ~16 s.
+* ``max_restarts=0``: Ray re-running the constructor elsewhere would be a second
+  agent on the issue that the controller never decided on.
+* One ``ralph_worker`` resource each: a host's slots are its own count, set where it
+  joins (``ray start --resources``); the SPREAD strategy uses every host.
+* An actor that does not answer in time is reported alive (it may be running: never
+  start a second on a guess); one Ray says is dead or unreachable is reported dead,
+  and its push is fenced by attempt (``core.cluster.mergeable_push``), since a host
+  cut off by the network may still be running it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import RayError
+from ray.util import list_named_actors
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from ralph_dev.adapters.git import git_remote_url
+from ralph_dev.adapters.node_worker import NodeWorker, Placement, WorkerSpec, host_tools
+from ralph_dev.core import cluster
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.errors import ConfigError, RalphError
+from ralph_dev.core.model import Window
+
+NAMESPACE = "ralph-dev"
+START_TIMEOUT = 180.0
+"""Seconds for an attempt to be placed, clone or fetch, and open its window (a first
+clone of a large project on a new host is the slow part)."""
+REACH_TIMEOUT = 5.0
+"""Seconds to reach the cluster's address before connecting (Ray's own retries last
+minutes)."""
+CALL_TIMEOUT = 20.0
+"""Seconds for any other call; a node that died fails its calls within ~3 s."""
+
+
+class ClusterError(RalphError):
+    """A cluster call failed; the next tick looks again."""
+
+    retryable = True
+
+
+def check_reachable(address: str, timeout: float = REACH_TIMEOUT) -> None:
+    """Raise unless something listens at a ``HOST:PORT`` or ``ray://HOST:PORT`` address:
+    ``ray.init`` retries an unreachable one for minutes ("auto" finds this host's
+    cluster file, or says at once there is none)."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as exc:
+        raise ClusterError(f"cannot reach the Ray cluster at {address} ({exc})") from None
+
+
+def _this_node() -> Placement:
+    """Runs on the host the actor was placed on."""
+    return Placement(node=ray.get_runtime_context().get_node_id(), host=socket.gethostname())
+
+
+_RemoteWorker: Any = ray.remote(NodeWorker)
+
+
+@ray.remote(num_cpus=0)
+def _tools_on() -> tuple[str, dict[str, str | None]]:
+    return socket.gethostname(), host_tools()
+
+
+@dataclass(frozen=True)
+class HostReport:
+    """One node as ``doctor`` shows it."""
+
+    node: str
+    host: str
+    slots: int
+    tools: Mapping[str, str | None]
+
+    @property
+    def missing(self) -> list[str]:
+        return [name for name, where in self.tools.items() if where is None]
+
+
+class RayPlane:
+    """One project's workers on a Ray cluster."""
+
+    def __init__(self, project: str, *, address: str, remote: str, trunk: str = "main",
+                 root: str | None = None, snapshot_interval: float = 0.0,
+                 namespace: str = NAMESPACE,
+                 call_timeout: float = CALL_TIMEOUT, start_timeout: float = START_TIMEOUT
+                 ) -> None:
+        self.project = project
+        self.address = address
+        self.remote = remote
+        self.trunk = trunk
+        self.root = root
+        self.snapshot_interval = snapshot_interval
+        self.namespace = namespace
+        self.call_timeout = call_timeout
+        self.start_timeout = start_timeout
+        self._connected_here = False
+
+    @classmethod
+    def from_settings(cls, settings: ProjectSettings) -> RayPlane:
+        if settings.cluster is None:
+            raise ConfigError(f"projects.{settings.name}.cluster: missing (no cluster)")
+        remote = settings.cluster.remote or git_remote_url(settings.repo, settings.merge.remote)
+        if remote is None:
+            raise ConfigError(
+                f"projects.{settings.name}.cluster.remote: missing, and {settings.repo} has "
+                f"no git remote {settings.merge.remote!r}: name a git URL every host can "
+                "fetch from and push to")
+        return cls(settings.name, address=settings.cluster.address, remote=remote,
+                   trunk=settings.trunk, snapshot_interval=settings.cluster.snapshot_interval)
+
+    def _connect(self) -> None:
+        if not ray.is_initialized():
+            check_reachable(self.address)
+            ray.init(address=self.address, namespace=self.namespace, log_to_driver=False,
+                     logging_level=logging.WARNING)
+            self._connected_here = True
+
+    def _get(self, ref: Any, timeout: float | None = None) -> Any:
+        try:
+            return ray.get(ref, timeout=self.call_timeout if timeout is None else timeout)
+        except RayError as exc:
+            raise ClusterError(f"the cluster did not answer: {exc}") from exc
+
+    def _actor(self, target: str) -> Any:
+        self._connect()
+        try:
+            return ray.get_actor(target, namespace=self.namespace)
+        except ValueError:
+            raise ClusterError(f"{target}: no such worker on the cluster") from None
+
+    def _call(self, target: str, method: str, *args: Any) -> Any:
+        return self._get(getattr(self._actor(target), method).remote(*args))
+
+    # -- the port ---------------------------------------------------------------------------
+
+    def open_window(self, name: str, *, cwd: Path, command: Sequence[str],
+                    environment: Mapping[str, str], log_file: Path | None = None) -> Window:
+        """Place attempt ``RALPH_DEV_ATTEMPT`` of issue ``name`` on a host with a free slot
+        and start ``command`` there, in the host's own workspace of the issue (``cwd``
+        and ``log_file`` name this host's, and stay unused)."""
+        attempt = cluster.attempt_of(environment)
+        target = cluster.actor_name(self.project, name, attempt)
+        spec = WorkerSpec(project=self.project, issue=name, attempt=attempt,
+                          remote=self.remote, trunk=self.trunk, root=self.root,
+                          snapshot_interval=self.snapshot_interval)
+        self._connect()
+        try:
+            actor = _RemoteWorker.options(
+                name=target, namespace=self.namespace, lifetime="detached", max_restarts=0,
+                max_concurrency=4, num_cpus=0, resources={cluster.SLOT_RESOURCE: 1},
+                scheduling_strategy="SPREAD").remote(spec, _this_node)
+        except (ValueError, RayError) as exc:
+            raise ClusterError(f"{target}: cannot be placed ({exc})") from exc
+        try:
+            window: Window = self._get(actor.start.remote(list(command), dict(environment)),
+                                       self.start_timeout)
+        except BaseException:
+            with contextlib.suppress(RayError):
+                ray.kill(actor, no_restart=True)
+            raise
+        return dataclasses.replace(window, pane_id=target, window_id=target)
+
+    def list_windows(self) -> list[Window]:
+        """Every worker actor of the project with its window, asked all at once."""
+        self._connect()
+        names = [a["name"] for a in list_named_actors(all_namespaces=True)
+                 if a["namespace"] == self.namespace]
+        asked: dict[str, tuple[str, Any]] = {}
+        for target in names:
+            parsed = cluster.parse_actor_name(target, self.project)
+            if parsed is None:
+                continue
+            with contextlib.suppress(ValueError):  # ended since it was listed
+                actor = ray.get_actor(target, namespace=self.namespace)
+                asked[target] = (parsed[0], actor.window.remote())
+        if not asked:
+            return []
+        ready, _ = ray.wait([ref for _, ref in asked.values()], num_returns=len(asked),
+                            timeout=self.call_timeout)
+        answered = set(ready)
+        return [self._seen(target, issue, ref, ref in answered)
+                for target, (issue, ref) in sorted(asked.items())]
+
+    def _seen(self, target: str, issue: str, ref: Any, answered: bool) -> Window:
+        gone = Window(name=issue, pane_id=target, window_id=target, alive=False)
+        if not answered:  # busy or slow: it may be running, so it counts as running
+            return dataclasses.replace(gone, alive=True, command="ray")
+        try:
+            window = ray.get(ref, timeout=0)
+        except RayError:
+            return gone  # its host died or is cut off: an orphan, fenced by attempt
+        return gone if window is None else dataclasses.replace(window, pane_id=target,
+                                                               window_id=target)
+
+    def kill_window(self, target: str) -> None:
+        """End the attempt's processes and its actor; already gone is fine."""
+        try:
+            actor = self._actor(target)
+        except ClusterError:
+            return
+        with contextlib.suppress(RayError):
+            ray.get(actor.stop.remote(), timeout=self.call_timeout)
+        ray.kill(actor, no_restart=True)
+
+    def send_text(self, target: str, text: str) -> None:
+        self._call(target, "send_text", text)
+
+    def dismiss(self, target: str) -> None:
+        self._call(target, "dismiss")
+
+    def capture(self, target: str, lines: int = 40) -> str:
+        return str(self._call(target, "capture", lines))
+
+    # -- beyond one host ----------------------------------------------------------------------
+
+    def push(self, target: str) -> str:
+        """The attempt's change pushed to the remote as ``ralph/ISSUE/aN``: the bookmark."""
+        return str(self._call(target, "push"))
+
+    def where(self, target: str) -> Placement:
+        """The node and host an attempt runs on."""
+        placed: Placement = self._call(target, "where")
+        return placed
+
+    def hosts(self) -> list[HostReport]:
+        """Each live node with worker slots: its slots and what it has of what a worker
+        needs, asked on the node itself (``doctor``)."""
+        self._connect()
+        listed: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        nodes = [n for n in listed
+                 if n.get("Alive") and n.get("Resources", {}).get(cluster.SLOT_RESOURCE)]
+        asked = [_tools_on.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            n["NodeID"], soft=False)).remote() for n in nodes]
+        found = self._get(asked)
+        return [HostReport(node=n["NodeID"], host=host, slots=int(n["Resources"][
+            cluster.SLOT_RESOURCE]), tools=tools) for n, (host, tools) in zip(nodes, found,
+                                                                            strict=True)]
+
+    def close(self) -> None:
+        """Disconnect from the cluster, if this plane connected; the workers, detached,
+        keep running."""
+        if self._connected_here and ray.is_initialized():
+            ray.shutdown()
+        self._connected_here = False

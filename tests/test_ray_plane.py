@@ -1,0 +1,276 @@
+"""The Ray process plane on a real cluster: a head and two worker nodes on this machine
+(``ray.cluster_utils.Cluster``), the remote a bare git repository on disk.
+
+Workers are real: each attempt is a named actor Ray places on a node with a free
+``ralph_worker`` slot, which clones the project there, makes its workspace and runs a
+scripted worker in a tmux server of its own; the work comes back through the remote.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import make_jj_repo, retry_until, running
+
+from ralph_dev.adapters.jj_cli import JjCli, child_path
+from ralph_dev.core import cluster
+from ralph_dev.core.model import Window
+from ralph_dev.core.ports import ProcessPlane
+
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'ralph-dev[ray]')")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+pytestmark = pytest.mark.slow
+
+NAMESPACE = "ralph-dev-test"
+PROJECT = f"t{uuid.uuid4().hex[:8]}"
+"""Unique per run: a worker's tmux server is named by project, issue and attempt, and
+tmux servers are per machine."""
+
+WORKER = ["sh", "-c", 'echo "work of $RALPH_DEV_ISSUE" > "$RALPH_DEV_ISSUE.txt" '
+                      '&& jj commit -m "$RALPH_DEV_ISSUE: scripted work"']
+"""The scripted worker: writes a file named for its (checked) issue and commits it."""
+
+
+def _cluster_pids(ray_cluster: Any) -> list[int]:
+    nodes = [ray_cluster.head_node, *ray_cluster.worker_nodes]
+    return [info.process.pid for node in nodes for infos in node.all_processes.values()
+            for info in infos if info.process is not None]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Any]:
+    """Head (no slots) plus two nodes of two ``ralph_worker`` slots each; torn down with
+    every process it started checked gone."""
+    started = time.monotonic()
+    # no dashboard: nothing here needs it, and two clusters on one machine would both
+    # want its port
+    made = cluster_utils.Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "include_dashboard": False})
+    nodes = [made.add_node(num_cpus=1, resources={cluster.SLOT_RESOURCE: 2})
+             for _ in range(2)]
+    ray.init(address=made.address, namespace=NAMESPACE, log_to_driver=False,
+             logging_level="WARNING")
+    made.wait_for_nodes()
+    print(f"cluster up in {time.monotonic() - started:.1f}s")
+    pids = _cluster_pids(made)
+    try:
+        yield made, nodes
+    finally:
+        ray.shutdown()
+        made.shutdown()
+        _kill_worker_servers()
+        retry_until(lambda: not any(running(pid) for pid in pids), timeout=30,
+                    what="every raylet and GCS of the test cluster to exit")
+
+
+def _kill_worker_servers() -> None:
+    """The test's workers' tmux servers (they daemonize: a node's end does not end them)."""
+    sockets = Path(os.environ.get("TMUX_TMPDIR", "/tmp"), f"tmux-{os.getuid()}")
+    for socket in sockets.glob(f"ralph-{PROJECT}-*"):
+        subprocess.run(["tmux", "-L", socket.name, "kill-server"], capture_output=True,
+                       check=False)
+        socket.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def remote(tmp_path: Path, jj_bin: str) -> Path:
+    """A bare git repository holding trunk ``main`` with one commit."""
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    seed = JjCli(make_jj_repo(tmp_path / "seed"), jj_bin=jj_bin)
+    seed.run("git", "remote", "add", "origin", str(bare), touch_checkout=True).check()
+    seed.run("git", "push", "--bookmark", "main", touch_checkout=True).check()
+    return bare
+
+
+def _environment(issue: str, attempt: int) -> dict[str, str]:
+    return {"PATH": child_path(), "JJ_USER": "worker", "JJ_EMAIL": "worker@example.com",
+            "RALPH_DEV_ISSUE": issue, cluster.ATTEMPT_VAR: str(attempt)}
+
+
+def _ended(plane: Any, issues: set[str]) -> list[Window] | None:
+    windows = [w for w in plane.list_windows() if w.name in issues]
+    done = [w for w in windows if not w.alive]
+    return done if len(done) == len(issues) else None
+
+
+def _fetched(controller: JjCli, bookmark: str, path: str) -> str:
+    controller.read("git", "fetch", "--remote", "origin")
+    return controller.read("file", "show", "-r", f'"{bookmark}"@origin', path).stdout
+
+
+def test_workers_placed_by_ray_push_their_work_back(ray_cluster: Any, remote: Path,
+                                                   tmp_path: Path, jj_bin: str) -> None:
+    from ralph_dev.adapters.ray_plane import RayPlane
+
+    plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
+                     root=str(tmp_path / "hosts"), namespace=NAMESPACE)
+    checked: ProcessPlane = plane  # the same port as this host's tmux
+    issues = {"APP-1", "APP-2"}
+    started = time.monotonic()
+    for issue in sorted(issues):
+        opened = checked.open_window(issue, cwd=tmp_path, command=WORKER,
+                                     environment=_environment(issue, 1))
+        assert opened.pane_id == cluster.actor_name(PROJECT, issue, 1)
+    print(f"two workers placed and started in {time.monotonic() - started:.1f}s")
+
+    ended = retry_until(lambda: _ended(plane, issues), timeout=60,
+                        what="both scripted workers to finish")
+    assert isinstance(ended, list)
+    assert {w.exit_status for w in ended} == {0}, ended
+    places = {w.name: plane.where(w.pane_id) for w in ended}
+    assert len({p.node for p in places.values()}) == 2, places  # SPREAD: one per node
+    # each node keeps a clone of its own
+    assert len(list((tmp_path / "hosts").glob(f"*/clones/{PROJECT}/.jj"))) == 2
+
+    pushed = {w.name: plane.push(w.pane_id) for w in ended}
+    assert pushed == {issue: cluster.attempt_bookmark(issue, 1) for issue in issues}
+
+    controller = JjCli(tmp_path / "controller", jj_bin=jj_bin)
+    controller.run("git", "clone", "--no-colocate", str(remote), str(controller.repo),
+                   cwd=tmp_path, touch_checkout=True).check()
+    for issue, bookmark in pushed.items():
+        assert _fetched(controller, bookmark, f"{issue}.txt") == f"work of {issue}\n"
+
+    for window in ended:
+        plane.kill_window(window.pane_id)
+    retry_until(lambda: not [w for w in plane.list_windows() if w.name in issues],
+                timeout=30, what="the ended workers' actors to be gone")
+    plane.kill_window(cluster.actor_name(PROJECT, "APP-1", 1))  # already gone: fine
+    plane.close()
+    assert ray.is_initialized()  # the test's connection, not the plane's: kept
+
+
+def test_one_attempt_is_never_placed_twice(ray_cluster: Any, remote: Path,
+                                           tmp_path: Path) -> None:
+    from ralph_dev.adapters.ray_plane import ClusterError, RayPlane
+
+    plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
+                     root=str(tmp_path / "hosts"), namespace=NAMESPACE)
+    waiting = ["sleep", "600"]
+    first = plane.open_window("APP-3", cwd=tmp_path, command=waiting,
+                              environment=_environment("APP-3", 1))
+    try:
+        with pytest.raises(ClusterError, match="cannot be placed"):
+            plane.open_window("APP-3", cwd=tmp_path, command=waiting,
+                              environment=_environment("APP-3", 1))
+        [seen] = [w for w in plane.list_windows() if w.name == "APP-3"]
+        assert seen.alive and seen.pane_id == first.pane_id
+        assert "sleep" in seen.command
+    finally:
+        plane.kill_window(first.pane_id)
+    assert not [w for w in plane.list_windows() if w.name == "APP-3"]
+
+
+def test_doctor_checks_the_cluster_and_each_node(ray_cluster: Any, remote: Path) -> None:
+    from ralph_dev.adapters.ray_plane import ClusterError, check_reachable
+    from ralph_dev.control.doctor import cluster_checks
+    from ralph_dev.core.config import ClusterSettings, ProjectSettings
+
+    settings = ProjectSettings(name=PROJECT, repo=remote, cluster=ClusterSettings(
+        address=ray_cluster[0].address, remote=str(remote)))
+    checks = cluster_checks(settings)
+    assert (checks[0].name, checks[0].ok, checks[0].detail) == (
+        f"cluster {PROJECT}", True, "2 nodes, 4 worker slots")
+    assert len(checks) == 3 and all(c.ok and c.name.startswith("node ") for c in checks[1:])
+    assert "2 slots; has bwrap, git, jj, setpriv, tmux" in checks[1].detail
+    # an address nothing listens at is said at once (Ray itself retries for minutes)
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match=r"cannot reach the Ray cluster at 127\.0\.0\.1:1"):
+        check_reachable("127.0.0.1:1")
+    assert time.monotonic() - started < 5
+
+
+def test_a_new_attempt_resumes_from_the_last_snapshot_and_only_it_can_land(
+        ray_cluster: Any, remote: Path, tmp_path: Path, jj_bin: str) -> None:
+    """Attempt 1 is cut off (still running and pushing snapshots, as behind a network
+    partition); attempt 2 starts from its last snapshot, and only attempt 2's push is
+    the issue's mergeable work."""
+    from ralph_dev.adapters.pushed_work import PushedWork
+    from ralph_dev.adapters.ray_plane import RayPlane
+
+    plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
+                     root=str(tmp_path / "hosts"), snapshot_interval=1.0, namespace=NAMESPACE)
+    controller = JjCli(tmp_path / "controller", jj_bin=jj_bin)
+    controller.run("git", "clone", "--no-colocate", str(remote), str(controller.repo),
+                   cwd=tmp_path, touch_checkout=True).check()
+    pushed = PushedWork(controller)
+    first = plane.open_window("APP-4", cwd=tmp_path, environment=_environment("APP-4", 1),
+                              command=["sh", "-c", "echo 'a1 was here' > notes.txt; sleep 600"])
+    try:
+        a1 = cluster.attempt_bookmark("APP-4", 1)
+        retry_until(lambda: a1 in pushed.fetch()
+                    and _fetched(controller, a1, "notes.txt") == "a1 was here\n",
+                    timeout=60, what="attempt 1's snapshot on the remote, unasked")
+        assert pushed.mergeable("APP-4", 1) == pushed.fetch()[a1]
+
+        second = plane.open_window(
+            "APP-4", cwd=tmp_path, environment=_environment("APP-4", 2),
+            command=["sh", "-c", "echo 'a2 was here' >> notes.txt && jj commit -m 'APP-4: done'"])
+        a2 = cluster.attempt_bookmark("APP-4", 2)
+        landed = retry_until(lambda: pushed.mergeable("APP-4", 2), timeout=60,
+                             what="attempt 2's push after its worker ended")
+        assert _fetched(controller, a2, "notes.txt") == "a1 was here\na2 was here\n"
+        assert [w.alive for w in plane.list_windows() if w.pane_id == first.pane_id] == [True]
+        # attempt 1 goes on pushing, and its push is never what lands
+        assert pushed.mergeable("APP-4", 2) == landed == pushed.fetch()[a2] != pushed.fetch()[a1]
+        assert pushed.mergeable("APP-4", 3) is None
+        plane.kill_window(second.pane_id)
+    finally:
+        plane.kill_window(first.pane_id)
+
+
+def test_a_dead_node_ends_its_worker_and_the_next_attempt_resumes_elsewhere(
+        ray_cluster: Any, remote: Path, tmp_path: Path, jj_bin: str) -> None:
+    """A host fails mid-work: its worker is seen dead within seconds, its agent's
+    processes end with it (never two live agents), and the next attempt starts on
+    another node from the last snapshot the lost one pushed."""
+    from ralph_dev.adapters.pushed_work import PushedWork
+    from ralph_dev.adapters.ray_plane import RayPlane
+
+    made, _nodes = ray_cluster
+    made.add_node(num_cpus=1, resources={cluster.SLOT_RESOURCE: 2})  # two nodes stay
+    made.wait_for_nodes()
+    plane = RayPlane(PROJECT, address=made.address, remote=str(remote),
+                     root=str(tmp_path / "hosts"), snapshot_interval=1.0, call_timeout=10.0,
+                     namespace=NAMESPACE)
+    controller = JjCli(tmp_path / "controller", jj_bin=jj_bin)
+    controller.run("git", "clone", "--no-colocate", str(remote), str(controller.repo),
+                   cwd=tmp_path, touch_checkout=True).check()
+    pushed = PushedWork(controller)
+    first = plane.open_window("APP-6", cwd=tmp_path, environment=_environment("APP-6", 1),
+                              command=["sh", "-c", "echo 'a1 was here' > notes.txt; sleep 600"])
+    a1 = cluster.attempt_bookmark("APP-6", 1)
+    retry_until(lambda: a1 in pushed.fetch(), timeout=60, what="attempt 1's first snapshot")
+    [seen] = [w for w in plane.list_windows() if w.pane_id == first.pane_id]
+    assert seen.alive and seen.pid is not None
+    lost = plane.where(first.pane_id).node
+    [doomed] = [n for n in made.worker_nodes if n.node_id == lost]
+
+    made.remove_node(doomed, allow_graceful=False)
+    died = time.monotonic()
+    retry_until(lambda: [w.alive for w in plane.list_windows()
+                         if w.pane_id == first.pane_id] in ([False], []),
+                timeout=30, what="the lost node's worker to be seen dead")
+    print(f"a dead node's worker seen dead after {time.monotonic() - died:.1f}s")
+    retry_until(lambda: not running(seen.pid), timeout=30,  # type: ignore[arg-type]
+                what="the lost worker's agent process to end with its node")
+
+    second = plane.open_window(
+        "APP-6", cwd=tmp_path, environment=_environment("APP-6", 2),
+        command=["sh", "-c", "echo 'a2 was here' >> notes.txt && jj commit -m 'APP-6: done'"])
+    assert plane.where(second.pane_id).node != lost
+    retry_until(lambda: pushed.mergeable("APP-6", 2), timeout=60,
+                what="attempt 2's push")
+    assert _fetched(controller, cluster.attempt_bookmark("APP-6", 2), "notes.txt") \
+        == "a1 was here\na2 was here\n"
+    plane.kill_window(second.pane_id)
+    plane.kill_window(first.pane_id)  # a dead node's actor: nothing to end, no error
