@@ -8,6 +8,7 @@ scripted worker in a tmux server of its own; the work comes back through the rem
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import time
@@ -46,7 +47,19 @@ def _cluster_pids(ray_cluster: Any) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[Any]:
+def one_cluster_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite runs on several xdist processes, and each that takes a test of this
+    module starts a cluster of its own: one at a time, or three clusters of three Ray
+    nodes each would fight for the machine's cores while other tests run."""
+    root = tmp_path_factory.getbasetemp()
+    shared = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    with (shared / "ray-cluster.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(one_cluster_at_a_time: None) -> Iterator[Any]:
     """Head (no slots) plus two nodes of two ``ralph_worker`` slots each; torn down with
     every process it started checked gone."""
     started = time.monotonic()
