@@ -21,6 +21,7 @@ import pytest
 from conftest import make_jj_repo, retry_until, running
 
 from ralph_dev.adapters.jj_cli import JjCli, child_path
+from ralph_dev.adapters.pushed_work import PushedWork
 from ralph_dev.core import cluster
 from ralph_dev.core.model import Window
 from ralph_dev.core.ports import ProcessPlane
@@ -104,6 +105,14 @@ def remote(tmp_path: Path, jj_bin: str) -> Path:
     return bare
 
 
+def _controller_clone(tmp_path: Path, remote: Path, jj_bin: str) -> JjCli:
+    """The controller's side: its own clone of the remote workers push to."""
+    controller = JjCli(tmp_path / "controller", jj_bin=jj_bin)
+    controller.run("git", "clone", "--no-colocate", str(remote), str(controller.repo),
+                   cwd=tmp_path, touch_checkout=True).check()
+    return controller
+
+
 def _environment(issue: str, attempt: int) -> dict[str, str]:
     return {"PATH": child_path(), "JJ_USER": "worker", "JJ_EMAIL": "worker@example.com",
             "RALPH_DEV_ISSUE": issue, cluster.ATTEMPT_VAR: str(attempt)}
@@ -147,9 +156,7 @@ def test_workers_placed_by_ray_push_their_work_back(ray_cluster: Any, remote: Pa
     pushed = {w.name: plane.push(w.pane_id) for w in ended}
     assert pushed == {issue: cluster.attempt_bookmark(issue, 1) for issue in issues}
 
-    controller = JjCli(tmp_path / "controller", jj_bin=jj_bin)
-    controller.run("git", "clone", "--no-colocate", str(remote), str(controller.repo),
-                   cwd=tmp_path, touch_checkout=True).check()
+    controller = _controller_clone(tmp_path, remote, jj_bin)
     for issue, bookmark in pushed.items():
         assert _fetched(controller, bookmark, f"{issue}.txt") == f"work of {issue}\n"
 
@@ -207,21 +214,17 @@ def test_a_new_attempt_resumes_from_the_last_snapshot_and_only_it_can_land(
     """Attempt 1 is cut off (still running and pushing snapshots, as behind a network
     partition); attempt 2 starts from its last snapshot, and only attempt 2's push is
     the issue's mergeable work."""
-    from ralph_dev.adapters.pushed_work import PushedWork
     from ralph_dev.adapters.ray_plane import RayPlane
 
     plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
                      root=str(tmp_path / "hosts"), snapshot_interval=1.0, namespace=NAMESPACE)
-    controller = JjCli(tmp_path / "controller", jj_bin=jj_bin)
-    controller.run("git", "clone", "--no-colocate", str(remote), str(controller.repo),
-                   cwd=tmp_path, touch_checkout=True).check()
-    pushed = PushedWork(controller)
+    pushed = PushedWork(_controller_clone(tmp_path, remote, jj_bin))
     first = plane.open_window("APP-4", cwd=tmp_path, environment=_environment("APP-4", 1),
                               command=["sh", "-c", "echo 'a1 was here' > notes.txt; sleep 600"])
     try:
         a1 = cluster.attempt_bookmark("APP-4", 1)
         retry_until(lambda: a1 in pushed.fetch()
-                    and _fetched(controller, a1, "notes.txt") == "a1 was here\n",
+                    and _fetched(pushed.jj, a1, "notes.txt") == "a1 was here\n",
                     timeout=60, what="attempt 1's snapshot on the remote, unasked")
         assert pushed.mergeable("APP-4", 1) == pushed.fetch()[a1]
 
@@ -231,7 +234,7 @@ def test_a_new_attempt_resumes_from_the_last_snapshot_and_only_it_can_land(
         a2 = cluster.attempt_bookmark("APP-4", 2)
         landed = retry_until(lambda: pushed.mergeable("APP-4", 2), timeout=60,
                              what="attempt 2's push after its worker ended")
-        assert _fetched(controller, a2, "notes.txt") == "a1 was here\na2 was here\n"
+        assert _fetched(pushed.jj, a2, "notes.txt") == "a1 was here\na2 was here\n"
         assert [w.alive for w in plane.list_windows() if w.pane_id == first.pane_id] == [True]
         # attempt 1 goes on pushing, and its push is never what lands
         assert pushed.mergeable("APP-4", 2) == landed == pushed.fetch()[a2] != pushed.fetch()[a1]
@@ -246,7 +249,6 @@ def test_a_dead_node_ends_its_worker_and_the_next_attempt_resumes_elsewhere(
     """A host fails mid-work: its worker is seen dead within seconds, its agent's
     processes end with it (never two live agents), and the next attempt starts on
     another node from the last snapshot the lost one pushed."""
-    from ralph_dev.adapters.pushed_work import PushedWork
     from ralph_dev.adapters.ray_plane import RayPlane
 
     made, _nodes = ray_cluster
@@ -255,10 +257,7 @@ def test_a_dead_node_ends_its_worker_and_the_next_attempt_resumes_elsewhere(
     plane = RayPlane(PROJECT, address=made.address, remote=str(remote),
                      root=str(tmp_path / "hosts"), snapshot_interval=1.0, call_timeout=10.0,
                      namespace=NAMESPACE)
-    controller = JjCli(tmp_path / "controller", jj_bin=jj_bin)
-    controller.run("git", "clone", "--no-colocate", str(remote), str(controller.repo),
-                   cwd=tmp_path, touch_checkout=True).check()
-    pushed = PushedWork(controller)
+    pushed = PushedWork(_controller_clone(tmp_path, remote, jj_bin))
     first = plane.open_window("APP-6", cwd=tmp_path, environment=_environment("APP-6", 1),
                               command=["sh", "-c", "echo 'a1 was here' > notes.txt; sleep 600"])
     a1 = cluster.attempt_bookmark("APP-6", 1)
@@ -283,7 +282,7 @@ def test_a_dead_node_ends_its_worker_and_the_next_attempt_resumes_elsewhere(
     assert plane.where(second.pane_id).node != lost
     retry_until(lambda: pushed.mergeable("APP-6", 2), timeout=60,
                 what="attempt 2's push")
-    assert _fetched(controller, cluster.attempt_bookmark("APP-6", 2), "notes.txt") \
+    assert _fetched(pushed.jj, cluster.attempt_bookmark("APP-6", 2), "notes.txt") \
         == "a1 was here\na2 was here\n"
     plane.kill_window(second.pane_id)
     plane.kill_window(first.pane_id)  # a dead node's actor: nothing to end, no error
