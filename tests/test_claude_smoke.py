@@ -508,6 +508,25 @@ def test_a_hung_model_call_is_named_and_restarted_free_in_its_own_session(
     assert not [e for e in events if e["event"] == "session_fresh"]
 
 
+def test_a_cli_that_retries_by_itself_is_not_taken_for_hung(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: during an overload Claude Code retries for a while by itself, and neither
+    its hooks nor its transcript move. Its pane says so ("Retrying in 4s · attempt 3/10"):
+    it is not hung, so no restart and no nudge, and the issue is done in its first start
+    once the API answers. (Without the pane's word it would be restarted as hung.)"""
+    from ralph_dev.devtools.api_faults import overloaded
+
+    settings = dataclasses.replace(outage_settings(world), timing=dataclasses.replace(
+        outage_settings(world).timing, hang_timeout=5))
+    out = through_a_fault(world, monkeypatch, overloaded, 25, settings=settings)
+    events = list(world.store.iter_events())
+    assert out.spawns == 1 and out.holds == 0
+    assert not [e for e in events if e["event"] in ("restart", "nudge")], \
+        [e["reason"] for e in events if e["event"] in ("restart", "nudge")]
+    assert not [e for e in events if e["event"] == "agent_api_error"]  # it rode it out
+    assert out.recovered_after < 60
+
+
 def test_a_crashed_agent_is_resumed_in_its_own_session(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 13: the agent process dies mid-task; its restart continues the same
@@ -676,7 +695,8 @@ def outage_settings(world: World) -> ProjectSettings:
 
 
 def through_a_fault(world: World, monkeypatch: pytest.MonkeyPatch, fault: Callable[[], Any],
-                    seconds: float, *, timeout: float = 240, **env: str) -> Outcome:
+                    seconds: float, *, timeout: float = 240,
+                    settings: ProjectSettings | None = None, **env: str) -> Outcome:
     """One worker adds ok.txt while the API answers ``fault()`` for its first
     ``seconds``; the real controller ticks throughout."""
 
@@ -695,7 +715,7 @@ def through_a_fault(world: World, monkeypatch: pytest.MonkeyPatch, fault: Callab
             return [fault()]
         return [Text("Done.")] if tool_uses_so_far(request) else [bash(finish)]
 
-    settings = outage_settings(world)
+    settings = settings or outage_settings(world)
     with FakeAnthropic(brain) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)

@@ -921,6 +921,12 @@ def test_a_hung_model_call_is_named_and_restarted_free_in_its_own_session() -> N
     assert run(hung("working"), now=quiet + timedelta(seconds=timing.hang_timeout)).actions == ()
     # two free restarts in a row with no answer between them: the stall rule takes over
     assert run(hung("working", hang_restarts=2)).actions == ()
+    # the CLI says it retries by itself (an overload): silent, not hung, and said so
+    riding = dataclasses.replace(hung("working"),
+                                 retrying={"DEMO-8": "retrying in 16s, attempt 5/10"})
+    plan = run(riding)
+    assert plan.actions == ()
+    assert plan.waits["DEMO-8"].kind == "model" and "attempt 5/10" in plan.waits["DEMO-8"].why
     paused = Pause(kind="setup", cause="no agent", fix="install it")
     assert run(dataclasses.replace(hung("working"), pauses=(paused,),
                                    setup_error="no agent")).actions == ()

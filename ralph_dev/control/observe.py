@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,9 +33,17 @@ from ralph_dev.control.worker_dirs import WorkerDirs
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide.swarm import REPO_PAUSE
 from ralph_dev.core.errors import RalphError, TrackerError
-from ralph_dev.core.model import Issue, Observed, Window, WorkerRecord, worker_windows
+from ralph_dev.core.model import (
+    MODEL_CALL_STATES,
+    Issue,
+    Observed,
+    Window,
+    WorkerRecord,
+    worker_windows,
+)
 from ralph_dev.core.ports import Repository, TrackerReader, WindowLister, WorkspaceLister
 from ralph_dev.core.renumber import keep_local_names, local_aliases
+from ralph_dev.core.text import file_tail, strip_ansi
 
 log = structlog.get_logger(__name__)
 
@@ -84,6 +93,31 @@ def output_marks(windows: Sequence[Window], store: StateStore,
     return tuple(marked)
 
 
+RETRY_LINE = re.compile(r"Retrying in (\S+).{0,80}?attempt (\d+)/(\d+)")
+"""Claude Code's status line while it retries a refused or failed model call by itself."""
+RETRY_TAIL = 4096
+"""Bytes of a pane's log read for it: the spinner redraws the line many times a second
+while the CLI waits, and pushes it out of this tail within seconds once it stops."""
+
+
+def retrying(windows: Sequence[Window], store: StateStore,
+             records: Mapping[str, WorkerRecord]) -> dict[str, str]:
+    """Agents waiting on the model whose panes say the CLI retries by itself: the end of
+    each one's pane log (a file read, no tmux call), for the few that wait on the model."""
+    found = {}
+    for window in windows:
+        record = records.get(window.name)
+        if not window.alive or record is None or record.agent_state not in MODEL_CALL_STATES:
+            continue
+        log_file = _pane_log(store, window)
+        said = RETRY_LINE.findall(strip_ansi(file_tail(log_file, RETRY_TAIL))) \
+            if log_file is not None else []
+        if said:
+            wait, attempt, of = said[-1]
+            found[window.name] = f"retrying in {wait[:12]}, attempt {attempt}/{of}"
+    return found
+
+
 async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceLister,
                   store: StateStore, *, agent_aware: bool = False
                   ) -> tuple[Observed, TrackerError | None]:
@@ -114,6 +148,7 @@ async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceListe
         tracker_refuses=tracker_error is not None and not tracker_error.retryable,
         trunk_red=store.paths.trunk_red_file.exists(),
         pauses=store.load_pauses(),
+        retrying=retrying(windows, store, records) if agent_aware else {},
     )
     return observed, tracker_error
 

@@ -623,11 +623,18 @@ class Decider:
         transcript growth) for ``hang_timeout`` is on a hung model call: nudging its frozen
         pane does nothing, so it is restarted in its own session, free. The model answering
         it again (a tool call) resets the count; past ``HANG_RESTARTS`` in a row the
-        silence is left to the stall rule, so a long answer is never restarted forever."""
+        silence is left to the stall rule, so a long answer is never restarted forever. A
+        CLI whose pane says it retries by itself (an overload, a short rate limit) is not
+        hung: it ends that by itself, answered or on a StopFailure that pauses the swarm."""
         timeout = self.settings.timing.hang_timeout
         if rec.agent_state not in MODEL_CALL_STATES or idle <= timeout \
                 or rec.hang_restarts >= HANG_RESTARTS:
             return False
+        retry = self.world.observed.retrying.get(ident)
+        if retry is not None:  # the CLI rides out a refusal by itself: no hang, no stall
+            self.wait(ident, "model", f"its agent's CLI retries the model API by itself "
+                                      f"({retry}); silent {idle:.0f}s")
+            return True
         if self.tracker_ok and not self.paused:
             attempts = max(self.attempts(ident), 1)
             self.emit(Restart(
