@@ -518,7 +518,7 @@ def test_a_cli_that_retries_by_itself_is_not_taken_for_hung(
 
     settings = dataclasses.replace(outage_settings(world), timing=dataclasses.replace(
         outage_settings(world).timing, hang_timeout=5))
-    out = through_a_fault(world, monkeypatch, overloaded, 25, settings=settings)
+    out = through_a_fault(world, monkeypatch, overloaded, 35, settings=settings)
     events = list(world.store.iter_events())
     assert out.spawns == 1 and out.holds == 0
     assert not [e for e in events if e["event"] in ("restart", "nudge")], \

@@ -255,3 +255,15 @@ def test_doctor_names_what_to_fix(swarm: Swarm, tmp_path: Path) -> None:
     doctor = swarm.cli("doctor", "other", check=False)
     assert doctor.returncode != 0
     assert "[FAIL] repo other" in doctor.stdout and "jj git init" in doctor.stdout
+
+
+def test_a_cli_retrying_by_itself_is_read_from_its_screen() -> None:
+    """Claude Code 2.1.197's status line while it retries (issue 24): read from the
+    screen, where the whole line stands (its log holds only the redrawn characters)."""
+    from ralph_dev.control.observe import retry_said
+
+    screen = "✻ API error · Retrying in 9s · attempt 6/10\n\n> \n"
+    assert retry_said(screen) == "retrying in 9s, attempt 6/10"
+    limited = "Rate limited · Retrying in 4m (resets 3:05pm) · attempt 2/10"
+    assert retry_said(limited) == "retrying in 4m, attempt 2/10"
+    assert retry_said("✻ Thinking… (12s · ↓ 300 tokens · esc to interrupt)") is None

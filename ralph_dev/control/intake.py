@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -200,6 +201,10 @@ class Intake:
                     name, agent_error=str(fields.get("error", "unknown"))[:40],
                     agent_error_text=str(fields.get("text", ""))[:300],
                     agent_error_at=said_at(report, now), last_activity=now,
+                    # with the error itself, so no reader sees the one without the other
+                    **self._state(record, dataclasses.replace(report, fields={
+                        "state": f"api error: {str(fields.get('error', 'unknown'))[:40]}"}),
+                        now),
                     agent_error_reset_at=from_iso(fields.get("reset_at")),
                     agent_error_streak=(record.agent_error_streak if record else 0) + 1)
                 self.store.append_event("agent_api_error", issue=name,

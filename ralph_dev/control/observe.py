@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import structlog
@@ -41,9 +41,9 @@ from ralph_dev.core.model import (
     WorkerRecord,
     worker_windows,
 )
-from ralph_dev.core.ports import Repository, TrackerReader, WindowLister, WorkspaceLister
+from ralph_dev.core.ports import Panes, Repository, TrackerReader, WindowLister, WorkspaceLister
 from ralph_dev.core.renumber import keep_local_names, local_aliases
-from ralph_dev.core.text import file_tail, strip_ansi
+from ralph_dev.core.text import strip_ansi
 
 log = structlog.get_logger(__name__)
 
@@ -93,29 +93,23 @@ def output_marks(windows: Sequence[Window], store: StateStore,
     return tuple(marked)
 
 
-RETRY_LINE = re.compile(r"Retrying in (\S+).{0,80}?attempt (\d+)/(\d+)")
-"""Claude Code's status line while it retries a refused or failed model call by itself."""
-RETRY_TAIL = 4096
-"""Bytes of a pane's log read for it: the spinner redraws the line many times a second
-while the CLI waits, and pushes it out of this tail within seconds once it stops."""
+RETRY_LINE = re.compile(r"Retrying in (\S+)(?: \([^)]{0,80}\))? · attempt (\d{1,3})/(\d{1,3})")
+"""Claude Code's status line while it retries a refused or failed model call by itself
+(its screen redraws only what changes, so the line is read from the screen, not the
+pane's log)."""
 
 
-def retrying(windows: Sequence[Window], store: StateStore,
-             records: Mapping[str, WorkerRecord]) -> dict[str, str]:
-    """Agents waiting on the model whose panes say the CLI retries by itself: the end of
-    each one's pane log (a file read, no tmux call), for the few that wait on the model."""
-    found = {}
-    for window in windows:
-        record = records.get(window.name)
-        if not window.alive or record is None or record.agent_state not in MODEL_CALL_STATES:
-            continue
-        log_file = _pane_log(store, window)
-        said = RETRY_LINE.findall(strip_ansi(file_tail(log_file, RETRY_TAIL))) \
-            if log_file is not None else []
-        if said:
-            wait, attempt, of = said[-1]
-            found[window.name] = f"retrying in {wait[:12]}, attempt {attempt}/{of}"
-    return found
+RETRY_LINES = 12
+"""Screen lines read for it: the status line sits just above the prompt box."""
+
+
+def retry_said(screen: str) -> str | None:
+    """The retry a pane's screen shows, in a few words, or None."""
+    said = RETRY_LINE.findall(strip_ansi(screen))
+    if not said:
+        return None
+    wait, attempt, of = said[-1]
+    return f"retrying in {wait[:12]}, attempt {attempt}/{of}"
 
 
 async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceLister,
@@ -148,7 +142,6 @@ async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceListe
         tracker_refuses=tracker_error is not None and not tracker_error.retryable,
         trunk_red=store.paths.trunk_red_file.exists(),
         pauses=store.load_pauses(),
-        retrying=retrying(windows, store, records) if agent_aware else {},
     )
     return observed, tracker_error
 
@@ -157,7 +150,7 @@ class Observer:
     """The controller's look at the world and at everything its rules weigh."""
 
     def __init__(self, settings: ProjectSettings, *, tracker: TrackerReader,
-                 panes: WindowLister, jj: Repository, store: StateStore,
+                 panes: Panes, jj: Repository, store: StateStore,
                  writebacks: WriteBackQueue, dirs: WorkerDirs, merges: MergeLane,
                  tripwires: Tripwires, spending: Spending, setup_check: SetupCheck | None,
                  clock: Callable[[], datetime]) -> None:
@@ -205,8 +198,32 @@ class Observer:
             resources=host.sample(self.settings.workspaces),
             spent_today=spent_today, over_budget=over,
             tripped=await self._tripped(observed),
+            retrying=await asyncio.to_thread(self._retrying, observed),
             trunk_head=trunk_head, trunk_red_at=red_at,
             unadopted=self._unadopted(observed))
+
+    def _retrying(self, observed: Observed) -> dict[str, str]:
+        """Claude Code workers silent in a model call for longer than ``hang_timeout``
+        whose screens say the CLI retries by itself: only those few panes are read (one
+        tmux call each), since only they could be taken for hung."""
+        if self.settings.agent.runner != "claude":
+            return {}
+        quiet_since = self.clock() - timedelta(seconds=self.settings.timing.hang_timeout)
+        found = {}
+        for window in observed.windows:
+            record = observed.records.get(window.name)
+            changed = window.output_changed_at
+            if not window.alive or record is None or changed is None \
+                    or record.agent_state not in MODEL_CALL_STATES \
+                    or changed.replace(tzinfo=changed.tzinfo or UTC) > quiet_since:
+                continue
+            try:
+                said = retry_said(self.panes.capture(window.pane_id, RETRY_LINES))
+            except RalphError:
+                continue  # the window went away meanwhile: nothing to read
+            if said is not None:
+                found[window.name] = said
+        return found
 
     def _setup_error(self) -> str | None:
         if self.setup_check is None:

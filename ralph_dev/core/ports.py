@@ -50,16 +50,17 @@ class Panes(WindowLister, Protocol):
 
     def kill_window(self, target: str) -> None: ...
 
+    def capture(self, target: str, lines: int = 40) -> str:
+        """The pane's last ``lines`` lines as the screen shows them (``logs``, a person
+        looking, a CLI's own status line the controller reads)."""
+        ...
+
 
 class ProcessPlane(Panes, Protocol):
     """Where workers' processes run: this host's tmux (``adapters.tmux``), or a cluster
     that places each worker attempt on some host (``adapters.ray_plane``). A window is
     named by its issue; the attempt it runs is the worker's own identity
     (``RALPH_DEV_ATTEMPT`` in its environment), which a cluster names its actor by."""
-
-    def capture(self, target: str, lines: int = 40) -> str:
-        """The pane's last ``lines`` lines, as text (``logs``, a person looking)."""
-        ...
 
 
 class Session(Panes, Protocol):

@@ -330,8 +330,7 @@ def stop_failure(worker: Worker, payload: Mapping[str, Any]) -> None:
         reset = read_reset(os.environ, model_used(Path(where) if isinstance(where, str)
                                                   else None), datetime.now(UTC))
         news["reset_at"] = reset.isoformat() if reset else None
-    ch.tell(worker.run_dir, "agent_error", news)
-    say(worker, f"api error: {error}")
+    ch.tell(worker.run_dir, "agent_error", news)  # (it says what the agent does now too)
 
 
 # --- Stop ---------------------------------------------------------------------------------
