@@ -205,7 +205,8 @@ class Observer:
     def _retrying(self, observed: Observed) -> dict[str, str]:
         """Claude Code workers silent in a model call for longer than ``hang_timeout``
         whose screens say the CLI retries by itself: only those few panes are read (one
-        tmux call each), since only they could be taken for hung."""
+        tmux call each), since only they could be taken for hung. Seen retrying is seen
+        alive (``last_activity``)."""
         if self.settings.agent.runner != "claude":
             return {}
         quiet_since = self.clock() - timedelta(seconds=self.settings.timing.hang_timeout)
@@ -223,6 +224,9 @@ class Observer:
                 continue  # the window went away meanwhile: nothing to read
             if said is not None:
                 found[window.name] = said
+                # a sign of life: its silence counts from here, so the gap between a
+                # retry that got through and the answer's first hook is no hang
+                self.store.update_record(window.name, last_activity=self.clock())
         return found
 
     def _setup_error(self) -> str | None:
