@@ -51,11 +51,16 @@ def _live(swarm: Swarm) -> int:
     return len(swarm.worker_windows())
 
 
-def test_a_config_edit_applies_within_a_tick_and_says_what_changed(swarm: Swarm) -> None:
+def _started(swarm: Swarm) -> None:
+    """Three issues whose workers never finish, and the swarm started on them."""
     swarm.import_plan(THREE)
     swarm.script = {"*": "hang"}
     swarm.write_script()
     swarm.start()
+
+
+def test_a_config_edit_applies_within_a_tick_and_says_what_changed(swarm: Swarm) -> None:
+    _started(swarm)
     wait_for(lambda: _live(swarm) == 1, 60, "one worker (max_workers = 1)")
     _edit(swarm, "max_workers = 1", "max_workers = 3")
     _edit(swarm, 'key = "DEMO"', 'key = "DEMO"\nlinear_poll_interval = 45')
@@ -75,10 +80,7 @@ def test_a_config_edit_applies_within_a_tick_and_says_what_changed(swarm: Swarm)
 
 def test_an_invalid_config_keeps_the_last_good_one_running_and_says_so_once(
         swarm: Swarm) -> None:
-    swarm.import_plan(THREE)
-    swarm.script = {"*": "hang"}
-    swarm.write_script()
-    swarm.start()
+    _started(swarm)
     wait_for(lambda: _live(swarm) == 1, 60, "one worker")
     _edit(swarm, "max_workers = 1", 'max_workers = "three"')
     wait_for(lambda: _events(swarm, "config_invalid"), 30, "the invalid file noticed")

@@ -66,23 +66,25 @@ def _stopped_then_resumed(swarm: Swarm, ident: str, stop: tuple[str, ...],
     wait_for(lambda: f"changes/{ident}.txt" in swarm.trunk_files(), 30, "its change merged")
 
 
-def test_a_hold_stops_a_running_worker_and_removing_it_goes_on(swarm: Swarm) -> None:
+def _one_at_work(swarm: Swarm) -> str:
+    """One issue whose worker writes its change and then keeps working, started."""
     (ident,) = swarm.import_plan('[[task]]\ntitle = "Long work"\n')
     swarm.script = {"*": "write-hang"}
     swarm.write_script()
     swarm.start()
     _working(swarm, ident)
+    return ident
+
+
+def test_a_hold_stops_a_running_worker_and_removing_it_goes_on(swarm: Swarm) -> None:
+    ident = _one_at_work(swarm)
     _stopped_then_resumed(swarm, ident, ("issue", "label", ident, "+ralph:hold"),
                           ("issue", "label", ident, "-ralph:hold"), "hold")
 
 
 def test_a_move_to_backlog_stops_a_running_worker_and_moving_it_back_goes_on(
         swarm: Swarm) -> None:
-    (ident,) = swarm.import_plan('[[task]]\ntitle = "Long work"\n')
-    swarm.script = {"*": "write-hang"}
-    swarm.write_script()
-    swarm.start()
-    _working(swarm, ident)
+    ident = _one_at_work(swarm)
     _stopped_then_resumed(swarm, ident, ("issue", "state", ident, "Backlog"),
                           ("issue", "state", ident, "In Progress"), "state")
 
