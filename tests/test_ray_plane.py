@@ -182,9 +182,13 @@ def test_one_attempt_is_never_placed_twice(ray_cluster: Any, remote: Path,
         with pytest.raises(ClusterError, match="cannot be placed"):
             plane.open_window("APP-3", cwd=tmp_path, command=waiting,
                               environment=_environment("APP-3", 1))
-        [seen] = [w for w in plane.list_windows() if w.name == "APP-3"]
+        def observed() -> Window | None:  # `env -- PATH=… sleep` shows as env until it execs
+            [seen] = [w for w in plane.list_windows() if w.name == "APP-3"]
+            return seen if "sleep" in seen.command else None
+
+        seen = retry_until(observed, timeout=30, what="the attempt's command observed")
+        assert isinstance(seen, Window)
         assert seen.alive and seen.pane_id == first.pane_id
-        assert "sleep" in seen.command
     finally:
         plane.kill_window(first.pane_id)
     assert not [w for w in plane.list_windows() if w.name == "APP-3"]
