@@ -128,7 +128,7 @@ def test_a_stop_while_the_health_check_restarts_a_frozen_controller_is_clean(
         daemon = swarm.daemon_pid()
         controller = next(e["pid"] for e in swarm.events() if e["event"] == "controller_started")
         frozen = Frozen(controller)
-        wait_for(lambda: frozen.pending(signal.SIGTERM), 30,
+        wait_for(lambda: frozen.pending(signal.SIGTERM), 90,
                  "the health check asking the frozen controller to stop (its restart)")
         stopped = swarm.cli("stop", swarm.project)
         assert f"stopped daemon pid {daemon}" in stopped.stdout
