@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-import re
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import make_jj_repo
 
 from ralph_dev.adapters.config_file import project_table
 from ralph_dev.cli import main
@@ -91,7 +92,8 @@ for module in pkgutil.walk_packages(ralph_dev.__path__, "ralph_dev."):
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.control.wiring import plane_for
 from ralph_dev.core.config import ProjectSettings
-assert isinstance(plane_for(ProjectSettings(name="app", repo=Path("/srv/app"))), Tmux)
+plane, cluster = plane_for(ProjectSettings(name="app", repo=Path("/srv/app")))
+assert isinstance(plane, Tmux) and cluster is None
 print(sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.")))
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -100,16 +102,20 @@ print(sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.")))
     assert result.stdout.strip() == "[]"
 
 
-def test_start_and_the_controller_refuse_a_cluster_they_cannot_run_on_yet(xdg: Path) -> None:
-    from ralph_dev.control.wiring import controller_for
-
-    write_config('[projects.app]\nrepo = "/srv/app"\n[projects.app.cluster]\n')
-    refusal = r"projects\.app\.cluster: .*remove the \[cluster\]"
-    with pytest.raises(ConfigError, match=refusal):
-        controller_for(load_project("app", environ={}))
+def test_start_says_what_a_cluster_it_cannot_reach_lacks(xdg: Path, tmp_path: Path) -> None:
+    """A person at ``start`` is told at once, before any daemon runs, that the cluster
+    is not there (Ray itself would retry for minutes)."""
+    repo = tmp_path / "app"
+    write_config(f'[projects.app]\nrepo = "{repo}"\n'
+                 '[projects.app.agent]\nrunner = "command"\ncommand = "true"\n'
+                 '[projects.app.cluster]\n'
+                 'address = "127.0.0.1:1"\nremote = "/srv/app.git"\n')
+    make_jj_repo(repo)
     result = CliRunner().invoke(main, ["start", "app"])
     assert result.exit_code != 0
-    assert re.search(refusal, result.output), result.output
+    assert "the cluster is not ready" in result.output, result.output
+    assert "cannot reach the Ray cluster at 127.0.0.1:1" in result.output, result.output
+    assert not (Path(os.environ["XDG_STATE_HOME"]) / "ralph-dev/app/daemon.pid").exists()
 
 
 # --- names and the fence --------------------------------------------------------------
@@ -122,8 +128,8 @@ def test_actor_names_carry_project_issue_and_attempt() -> None:
     assert cluster.parse_actor_name(name, "other") is None
     assert cluster.parse_actor_name("app:not an issue#1", "app") is None
     assert cluster.parse_actor_name("someone-elses-actor", "app") is None
-    assert cluster.attempt_of({"RALPH_DEV_ATTEMPT": "2"}) == 2
-    with pytest.raises(ValueError, match="RALPH_DEV_ATTEMPT"):
+    assert cluster.attempt_of({"RALPH_DEV_CLUSTER_ATTEMPT": "2"}) == 2
+    with pytest.raises(ValueError, match="RALPH_DEV_CLUSTER_ATTEMPT"):
         cluster.attempt_of({})
 
 

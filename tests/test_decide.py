@@ -396,6 +396,24 @@ def test_dead_pane_is_reaped_with_its_exit_status_and_not_respawned_in_the_same_
     assert "pane died (exit 1)" in reap.reason
 
 
+@pytest.mark.parametrize("windows", [
+    [win("DEMO-4", alive=False, host_lost=True)],  # Ray says its node is dead
+    [],  # its actor is gone: Ray released a lost node's names
+])
+def test_a_cluster_worker_whose_host_was_lost_starts_again_free(windows: list[Window]) -> None:
+    """A lost host is no failure of the issue's: the worker starts again at once, as the
+    same attempt, on another host (the cluster attempt, the fence, still counts up)."""
+    running = rec("DEMO-4", attempts=3, node="n1", host="h1", cluster_attempt=3)
+    obs = world(issues=[issue(4, "started")], windows=windows, records=[running])
+    [reap] = run(obs).actions
+    assert isinstance(reap, Reap) and not reap.charged and "lost the host" in reap.reason
+    lost = dataclasses.replace(running, **reap.record_changes(NOW))
+    assert lost.last_failure_at is None and lost.lost
+    [spawn] = run(world(issues=[issue(4, "started")], records=[lost])).actions
+    assert isinstance(spawn, Spawn) and spawn.attempt == 3  # the cap is 3: not held
+    assert "no attempt charged" in spawn.reason
+
+
 def test_backoff_values() -> None:
     s = settings()
     assert [retry_policy(s).delay(n) for n in range(6)] == [0, 30, 60, 120, 240, 480]

@@ -8,9 +8,6 @@ scripted worker in a tmux server of its own; the work comes back through the rem
 
 from __future__ import annotations
 
-import fcntl
-import os
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,10 +16,12 @@ from typing import Any
 
 import pytest
 from conftest import make_jj_repo, retry_until, running
+from ray_kit import NAMESPACE, bare_remote, local_cluster
 
 from ralph_dev.adapters.jj_cli import JjCli, child_path
 from ralph_dev.adapters.pushed_work import PushedWork
 from ralph_dev.core import cluster
+from ralph_dev.core.errors import ClusterUnavailable
 from ralph_dev.core.model import Window
 from ralph_dev.core.ports import ProcessPlane
 
@@ -31,7 +30,6 @@ cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 pytestmark = pytest.mark.slow
 
-NAMESPACE = "ralph-dev-test"
 PROJECT = f"t{uuid.uuid4().hex[:8]}"
 """Unique per run: a worker's tmux server is named by project, issue and attempt, and
 tmux servers are per machine."""
@@ -41,64 +39,17 @@ WORKER = ["sh", "-c", 'echo "work of $RALPH_DEV_ISSUE" > "$RALPH_DEV_ISSUE.txt" 
 """The scripted worker: writes a file named for its (checked) issue and commits it."""
 
 
-def _cluster_pids(ray_cluster: Any) -> list[int]:
-    nodes = [ray_cluster.head_node, *ray_cluster.worker_nodes]
-    return [info.process.pid for node in nodes for infos in node.all_processes.values()
-            for info in infos if info.process is not None]
-
-
 @pytest.fixture(scope="module")
-def one_cluster_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The suite runs on several xdist processes, and each that takes a test of this
-    module starts a cluster of its own: one at a time, or three clusters of three Ray
-    nodes each would fight for the machine's cores while other tests run."""
-    root = tmp_path_factory.getbasetemp()
-    shared = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
-    with (shared / "ray-cluster.lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
-@pytest.fixture(scope="module")
-def ray_cluster(one_cluster_at_a_time: None) -> Iterator[Any]:
-    """Head (no slots) plus two nodes of two ``ralph_worker`` slots each; torn down with
-    every process it started checked gone."""
-    started = time.monotonic()
-    # no dashboard: nothing here needs it, and two clusters on one machine would both
-    # want its port
-    made = cluster_utils.Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "include_dashboard": False})
-    nodes = [made.add_node(num_cpus=1, resources={cluster.SLOT_RESOURCE: 2})
-             for _ in range(2)]
-    ray.init(address=made.address, namespace=NAMESPACE, log_to_driver=False,
-             logging_level="WARNING")
-    made.wait_for_nodes()
-    print(f"cluster up in {time.monotonic() - started:.1f}s")
-    pids = _cluster_pids(made)
-    try:
-        yield made, nodes
-    finally:
-        ray.shutdown()
-        made.shutdown()
-        _kill_worker_servers()
-        retry_until(lambda: not any(running(pid) for pid in pids), timeout=30,
-                    what="every raylet and GCS of the test cluster to exit")
-
-
-def _kill_worker_servers() -> None:
-    """The test's workers' tmux servers (they daemonize: a node's end does not end them)."""
-    sockets = Path(os.environ.get("TMUX_TMPDIR", "/tmp"), f"tmux-{os.getuid()}")
-    for socket in sockets.glob(f"ralph-{PROJECT}-*"):
-        subprocess.run(["tmux", "-L", socket.name, "kill-server"], capture_output=True,
-                       check=False)
-        socket.unlink(missing_ok=True)
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Head (no slots) plus two nodes of two ``ralph_worker`` slots each."""
+    with local_cluster(tmp_path_factory.getbasetemp(), PROJECT) as made:
+        yield made, list(made.worker_nodes)
 
 
 @pytest.fixture
 def remote(tmp_path: Path, jj_bin: str) -> Path:
     """A bare git repository holding trunk ``main`` with one commit."""
-    bare = tmp_path / "remote.git"
-    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    bare = bare_remote(tmp_path / "remote.git")
     seed = JjCli(make_jj_repo(tmp_path / "seed"), jj_bin=jj_bin)
     seed.run("git", "remote", "add", "origin", str(bare), touch_checkout=True).check()
     seed.run("git", "push", "--bookmark", "main", touch_checkout=True).check()
@@ -171,7 +122,7 @@ def test_workers_placed_by_ray_push_their_work_back(ray_cluster: Any, remote: Pa
 
 def test_one_attempt_is_never_placed_twice(ray_cluster: Any, remote: Path,
                                            tmp_path: Path) -> None:
-    from ralph_dev.adapters.ray_plane import ClusterError, RayPlane
+    from ralph_dev.adapters.ray_plane import RayPlane
 
     plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
                      root=str(tmp_path / "hosts"), namespace=NAMESPACE)
@@ -179,7 +130,7 @@ def test_one_attempt_is_never_placed_twice(ray_cluster: Any, remote: Path,
     first = plane.open_window("APP-3", cwd=tmp_path, command=waiting,
                               environment=_environment("APP-3", 1))
     try:
-        with pytest.raises(ClusterError, match="cannot be placed"):
+        with pytest.raises(ClusterUnavailable, match=r"already started on .*never runs twice"):
             plane.open_window("APP-3", cwd=tmp_path, command=waiting,
                               environment=_environment("APP-3", 1))
         def observed() -> Window | None:  # `env -- PATH=… sleep` shows as env until it execs

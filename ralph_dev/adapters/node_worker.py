@@ -28,17 +28,24 @@ from pathlib import Path
 import structlog
 
 from ralph_dev.adapters.jj_cli import JjCli, child_path, find_jj, quote_revset
+from ralph_dev.adapters.jj_home import JjHome
+from ralph_dev.adapters.jj_workspaces import JjWorkspaces
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.core import cluster
-from ralph_dev.core.environment import is_secret_name
-from ralph_dev.core.errors import RalphError
-from ralph_dev.core.model import Window
+from ralph_dev.core.environment import RUN_DIR_VAR, is_secret_name
+from ralph_dev.core.errors import ClusterUnavailable, RalphError
+from ralph_dev.core.model import Placement, Window
 from ralph_dev.core.paths import data_home
 
 log = structlog.get_logger(__name__)
 
 REMOTE = "origin"
 """What a node's clone calls the cluster's remote (``jj git clone`` names it so)."""
+
+
+class AttemptRunning(ClusterUnavailable):
+    """A start asked of an attempt that runs already: refused, and the attempt left as
+    it is."""
 
 
 @dataclass(frozen=True)
@@ -65,14 +72,6 @@ class WorkerSpec:
     @property
     def workspace_name(self) -> str:
         return f"{self.issue}-a{self.attempt}"
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where an attempt runs, for status and the spawn event."""
-
-    node: str
-    host: str
 
 
 WORKER_TOOLS = ("jj", "git", "tmux", "setpriv", "bwrap")
@@ -103,6 +102,9 @@ class NodeWorker:
         self.workspace = self.home / "workspaces" / spec.project / spec.workspace_name
         self.jj = JjCli(self.home / "clones" / spec.project,
                         workspace_root=self.home / "workspaces" / spec.project)
+        # the worker's change as the controller's reports see it: the same checks as on
+        # one host, against the trunk this host started from
+        self.changes = JjWorkspaces(JjHome(self.jj, self.workspace.parent), spec.trunk)
         # a server per attempt: ending the attempt ends every process it started
         self.tmux = Tmux(f"ralph-{spec.project}",
                          f"ralph-{spec.project}-{spec.issue}-a{spec.attempt}")
@@ -135,6 +137,9 @@ class NodeWorker:
                         cwd=repo.parent, touch_checkout=True).check()
         else:
             self.jj.read("git", "fetch", "--remote", REMOTE)
+        # the trunk this host starts from, as a local name its checks can use
+        self.jj.read("bookmark", "set", self.spec.trunk, "-r",
+                     f"{quote_revset(self.spec.trunk)}@{REMOTE}", "--allow-backwards")
 
     def _bookmarks(self) -> list[str]:
         """The remote's bookmarks as this clone last fetched them."""
@@ -156,18 +161,38 @@ class NodeWorker:
 
     # -- the process ------------------------------------------------------------------------
 
+    def prepare(self) -> str:
+        """Clone or fetch, and make the attempt's workspace: its path on this host, which
+        the controller builds the worker's launch (and its sandbox) around."""
+        with self._clone_locked():
+            self._fetched_clone()
+            base = self._make_workspace()
+        log.info("cluster_worker_placed", issue=self.spec.issue, attempt=self.spec.attempt,
+                 host=self.placement.host, started_from=base)
+        return str(self.workspace)
+
     def start(self, command: Sequence[str], environment: Mapping[str, str]) -> Window:
-        """Clone or fetch, make the workspace, and open the worker's window in it.
+        """Open the worker's window in its workspace (made first, if ``prepare`` was not
+        asked).
 
         A tmux server by this attempt's name on this machine is a leftover (Ray lets
         only one actor hold the name, and a tmux server outlives the node that started
         it): it is ended first, so the window found later is this start's."""
+        if self._server is not None:
+            raise AttemptRunning(
+                f"{cluster.actor_name(self.spec.project, self.spec.issue, self.spec.attempt)}: "
+                f"already started on {self.placement.host}; one attempt never runs twice")
+        run_dir = environment.get(RUN_DIR_VAR)
+        if run_dir is not None and not Path(run_dir).is_dir():  # this host's setup
+            raise ClusterUnavailable(
+                f"{self.spec.issue}: host {self.placement.host} cannot see the worker's run "
+                f"directory {run_dir}: a worker's reports and launch files live in the "
+                "controller's data directory, so every host must see ralph-dev's XDG data "
+                "and state directories at the same paths (a shared filesystem); mount them, "
+                "or leave this host out of the cluster's ralph_worker slots")
         self.tmux.kill_server()
-        with self._clone_locked():
-            self._fetched_clone()
-            base = self._make_workspace()
-        log.info("cluster_worker_started", issue=self.spec.issue, attempt=self.spec.attempt,
-                 host=self.placement.host, started_from=base)
+        if not self.workspace.is_dir():
+            self.prepare()
         env = {**environment, "RALPH_DEV_WORKSPACE": str(self.workspace),
                "PATH": self._path(environment.get("PATH", os.defpath))}
         # the server is this process's child, killed with it: a daemonized one would keep
@@ -219,6 +244,20 @@ class NodeWorker:
 
     def dismiss(self) -> None:
         self.tmux.dismiss(self._pane())
+
+    # -- the change, as the worker's reports see it ------------------------------------------
+
+    def snapshot(self) -> list[str]:
+        return self.changes.snapshot(self.spec.workspace_name)
+
+    def describe(self, message: str, require_change: bool) -> None:
+        self.changes.describe(self.spec.workspace_name, message, require_change=require_change)
+
+    def change_diff(self) -> str:
+        return self.changes.change_diff(self.spec.workspace_name)
+
+    def conflicted_files(self) -> list[str]:
+        return self.changes.conflicted_files(self.spec.workspace_name)
 
     def _pane(self) -> str:
         window = self.window()

@@ -33,21 +33,28 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import RayError
+from ray.exceptions import RayError, RayTaskError
 from ray.util import list_named_actors
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ralph_dev.adapters.git import git_remote_url
-from ralph_dev.adapters.node_worker import NodeWorker, Placement, WorkerSpec, host_tools
+from ralph_dev.adapters.node_worker import AttemptRunning, NodeWorker, WorkerSpec, host_tools
 from ralph_dev.core import cluster
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.errors import ConfigError, RalphError
-from ralph_dev.core.model import Window
+from ralph_dev.core.errors import ClusterUnavailable, ConfigError, RalphError
+from ralph_dev.core.model import Placement, Window
 
 NAMESPACE = "ralph-dev"
 START_TIMEOUT = 180.0
 """Seconds for an attempt to be placed, clone or fetch, and open its window (a first
 clone of a large project on a new host is the slow part)."""
+PLACE_TIMEOUT = 20.0
+"""Seconds for Ray to find a host with a free slot for an attempt: the controller places
+only as many as it saw free, so waiting longer means the slot went elsewhere."""
+LIST_TIMEOUT = 5.0
+"""Seconds a tick waits for its workers to say how their windows are: one that has not
+answered by then counts as running (never start a second on a guess), and the tick goes
+on (a lost node's calls fail in ~3 s, but may take longer)."""
 REACH_TIMEOUT = 5.0
 """Seconds to reach the cluster's address before connecting (Ray's own retries last
 minutes)."""
@@ -55,10 +62,8 @@ CALL_TIMEOUT = 20.0
 """Seconds for any other call; a node that died fails its calls within ~3 s."""
 
 
-class ClusterError(RalphError):
+class ClusterError(ClusterUnavailable):
     """A cluster call failed; the next tick looks again."""
-
-    retryable = True
 
 
 def check_reachable(address: str, timeout: float = REACH_TIMEOUT) -> None:
@@ -130,8 +135,10 @@ class RayPlane:
                 f"projects.{settings.name}.cluster.remote: missing, and {settings.repo} has "
                 f"no git remote {settings.merge.remote!r}: name a git URL every host can "
                 "fetch from and push to")
+        # hosts start from what the controller pushed of trunk (``ClusterWork``)
         return cls(settings.name, address=settings.cluster.address, remote=remote,
-                   trunk=settings.trunk, snapshot_interval=settings.cluster.snapshot_interval)
+                   trunk=cluster.BASE_BOOKMARK,
+                   snapshot_interval=settings.cluster.snapshot_interval)
 
     def _connect(self) -> None:
         if not ray.is_initialized():
@@ -143,6 +150,10 @@ class RayPlane:
     def _get(self, ref: Any, timeout: float | None = None) -> Any:
         try:
             return ray.get(ref, timeout=self.call_timeout if timeout is None else timeout)
+        except RayTaskError as exc:  # the worker's own answer (a refused `worker done`)
+            if isinstance(exc.cause, RalphError):
+                raise exc.cause from None
+            raise ClusterError(f"the cluster did not answer: {exc}") from exc
         except RayError as exc:
             raise ClusterError(f"the cluster did not answer: {exc}") from exc
 
@@ -158,32 +169,63 @@ class RayPlane:
 
     # -- the port ---------------------------------------------------------------------------
 
+    def place(self, name: str, attempt: int) -> Path:
+        """Place attempt ``attempt`` of issue ``name`` on a host with a free slot, and
+        make its workspace there (clone or fetch first): the workspace's path on that
+        host, for the worker's launch."""
+        actor = self._placed(name, attempt)
+        try:
+            try:  # an actor no host has a slot for waits, unplaced, for ever
+                self._get(actor.where.remote(), PLACE_TIMEOUT)
+            except ClusterError:
+                raise ClusterError(
+                    f"{cluster.actor_name(self.project, name, attempt)}: no host took it "
+                    f"within {PLACE_TIMEOUT:g}s (no free {cluster.SLOT_RESOURCE} slot); "
+                    "tried again when one is free") from None
+            return Path(self._get(actor.prepare.remote(), self.start_timeout))
+        except BaseException:
+            self._end(actor)
+            raise
+
     def open_window(self, name: str, *, cwd: Path, command: Sequence[str],
                     environment: Mapping[str, str], log_file: Path | None = None) -> Window:
-        """Place attempt ``RALPH_DEV_ATTEMPT`` of issue ``name`` on a host with a free slot
-        and start ``command`` there, in the host's own workspace of the issue (``cwd``
-        and ``log_file`` name this host's, and stay unused)."""
+        """Start ``command`` for attempt ``RALPH_DEV_CLUSTER_ATTEMPT`` of issue ``name`` in
+        its workspace on the host it was placed on (placed now, if ``place`` was not
+        asked). ``cwd`` and ``log_file`` name this host's, and stay unused."""
         attempt = cluster.attempt_of(environment)
+        actor = self._placed(name, attempt)
         target = cluster.actor_name(self.project, name, attempt)
+        try:
+            window: Window = self._get(actor.start.remote(list(command), dict(environment)),
+                                       self.start_timeout)
+        except AttemptRunning:
+            raise  # the running attempt stays
+        except BaseException:
+            self._end(actor)
+            raise
+        return dataclasses.replace(window, pane_id=target, window_id=target)
+
+    def _placed(self, name: str, attempt: int) -> Any:
+        """The attempt's actor: the one placed already, else a new one."""
+        target = cluster.actor_name(self.project, name, attempt)
+        self._connect()
+        with contextlib.suppress(ValueError):
+            return ray.get_actor(target, namespace=self.namespace)
         spec = WorkerSpec(project=self.project, issue=name, attempt=attempt,
                           remote=self.remote, trunk=self.trunk, root=self.root,
                           snapshot_interval=self.snapshot_interval)
-        self._connect()
         try:
-            actor = _RemoteWorker.options(
+            return _RemoteWorker.options(
                 name=target, namespace=self.namespace, lifetime="detached", max_restarts=0,
                 max_concurrency=4, num_cpus=0, resources={cluster.SLOT_RESOURCE: 1},
                 scheduling_strategy="SPREAD").remote(spec, _this_node)
         except (ValueError, RayError) as exc:
             raise ClusterError(f"{target}: cannot be placed ({exc})") from exc
-        try:
-            window: Window = self._get(actor.start.remote(list(command), dict(environment)),
-                                       self.start_timeout)
-        except BaseException:
-            with contextlib.suppress(RayError):
-                ray.kill(actor, no_restart=True)
-            raise
-        return dataclasses.replace(window, pane_id=target, window_id=target)
+
+    @staticmethod
+    def _end(actor: Any) -> None:
+        with contextlib.suppress(RayError):
+            ray.kill(actor, no_restart=True)
 
     def list_windows(self) -> list[Window]:
         """Every worker actor of the project with its window, asked all at once."""
@@ -201,7 +243,7 @@ class RayPlane:
         if not asked:
             return []
         ready, _ = ray.wait([ref for _, ref in asked.values()], num_returns=len(asked),
-                            timeout=self.call_timeout)
+                            timeout=min(self.call_timeout, LIST_TIMEOUT))
         answered = set(ready)
         return [self._seen(target, issue, ref, ref in answered)
                 for target, (issue, ref) in sorted(asked.items())]
@@ -212,8 +254,8 @@ class RayPlane:
             return dataclasses.replace(gone, alive=True, command="ray")
         try:
             window = ray.get(ref, timeout=0)
-        except RayError:
-            return gone  # its host died or is cut off: an orphan, fenced by attempt
+        except RayError:  # its host died or is cut off: an orphan, fenced by attempt
+            return dataclasses.replace(gone, host_lost=True)
         return gone if window is None else dataclasses.replace(window, pane_id=target,
                                                                window_id=target)
 
@@ -236,11 +278,26 @@ class RayPlane:
     def capture(self, target: str, lines: int = 40) -> str:
         return str(self._call(target, "capture", lines))
 
+    def ask(self, target: str, method: str, *args: Any) -> Any:
+        """One of the attempt's own answers about its change (``NodeWorker.snapshot``,
+        ``describe``, ``change_diff``, ``conflicted_files``)."""
+        return self._call(target, method, *args)
+
     # -- beyond one host ----------------------------------------------------------------------
 
     def push(self, target: str) -> str:
         """The attempt's change pushed to the remote as ``ralph/ISSUE/aN``: the bookmark."""
         return str(self._call(target, "push"))
+
+    def free_slots(self) -> int:
+        """Slots free on the cluster's live nodes, as Ray last heard (a placement takes
+        a moment to show)."""
+        self._connect()
+        try:
+            free = ray.available_resources()  # type: ignore[no-untyped-call]  # untyped in Ray
+            return int(free.get(cluster.SLOT_RESOURCE, 0))
+        except RayError as exc:
+            raise ClusterError(f"the cluster did not say its free slots: {exc}") from exc
 
     def where(self, target: str) -> Placement:
         """The node and host an attempt runs on."""

@@ -15,7 +15,7 @@ import fcntl
 import json
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from ralph_dev.adapters.files import atomic_write_text, private_dir, read_lines_from
-from ralph_dev.core.model import Pause, Role, WorkerRecord, check_identifier
+from ralph_dev.core.model import Pause, Role, Window, WorkerRecord, check_identifier
 from ralph_dev.core.paths import ProjectPaths
 
 log = structlog.get_logger(__name__)
@@ -351,6 +351,26 @@ class StateStore:
             return {}
         return {k: v for k, v in data.items() if isinstance(v, dict)} \
             if isinstance(data, dict) else {}
+
+    def write_cluster(self, windows: Sequence[Window], free_slots: int) -> None:
+        """The cluster's workers and free slots as the controller last saw them
+        (``cluster.json``): ``status`` shows them without connecting to the cluster."""
+        seen = [{"name": w.name, "pane_id": w.pane_id, "alive": w.alive,
+                 "exit_status": w.exit_status, "command": w.command,
+                 "host_lost": w.host_lost} for w in windows]
+        atomic_write_text(self.paths.state_dir / "cluster.json",
+                          json.dumps({"windows": seen, "free_slots": free_slots}) + "\n")
+
+    def read_cluster(self) -> tuple[list[Window], int | None]:
+        try:
+            data = json.loads((self.paths.state_dir / "cluster.json").read_text("utf-8"))
+            windows = [Window(name=str(w["name"]), pane_id=str(w["pane_id"]),
+                              window_id=str(w["pane_id"]), alive=bool(w["alive"]),
+                              exit_status=w.get("exit_status"), command=str(w["command"]),
+                              host_lost=bool(w.get("host_lost"))) for w in data["windows"]]
+            return windows, int(data["free_slots"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return [], None
 
     def log_path(self, issue: str) -> Path:
         return self.paths.logs_dir / f"{check_identifier(issue)}.log"

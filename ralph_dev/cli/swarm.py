@@ -75,16 +75,16 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
     from ralph_dev.adapters.processes import start_background
     from ralph_dev.agent.probe import try_worker_sandbox
     from ralph_dev.control.daemon import Daemon
-    from ralph_dev.control.wiring import jj_for, refuse_cluster, tmux_for
+    from ralph_dev.control.wiring import jj_for, tmux_for
 
     # a service's daemon waits for a fixed config; a person at `start` is told at once
     settings = cli.project_when_valid(project) if foreground else cli.project(project)
-    refuse_cluster(settings)
     jj_for(settings).trunk.check_repo()
     if not foreground:
         # a person is here to read why: every worker would fail the same way. (A service
         # starts anyway; its controller pauses dispatch and says so until it is fixed.)
         try_worker_sandbox(settings)
+        _check_cluster(settings)
         pid = start_background(settings)
         click.echo(f"ralph-dev started for {project} (daemon pid {pid}).")
         click.echo(f"  watch:  ralph-dev status {project}")
@@ -98,6 +98,17 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
     logs.configure("INFO", json_file=settings.paths.logs_dir / "daemon.jsonl")
     daemon = Daemon(settings, tmux=tmux_for(settings))
     asyncio.run(daemon.run())
+
+
+def _check_cluster(settings: ProjectSettings) -> None:
+    """A cluster project's cluster, reachable and with slots, before its daemon starts."""
+    if settings.cluster is None:
+        return
+    from ralph_dev.control.doctor import cluster_checks
+
+    failed = [f"{c.name}: {c.detail}" for c in cluster_checks(settings) if not c.ok]
+    if failed:
+        raise click.ClickException("the cluster is not ready:\n  " + "\n  ".join(failed))
 
 
 DASHBOARD_WAIT = 15.0

@@ -59,8 +59,10 @@ from ralph_dev.core.actions import (
     Waited,
     WriteBack,
 )
+from ralph_dev.core.cluster import ATTEMPT_VAR
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import (
+    ClusterUnavailable,
     RalphError,
     SentBack,
     TrackerError,
@@ -79,7 +81,7 @@ from ralph_dev.core.model import (
 )
 from ralph_dev.core.patterns import plan_text
 from ralph_dev.core.policy import Blame, Failure, verdict
-from ralph_dev.core.ports import AgentLauncher, Panes, Repository, Tracker
+from ralph_dev.core.ports import AgentLauncher, Cluster, Panes, Repository, Tracker
 
 log = structlog.get_logger(__name__)
 
@@ -123,7 +125,8 @@ class Actuator:
                  dirs: WorkerDirs, intake: Intake, server: MailboxServer,
                  merges: MergeLane, writebacks: WriteBackQueue,
                  clock: Callable[[], datetime], beat: Callable[[str], None],
-                 acted_on: Callable[[str], None] = lambda issue: None) -> None:
+                 acted_on: Callable[[str], None] = lambda issue: None,
+                 cluster: Cluster | None = None) -> None:
         self.settings = settings
         self.tracker = tracker
         self.panes = panes
@@ -139,6 +142,8 @@ class Actuator:
         self.beat = beat
         self.acted_on = acted_on
         """Told before each action on an issue (the tripwires see its workspace afresh)."""
+        self.cluster = cluster
+        """Where workers run when they run on other hosts (None: on this one)."""
         self.writer = WriteBackWriter(settings, tracker=tracker, store=store,
                                       writebacks=writebacks, clock=clock)
 
@@ -181,32 +186,37 @@ class Actuator:
         log.info("act", action=action.kind, issue=action.issue, reason=action.reason)
         if action.issue:
             self.acted_on(action.issue)
-        await self._do(action, issue, observed)
+        learned = await self._do(action, issue, observed)
         if action.record_deleted:
             self.store.delete_record(action.issue)
         elif changes := action.record_changes(self.clock()):
             self.store.update_record(action.issue, **changes)
         if not isinstance(action, OWN_EVENTS):
             self.store.append_event(action.kind, issue=action.issue, reason=action.reason,
-                                    **event_details(action))
+                                    **event_details(action), **learned)
 
-    async def _do(self, action: Action, issue: Issue | None, observed: Observed) -> None:
+    async def _do(self, action: Action, issue: Issue | None, observed: Observed
+                  ) -> dict[str, object]:
+        """Carry out the action; what it learned that its event should say (the node a
+        cluster placed a worker on)."""
         labels = self.settings.labels
         match action:
             case Spawn() | Restart():
                 if isinstance(action, Restart):
-                    self._kill_windows(action.issue, observed)
-                await self._spawn(action, issue)
+                    await self._end_windows(action.issue, observed)
+                return await self._spawn(action, issue)
             case Nudge():
                 for window in self._windows(action.issue, observed, alive=True):
                     await asyncio.to_thread(self.panes.send_text, window.pane_id, action.message)
             case Reap() | Kill():
-                self._kill_windows(action.issue, observed)
+                await self._end_windows(action.issue, observed)
             case Stop():
                 with contextlib.suppress(RalphError):  # what its agent wrote is recorded
                     await asyncio.to_thread(self.jj.workspaces.snapshot, action.issue)
-                self._kill_windows(action.issue, observed)
+                await self._end_windows(action.issue, observed)
             case Merge():
+                if self.cluster is not None:
+                    await self._bring_in(action.issue)
                 outcome = await self.merges.merge(action, issue)
                 for comment in outcome.comments:
                     with contextlib.suppress(TrackerError):
@@ -217,6 +227,8 @@ class Actuator:
                 # in PR mode the change lives on under its pushed bookmark, not in trunk
                 keep = action.keep_bookmark or self.settings.merge.mode == "pr"
                 await self.intake.accept(action.issue)  # what its outbox still holds
+                if self.cluster is not None:
+                    await self._cluster_forget(action.issue, keep=action.keep_bookmark)
                 await self.server.stop(action.issue)
                 self.dirs.discard(action.issue)
                 await while_beating(
@@ -264,6 +276,7 @@ class Actuator:
                 await self._open_groom(action)
             case _:
                 raise RalphError(f"unknown action {action!r}")
+        return {}
 
     def failed(self, action: Action, exc: Exception) -> bool:
         """Record one failed action where the failure policy says it ends; True when no
@@ -278,7 +291,8 @@ class Actuator:
         record = self.store.load_record(action.issue)
         judged = verdict(Failure(action, str(exc), retryable,
                                  tracker=isinstance(exc, TrackerError),
-                                 setup=isinstance(exc, WorkspaceHookFailed)),
+                                 setup=isinstance(exc, WorkspaceHookFailed),
+                                 outside=isinstance(exc, ClusterUnavailable)),
                          record, self.settings, self.clock())
         if judged.record:
             self.store.update_record(action.issue, **judged.record)
@@ -291,9 +305,63 @@ class Actuator:
         return [w for w in observed.windows
                 if w.name == name and (alive is None or w.alive == alive)]
 
-    def _kill_windows(self, name: str, observed: Observed) -> None:
-        for window in self._windows(name, observed):
-            self.panes.kill_window(window.window_id)
+    async def _end_windows(self, name: str, observed: Observed) -> None:
+        """Close the issue's windows. On a cluster the current attempt pushes its work
+        first: a worker's change comes back only through the remote, and once its
+        processes end nothing more can be pushed (``final_push`` says it came back)."""
+        windows = self._windows(name, observed)
+        if self.cluster is not None and windows:
+            await self._final_push(name)
+        for window in windows:
+            await asyncio.to_thread(self.panes.kill_window, window.window_id)
+
+    async def _final_push(self, name: str) -> None:
+        assert self.cluster is not None
+        record = self.store.load_record(name)
+        if record is None or not record.cluster_attempt:
+            return
+        attempt = record.cluster_attempt
+        try:
+            await while_beating(self.beat, "push", self.cluster.push, name, attempt)
+        except RalphError as exc:  # its host is gone or cut off: its last snapshot stands
+            self.store.append_event("final_push_failed", issue=name, attempt=attempt,
+                                    node=record.node, host=record.host, error=str(exc))
+            return
+        self.store.update_record(name, final_push=attempt)
+
+    async def _bring_in(self, name: str) -> None:
+        """The current attempt's pushed change into the issue's workspace here, where the
+        merge lane takes it. Only a push that came back after the attempt's processes
+        ended is its done work: anything else would merge a snapshot of half of it."""
+        assert self.cluster is not None
+        record = self.store.load_record(name)
+        if record is None or not record.cluster_attempt:
+            return  # started on this host before the project had a cluster
+        attempt = record.cluster_attempt
+        if record.final_push != attempt:
+            raise RalphError(
+                f"{name}: attempt {attempt} on {record.host or 'its host'} reported done, but "
+                "its host was lost before its final push came back, so its last snapshot "
+                f"(bookmark ralph/{name}/a{attempt} on the cluster's remote, if any) may "
+                "hold only part of its work. Move the issue back to a ready state to start "
+                "a new attempt from that snapshot")
+        path = self.jj.workspaces.workspace_path(name)
+        commit = await while_beating(self.beat, "fetch", self.cluster.bring_in, name,
+                                     attempt, path)
+        self.store.append_event("cluster_work_fetched", issue=name, attempt=attempt,
+                                commit=commit[:12] if commit else None)
+
+    async def _cluster_forget(self, name: str, *, keep: bool) -> None:
+        """A canceled issue keeps its newest push here, under its bookmark; a merged
+        one's pushes leave the remote."""
+        assert self.cluster is not None
+        path = self.jj.workspaces.workspace_path(name)
+        if not path.is_dir():
+            return
+        if keep:
+            await while_beating(self.beat, "fetch", self.cluster.keep, name, path)
+        else:
+            await while_beating(self.beat, "discard", self.cluster.discard, name, path)
 
     async def _continue(self, action: Continue, observed: Observed) -> None:
         panes = [w.pane_id for w in self._windows(action.issue, observed, alive=True)]
@@ -320,7 +388,7 @@ class Actuator:
             return None
         return record.session_id
 
-    async def _spawn(self, action: Spawn | Restart, issue: Issue | None) -> None:
+    async def _spawn(self, action: Spawn | Restart, issue: Issue | None) -> dict[str, object]:
         if issue is None:
             raise TrackerError(f"{action.issue}: not in the tracker's answer this tick")
         resume = self._resumable(action)
@@ -330,14 +398,23 @@ class Actuator:
         workspace: Path = await while_beating(
             self.beat, "spawn", self.jj.workspaces.add_workspace, action.issue,
             after_create=workspace_hooks.after_create(self.settings, self.store, action.issue))
+        placed = {"cluster_attempt": (before.cluster_attempt if before else 0) + 1,
+                  "final_push": 0} if self.cluster is not None else {}
         record = self.store.update_record(
-            action.issue, **{**action.record_changes(self.clock()),
+            action.issue, **{**action.record_changes(self.clock()), **placed,
                              # until its window is open: a controller stopped (killed,
                              # frozen) mid-spawn is a cause outside the issue, and the next
                              # start charges nothing for it
                              "lost": SPAWN_UNFINISHED})
         if issue.state_type in (StateType.UNSTARTED, StateType.BACKLOG, StateType.TRIAGE):
             await self.tracker.set_state(action.issue, type=StateType.STARTED)
+        extra_env: dict[str, str] = {}
+        if self.cluster is not None:
+            # the worker works in the workspace its host made; the one here is where its
+            # pushed change comes back to be merged
+            workspace = await while_beating(self.beat, "place", self.cluster.place,
+                                            action.issue, record.cluster_attempt, workspace)
+            extra_env = {ATTEMPT_VAR: str(record.cluster_attempt)}
         worker_dir = self.dirs.prepare(issue, action.role, workspace, action.attempt)
         await self.server.listen(self.dirs.names())
         launch = self.launcher(self.settings, issue, action.role, workspace,
@@ -347,14 +424,21 @@ class Actuator:
                                sent_back=record.sent_back if action.role.may_edit else None,
                                stopped=stopped)
         try:
-            await asyncio.to_thread(
-                self.panes.open_window, action.issue, cwd=launch.cwd, command=launch.argv,
-                environment=launch.env, log_file=self.store.log_path(action.issue),
-            )
+            # beating: on a cluster, a host lost mid-start takes a while to say so
+            await while_beating(
+                self.beat, "spawn", self.panes.open_window, action.issue, cwd=launch.cwd,
+                command=launch.argv, environment={**launch.env, **extra_env},
+                log_file=self.store.log_path(action.issue))
         except BaseException:
             launch.discard_secrets()
             raise
         log.info("spawned", issue=action.issue, role=record.role.value, attempt=record.attempts)
+        if self.cluster is None:
+            return {}
+        where = await asyncio.to_thread(self.cluster.where, action.issue, record.cluster_attempt)
+        self.store.update_record(action.issue, node=where.node, host=where.host)
+        return {"node": where.node, "host": where.host,
+                "cluster_attempt": record.cluster_attempt}
 
     async def _adopt(self, action: Adopt, issue: Issue | None, observed: Observed) -> None:
         record = self.store.load_record(action.issue)

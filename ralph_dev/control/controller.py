@@ -55,7 +55,14 @@ from ralph_dev.core.decide import decide
 from ralph_dev.core.decide.swarm import write_backs
 from ralph_dev.core.model import Observed, worker_windows
 from ralph_dev.core.paths import config_file
-from ralph_dev.core.ports import AgentLauncher, Panes, PullRequests, Repository, Tracker
+from ralph_dev.core.ports import (
+    AgentLauncher,
+    Cluster,
+    Panes,
+    PullRequests,
+    Repository,
+    Tracker,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -95,6 +102,7 @@ class Controller:
         store: StateStore | None = None,
         clock: Callable[[], datetime] = utcnow,
         agent_check: SetupCheck | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
         self.settings = settings
         self.tracker = tracker
@@ -106,9 +114,10 @@ class Controller:
         self.stopping = False
         self.tick_seconds = TickHistogram()  # published in the heartbeat for /metrics
         self.writebacks = WriteBackQueue(settings.paths.relay_dir)
-        self.dirs = WorkerDirs(settings, store=self.store, jj=jj.workspaces)
+        changes = cluster if cluster is not None else jj.workspaces  # where workers work
+        self.dirs = WorkerDirs(settings, store=self.store, jj=changes)
         self.intake = Intake(settings, store=self.store, dirs=self.dirs,
-                             writebacks=self.writebacks, jj=jj.workspaces, tracker=tracker)
+                             writebacks=self.writebacks, jj=changes, tracker=tracker)
         self.server = MailboxServer(self.dirs.run_dir, self.intake.hear)
         self.merges = MergeLane(settings, jj=jj, store=self.store,
                                 pull_requests=pull_requests, beat=self._beat_while)
@@ -117,12 +126,12 @@ class Controller:
         self.observer = Observer(settings, tracker=tracker, panes=tmux, jj=jj, store=self.store,
                                  writebacks=self.writebacks, dirs=self.dirs, merges=self.merges,
                                  tripwires=self.tripwires, spending=Spending(settings, clock),
-                                 setup_check=agent_check, clock=clock)
+                                 setup_check=agent_check, clock=clock, cluster=cluster)
         self.actuator = Actuator(settings, tracker=tracker, panes=tmux, jj=jj, launcher=launcher,
                                  store=self.store, dirs=self.dirs, intake=self.intake,
                                  server=self.server, merges=self.merges,
                                  writebacks=self.writebacks, clock=clock, beat=self._beat_while,
-                                 acted_on=self.tripwires.controller_acted)
+                                 acted_on=self.tripwires.controller_acted, cluster=cluster)
         self.intake.write_now = self._write_now
         self.config = ConfigWatch(settings.name, config_file(), self.store)
         self._waits: dict[str, Any] | None = None

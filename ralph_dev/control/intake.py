@@ -38,7 +38,7 @@ from ralph_dev.core.model import IDENTIFIER_RE, Issue, NewIssue, Role, StateType
 from ralph_dev.core.patterns import PLAN_TEXT_CHARS
 from ralph_dev.core.plan_admission import PlanRefused, admit_plan
 from ralph_dev.core.policy import Blame
-from ralph_dev.core.ports import TrackerReader, Workspaces
+from ralph_dev.core.ports import TrackerReader, WorkerChanges
 from ralph_dev.core.text import strip_ansi
 from ralph_dev.core.writeback import KINDS as WRITING_KINDS
 
@@ -88,7 +88,8 @@ class Intake:
     """One project's acceptance of its workers' reports."""
 
     def __init__(self, settings: ProjectSettings, *, store: StateStore, dirs: WorkerDirs,
-                 writebacks: WriteBackQueue, jj: Workspaces, tracker: TrackerReader) -> None:
+                 writebacks: WriteBackQueue, jj: WorkerChanges,
+                 tracker: TrackerReader) -> None:
         self.settings = settings
         self.store = store
         self.tracker = tracker

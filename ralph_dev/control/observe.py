@@ -41,7 +41,14 @@ from ralph_dev.core.model import (
     WorkerRecord,
     worker_windows,
 )
-from ralph_dev.core.ports import Panes, Repository, TrackerReader, WindowLister, WorkspaceLister
+from ralph_dev.core.ports import (
+    Cluster,
+    Panes,
+    Repository,
+    TrackerReader,
+    WindowLister,
+    WorkspaceLister,
+)
 from ralph_dev.core.renumber import keep_local_names, local_aliases
 from ralph_dev.core.text import strip_ansi
 
@@ -153,7 +160,7 @@ class Observer:
                  panes: Panes, jj: Repository, store: StateStore,
                  writebacks: WriteBackQueue, dirs: WorkerDirs, merges: MergeLane,
                  tripwires: Tripwires, spending: Spending, setup_check: SetupCheck | None,
-                 clock: Callable[[], datetime]) -> None:
+                 clock: Callable[[], datetime], cluster: Cluster | None = None) -> None:
         self.settings = settings
         self.tracker = tracker
         self.panes = panes
@@ -166,6 +173,7 @@ class Observer:
         self.spending = spending
         self.setup_check = setup_check
         self.clock = clock
+        self.cluster = cluster
         self.config_loaded_at = clock()
         """When this controller read its config."""
 
@@ -200,7 +208,16 @@ class Observer:
             tripped=await self._tripped(observed),
             retrying=await asyncio.to_thread(self._retrying, observed),
             trunk_head=trunk_head, trunk_red_at=red_at,
-            unadopted=self._unadopted(observed))
+            unadopted=self._unadopted(observed),
+            cluster_slots=await self._cluster_slots(observed))
+
+    async def _cluster_slots(self, observed: Observed) -> int | None:
+        """The cluster's free worker slots, with what it runs kept for ``status``."""
+        if self.cluster is None:
+            return None
+        free = await asyncio.to_thread(self.cluster.free_slots)
+        self.store.write_cluster(observed.windows, free)
+        return free
 
     def _retrying(self, observed: Observed) -> dict[str, str]:
         """Claude Code workers silent in a model call for longer than ``hang_timeout``

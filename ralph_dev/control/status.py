@@ -132,6 +132,8 @@ async def _document(settings: ProjectSettings, sources: StateSources,
     now = utcnow()
     daemon_pid = lock_holder(settings.paths.daemon_pid)
     windows: list[Window] = await asyncio.to_thread(sources.tmux.list_windows)
+    cluster_windows, free_slots = store.read_cluster() if settings.cluster else ([], None)
+    windows += cluster_windows  # workers on other hosts, as the controller last saw them
     beat = store.read_heartbeat()
     records = store.load_records()
     issues, tracker_error = await sources.issues()
@@ -180,6 +182,7 @@ async def _document(settings: ProjectSettings, sources: StateSources,
         "costs": _costs(workers),
         "disk": await asyncio.to_thread(workspace_sizes, settings),
         "events": store.recent_events(n_events),
+        **({"cluster": {"free_slots": free_slots}} if settings.cluster else {}),
     }
     needs_you = _needs_you(settings, document)
     config_error = config_error or (beat or {}).get("config_error")
@@ -325,6 +328,8 @@ def _workers(store: StateStore, windows: Sequence[Window], records: Mapping[str,
             **_spend(ledger, window.name),
             "last_output": last_words(render_tail(log_path)),
             "window": window.window_id,
+            "node": record.node if record else None,
+            "host": record.host if record else None,
         })
     return workers
 

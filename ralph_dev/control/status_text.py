@@ -123,7 +123,8 @@ def render(doc: Mapping[str, Any], *, login: str | None = None) -> str:
                      f"{'IDLE':>6}  LAST OUTPUT")
         for w in doc["workers"]:
             lines.append(
-                f"  {w['issue']:<10} {w['role'] or '?':<9} {w['state']:<12} "
+                f"  {w['issue']:<10} {w['role'] or '?':<9} "
+                f"{w['state'] + (' @' + w['host'] if w.get('host') else ''):<12} "
                 f"{w['attempt'] if w['attempt'] is not None else '-':>3} "
                 f"{fmt_secs(w['age_s']):>6} {fmt_secs(w['idle_s']):>6}  "
                 f"{terminal_line(w['last_output'], 60)}"

@@ -16,50 +16,51 @@ from ralph_dev.agent.launch import build_launch
 from ralph_dev.agent.probe import WorkerSetupCheck
 from ralph_dev.control.controller import Controller
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.errors import ConfigError
-from ralph_dev.core.ports import ProcessPlane, PullRequests, Repository, Session
+from ralph_dev.core.ports import Cluster, ProcessPlane, PullRequests
 
 
 def tmux_for(settings: ProjectSettings) -> Tmux:
     return Tmux.from_settings(settings)
 
 
-def plane_for(settings: ProjectSettings) -> ProcessPlane:
-    """Where the project's workers run: this host's tmux, or its cluster's hosts. Ray is
-    imported only here and only for a project with a ``[cluster]`` table."""
+def plane_for(settings: ProjectSettings, repository: JjRepository | None = None,
+              store: StateStore | None = None) -> tuple[ProcessPlane, Cluster | None]:
+    """Where the project's workers run: this host's tmux, or its cluster's hosts with the
+    controller's side of them (what hosts start from, what comes back). Ray is imported
+    only here and only for a project with a ``[cluster]`` table."""
     if settings.cluster is None:
-        return tmux_for(settings)
+        return tmux_for(settings), None
+    from ralph_dev.adapters.pushed_work import ClusterWork
     from ralph_dev.adapters.ray_plane import RayPlane
-    return RayPlane.from_settings(settings)
+    plane = RayPlane.from_settings(settings)
+    repository = repository or jj_for(settings)
+    records = store or StateStore(settings.paths)
+
+    def attempt_of(issue: str) -> int:
+        record = records.load_record(issue)
+        return record.cluster_attempt if record is not None else 0
+
+    return plane, ClusterWork(plane, repository.cli, trunk=settings.trunk,
+                              attempt_of=attempt_of, merge_remote=settings.merge.remote)
 
 
 def jj_for(settings: ProjectSettings) -> JjRepository:
     return JjRepository.from_settings(settings)
 
 
-def refuse_cluster(settings: ProjectSettings) -> None:
-    """The swarm does not run on a cluster yet: a worker's workspace, its agent's launch
-    and its mailbox are still this host's, and a cluster worker would run without them.
-    Said at ``start`` (and by a controller started any other way), never half-run."""
-    if settings.cluster is not None:
-        raise ConfigError(
-            f"projects.{settings.name}.cluster: the controller does not place workers on a "
-            "cluster yet (only the process plane does, see issue 26); remove the [cluster] "
-            "table to run every worker on this host")
-
-
 def controller_for(settings: ProjectSettings) -> Controller:
-    refuse_cluster(settings)
-    session: Session = tmux_for(settings)
-    repository: Repository = jj_for(settings)
+    repository = jj_for(settings)
+    store = StateStore(settings.paths)
+    plane, cluster = plane_for(settings, repository, store)
     pull_requests: PullRequests = Gh(settings.merge.gh_bin, settings.repo)
     return Controller(
         settings,
         tracker=open_tracker(settings),
-        tmux=session,
+        tmux=plane,
         jj=repository,
         launcher=build_launch,
         pull_requests=pull_requests,
-        store=StateStore(settings.paths),
+        store=store,
+        cluster=cluster,
         agent_check=WorkerSetupCheck(),
     )

@@ -24,7 +24,7 @@ from ralph_dev.adapters.store import StateStore, to_iso
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
 from ralph_dev.core.model import Issue, Role
-from ralph_dev.core.ports import Workspaces
+from ralph_dev.core.ports import WorkerChanges
 from ralph_dev.core.text import strip_ansi
 
 EVENTS_SHOWN = 60
@@ -81,7 +81,7 @@ class WorkerDirs:
     """The workers' directories of one project, and the views the controller keeps there."""
 
     def __init__(self, settings: ProjectSettings, *, store: StateStore,
-                 jj: Workspaces) -> None:
+                 jj: WorkerChanges) -> None:
         self.settings = settings
         self.store = store
         self.jj = jj

@@ -131,9 +131,13 @@ class Reap(Action):
     exit_status: int | None = None
     charged: bool = True
     """The pane's end is the issue's failure (the orphan backoff counts from it); not so
-    for a worker that asked a person and was answered."""
+    for a worker that asked a person and was answered, nor one whose host was lost."""
+    lost: str = ""
+    """Why the worker was lost for a cause outside the issue: its next start is free."""
 
     def record_changes(self, now: datetime) -> dict[str, Any]:
+        if self.lost:
+            return {"lost": self.lost[:500], "lost_at": now}
         return {"last_failure_at": now, "last_failure": self.reason} if self.charged else {}
 
 

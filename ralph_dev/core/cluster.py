@@ -15,9 +15,16 @@ from collections.abc import Iterable, Mapping
 from ralph_dev.core.model import IDENTIFIER_RE
 from ralph_dev.core.ports import WORK_BOOKMARK_PREFIX
 
-ATTEMPT_VAR = "RALPH_DEV_ATTEMPT"
-"""The worker identity variable (``core.environment.worker_identity``) that says which
-attempt a window runs: a cluster plane names the attempt's actor by it."""
+ATTEMPT_VAR = "RALPH_DEV_CLUSTER_ATTEMPT"
+"""Which cluster attempt a window runs, in the environment the controller opens it with:
+the plane names the attempt's actor by it. A cluster attempt counts every start of the
+issue's worker, charged or not (``WorkerRecord.cluster_attempt``): a restart for a lost
+host charges nothing, yet it must never share a name with the attempt it replaces."""
+
+BASE_BOOKMARK = "ralph-trunk"
+"""Where the controller pushes trunk for the hosts: a new attempt starts from it, so it
+sees every change merged before it started. Its own name, so the remote's trunk branch
+(a person's) is never moved by ralph-dev."""
 
 SLOT_RESOURCE = "ralph_worker"
 """The Ray custom resource that counts a host's worker slots (``ray start
@@ -85,3 +92,9 @@ def resume_point(issue: str, attempt: int, bookmarks: Iterable[str]) -> str | No
     last snapshot a lost host shipped), else None (trunk)."""
     earlier = {n: b for n, b in pushed_attempts(issue, bookmarks).items() if n < attempt}
     return earlier[max(earlier)] if earlier else None
+
+
+def latest_push(issue: str, bookmarks: Iterable[str]) -> str | None:
+    """The newest attempt's push, fenced or not: what a canceled issue keeps."""
+    pushed = pushed_attempts(issue, bookmarks)
+    return pushed[max(pushed)] if pushed else None

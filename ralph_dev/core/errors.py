@@ -69,6 +69,13 @@ class WorkspaceHookFailed(RalphError):
         self.retryable = retryable
 
 
+class ClusterUnavailable(RalphError):
+    """The cluster cannot place or reach a worker now (no free slot, a node lost, the
+    cluster away): a cause outside the issue, so no attempt is charged for it."""
+
+    retryable = True
+
+
 class SentBack(RalphError):
     """A finished change failed the verify command on top of trunk and went back to a
     worker of its issue. Already taken where it belongs: the issue's next worker is

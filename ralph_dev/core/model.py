@@ -174,6 +174,14 @@ class NewIssue:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where a cluster worker attempt runs: Ray's node id and the host's name."""
+
+    node: str
+    host: str
+
+
+@dataclass(frozen=True)
 class Window:
     """One tmux window as seen in a single ``list-panes`` call."""
 
@@ -187,6 +195,9 @@ class Window:
     last_activity: datetime | None = None
     output_changed_at: datetime | None = None
     """When the pane's output last changed; drives stuck detection."""
+    host_lost: bool = False
+    """A cluster worker whose host the cluster lost (dead or cut off): its end is no
+    failure of the issue's."""
 
 
 def worker_windows(windows: Sequence[Window]) -> list[Window]:
@@ -275,6 +286,16 @@ class WorkerRecord:
     hold_reason: str | None = None
     """A failure only a person can fix, or a hold whose tracker write failed: ``decide``
     holds the issue with this comment (once the hold is written, it is cleared)."""
+    cluster_attempt: int = 0
+    """On a cluster: the last start of this issue's worker, counting every start, charged
+    or not. It names the attempt's actor and its pushes (``core.cluster``), the fence."""
+    final_push: int = 0
+    """On a cluster: the attempt whose last push came back after its processes ended (the
+    controller asks before it ends them; 0: none); only that push may be merged as done
+    work."""
+    node: str | None = None
+    """On a cluster: the Ray node id and host the current attempt runs on."""
+    host: str | None = None
 
     @property
     def running(self) -> bool:
@@ -353,6 +374,8 @@ class Observed:
     """Why jj cannot use the repository, or None: the tick acts on nothing then."""
     resources: Resources | None = None
     """What the host has free now (None: not sampled)."""
+    cluster_slots: int | None = None
+    """Free worker slots on the project's cluster now (None: workers run on this host)."""
     spent_today: float = 0.0
     """Estimated dollars the agents spent this UTC day."""
     over_budget: Mapping[str, str] = field(default_factory=dict)

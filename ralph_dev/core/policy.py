@@ -104,6 +104,8 @@ class Failure:
     """The tracker failed (an outage or a refusal): never the issue's fault."""
     setup: bool = False
     """ralph-dev's own setup failed (a workspace hook that cannot run)."""
+    outside: bool = False
+    """Something outside the issue failed (the cluster could not place its worker)."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,8 @@ def verdict(failure: Failure, record: WorkerRecord | None, settings: ProjectSett
         if failure.setup and not failure.retryable:
             return Verdict(Blame.OUTSIDE, {"lost": HOOK_LOST, "lost_at": now,
                                            "last_failure": error}, stop_starts=True)
+        if failure.outside:  # tried again when decide sees room: nothing charged
+            return Verdict(Blame.OUTSIDE, {"last_failure": error}, stop_starts=True)
         # a half-made start is a failed attempt: backed off before the next
         return Verdict(Blame.OWN, {"last_failure_at": now, "last_failure": error, "lost": None})
     if isinstance(action, Merge):

@@ -20,6 +20,7 @@ from ralph_dev.core.model import (
     Launch,
     MergeResult,
     NewIssue,
+    Placement,
     Role,
     StateType,
     Window,
@@ -60,7 +61,48 @@ class ProcessPlane(Panes, Protocol):
     """Where workers' processes run: this host's tmux (``adapters.tmux``), or a cluster
     that places each worker attempt on some host (``adapters.ray_plane``). A window is
     named by its issue; the attempt it runs is the worker's own identity
-    (``RALPH_DEV_ATTEMPT`` in its environment), which a cluster names its actor by."""
+    (``RALPH_DEV_CLUSTER_ATTEMPT`` in its environment), which a cluster names its actor by."""
+
+
+class WorkerChanges(Protocol):
+    """A worker's change where the worker works (this host's workspace, or its host's on
+    a cluster): what its reports record, check and show it."""
+
+    def snapshot(self, name: str) -> list[str]: ...
+
+    def describe(self, name: str, message: str, *, require_change: bool = False) -> None: ...
+
+    def change_diff(self, name: str) -> str: ...
+
+    def conflicted_files(self, name: str) -> list[str]: ...
+
+
+class Cluster(WorkerChanges, Protocol):
+    """The controller's side of workers on other hosts (``adapters.pushed_work``): where
+    an attempt is placed, and its change back through the cluster's git remote. Every
+    jj write runs in ``path``, the issue's workspace on the controller's host."""
+
+    def place(self, issue: str, attempt: int, path: Path) -> Path:
+        """Place the attempt on a host; its workspace there."""
+        ...
+
+    def where(self, issue: str, attempt: int) -> Placement: ...
+
+    def push(self, issue: str, attempt: int) -> None:
+        """The attempt's work pushed now (before its processes end)."""
+        ...
+
+    def bring_in(self, issue: str, attempt: int, path: Path) -> str | None:
+        """The attempt's push as the workspace's work; its commit (None: nothing pushed)."""
+        ...
+
+    def keep(self, issue: str, path: Path) -> str | None: ...
+
+    def discard(self, issue: str, path: Path) -> None: ...
+
+    def free_slots(self) -> int:
+        """Worker slots free on the cluster's hosts now."""
+        ...
 
 
 class Session(Panes, Protocol):

@@ -58,6 +58,9 @@ HANG_RESTARTS = 2
 """Free restarts for hung model calls in a row (no answer between them) before the
 silence is treated as the worker's own."""
 
+HOST_LOST = "the cluster lost the host its worker ran on"
+"""Why a cluster worker ended for no fault of the issue's: its next start is free."""
+
 PERSONS_DONE = "a person completed the issue"
 """Why a worker is stopped when a person completes its issue under it."""
 
@@ -530,9 +533,22 @@ class Decider:
         if blocker is not None:
             self.wait(ident, "blocked", f"started, but waits for {blocker} again")
             return  # started but blocked again: wait for the blocker like dispatch does
+        rec = w.records.get(ident)
+        if rec is not None and rec.running and rec.node and not rec.lost:
+            # a cluster worker's actor outlives its agent; one that is gone died with its
+            # host (Ray released the name of a lost node's actor)
+            self.emit(Reap(ident, f"{ident}: {HOST_LOST}; a new attempt starts on another "
+                                  "host from its last pushed snapshot, no attempt charged",
+                           charged=False, lost=HOST_LOST))
+            return
         self.retry(ident, issue, w.route(issue), "no worker is running for it", self.orphans)
 
     def reap(self, ident: str, windows: list[Window]) -> None:
+        if any(win.host_lost for win in windows):
+            self.emit(Reap(ident, f"{ident}: {HOST_LOST}; closing it, a new attempt starts on "
+                                  "another host from its last pushed snapshot, no attempt "
+                                  "charged", charged=False, lost=HOST_LOST))
+            return
         statuses = [win.exit_status for win in windows if win.exit_status is not None]
         status = statuses[0] if statuses else None
         shown = f"exit {status}" if status is not None else "exit status unknown"
@@ -692,11 +708,16 @@ class Decider:
                  *dispatch]
         self.idle = not queue and total < s.limits.max_workers
         wanted = len(queue)
+        placeable = w.observed.cluster_slots
         for cand in queue:
             ident = cand.issue.identifier
             if total >= s.limits.max_workers:
                 self.wait(ident, "slot", f"{wanted} issue(s) want a worker; {total}/"
                                          f"{s.limits.max_workers} workers busy")
+                continue
+            if placeable is not None and placeable <= 0:
+                self.wait(ident, "slot", f"{wanted} issue(s) want a worker; no host of the "
+                                         "cluster has a free ralph_worker slot")
                 continue
             if per_role[cand.role] >= self.role_cap(cand.role):
                 self.wait(ident, "slot", f"the {cand.role.value} role is at its limit "
@@ -704,6 +725,8 @@ class Decider:
                 continue
             per_role[cand.role] += 1
             total += 1
+            if placeable is not None:
+                placeable -= 1
             self.emit(
                 Spawn(
                     cand.issue.identifier,

@@ -1,0 +1,88 @@
+"""A real Ray cluster on this machine for the tests (``ray.cluster_utils.Cluster``): a
+head with no worker slots and nodes with ``ralph_worker`` slots, one cluster at a time
+across the suite's xdist processes, torn down with every process it started checked
+gone. Imported only by modules that skip without Ray."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from conftest import retry_until, running
+
+from ralph_dev.core import cluster
+
+NAMESPACE = "ralph-dev-test"
+
+
+def _cluster_pids(ray_cluster: Any) -> list[int]:
+    nodes = [ray_cluster.head_node, *ray_cluster.worker_nodes]
+    return [info.process.pid for node in nodes for infos in node.all_processes.values()
+            for info in infos if info.process is not None]
+
+
+@contextlib.contextmanager
+def one_cluster_at_a_time(base: Path) -> Iterator[None]:
+    """The suite runs on several xdist processes, and each that takes a cluster test
+    starts a cluster of its own: one at a time, or three clusters of three Ray nodes
+    each would fight for the machine's cores while other tests run."""
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    with (shared / "ray-cluster.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+@contextlib.contextmanager
+def local_cluster(base: Path, project: str, *, nodes: int = 2, slots: int = 2,
+                  connect: bool = True) -> Iterator[Any]:
+    """A head (no slots) and ``nodes`` nodes of ``slots`` worker slots each; the test
+    process connected to it unless ``connect`` is False (a controller of its own
+    connects instead)."""
+    import ray
+    from ray import cluster_utils
+
+    with one_cluster_at_a_time(base):
+        started = time.monotonic()
+        # no dashboard: nothing here needs it, and two clusters on one machine would both
+        # want its port
+        made = cluster_utils.Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 0, "include_dashboard": False})
+        for _ in range(nodes):
+            made.add_node(num_cpus=1, resources={cluster.SLOT_RESOURCE: slots})
+        if connect:
+            ray.init(address=made.address, namespace=NAMESPACE, log_to_driver=False,
+                     logging_level="WARNING")
+        made.wait_for_nodes()
+        print(f"cluster up in {time.monotonic() - started:.1f}s")
+        pids = _cluster_pids(made)
+        try:
+            yield made
+        finally:
+            if connect:
+                ray.shutdown()
+            made.shutdown()
+            kill_worker_servers(project)
+            retry_until(lambda: not any(running(pid) for pid in pids), timeout=30,
+                        what="every raylet and GCS of the test cluster to exit")
+
+
+def kill_worker_servers(project: str) -> None:
+    """A project's workers' tmux servers on this machine (a leftover of a node that was
+    removed ends with its actor; this is the teardown's belt and braces)."""
+    sockets = Path(os.environ.get("TMUX_TMPDIR", "/tmp"), f"tmux-{os.getuid()}")
+    for socket in sockets.glob(f"ralph-{project}-*"):
+        subprocess.run(["tmux", "-L", socket.name, "kill-server"], capture_output=True,
+                       check=False)
+        socket.unlink(missing_ok=True)
+
+
+def bare_remote(path: Path) -> Path:
+    """An empty bare git repository: the remote every host fetches from and pushes to."""
+    subprocess.run(["git", "init", "-q", "--bare", str(path)], check=True)
+    return path
