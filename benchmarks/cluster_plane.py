@@ -206,7 +206,7 @@ def bench_ray(root: Path, project: str, remote: Path, args: argparse.Namespace,
         slots = float(args.nodes * args.slots)
 
         def environment(i: int) -> dict[str, str]:
-            return {"PATH": child_path(), cluster.ATTEMPT_VAR: str(i)}
+            return {"PATH": child_path(), cluster.CLUSTER_ATTEMPT_VAR: str(i)}
 
         def end_round(targets: list[str]) -> None:
             assert plane is not None

@@ -4,12 +4,18 @@ agents, concurrency 4, a 1 s tick, on the real daemon/controller/tmux/jj.
 Prints makespan / lower bound (the larger of the critical path and total
 work / concurrency) and the daemon's and controller's peak RSS.
 
+``--nodes 1,2`` runs the same swarm on a Ray cluster on this machine once per node
+count, the same total of worker slots split over the nodes (``--workers`` slots in
+all), and prints each makespan: what placing workers on hosts costs against one host.
+
     python benchmarks/scheduling.py [--issues 40] [--duration 20] [--workers 4] [--tick 1]
+    python benchmarks/scheduling.py --issues 12 --duration 5 --nodes 1,2
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import subprocess
 import sys
@@ -64,19 +70,40 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--tick", type=float, default=1.0)
     parser.add_argument("--keep-events", help="write the run's events (JSON lines) here")
+    parser.add_argument("--nodes", help="comma-separated node counts of a Ray cluster on this "
+                                        "machine to run on, e.g. 1,2 (default: this host)")
     args = parser.parse_args()
+    if not args.nodes:
+        run(args, nodes=0)
+        return
+    figures = {int(n): run(args, nodes=int(n)) for n in args.nodes.split(",")}
+    print("\nnodes  slots/node  makespan")
+    for nodes, makespan in figures.items():
+        print(f"{nodes:>5}  {-(-args.workers // nodes):>10}  {makespan:8.1f}s")
+
+
+def run(args: argparse.Namespace, nodes: int) -> float:
+    """One swarm to the end, on this host (``nodes`` 0) or on a Ray cluster of ``nodes``
+    nodes; prints its figures and returns its makespan."""
     from ralph_dev.adapters.jj_cli import find_jj
 
     jj_bin = find_jj()
     if jj_bin is None:
         raise SystemExit("jj not found: run scripts/setup.sh")
     plan, deps = make_dag(args.issues)
-    with tempfile.TemporaryDirectory(prefix="ralph-sched-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ralph-sched-") as tmp, \
+            contextlib.ExitStack() as stack:
         socket = f"ralph-sched-{uuid.uuid4().hex[:8]}"
         swarm = Swarm.create(Path(tmp), jj_bin, socket, max_workers=args.workers,
                              timing={"poll_interval": args.tick, "stall_timeout": 600,
                                      "restart_timeout": 600},
                              agent_seconds=args.duration)
+        if nodes:
+            from ralph_dev.devtools.demo import local_cluster
+
+            address = stack.enter_context(local_cluster(nodes, -(-args.workers // nodes),
+                                                        swarm.env)).address
+            swarm.use_cluster(address, Path(tmp) / "remote.git", snapshot_interval=60)
         try:
             swarm.import_plan(plan)
             swarm.start()
@@ -96,8 +123,9 @@ def main() -> None:
     merges = [datetime.fromisoformat(e["time"]) for e in events if e["event"] == "merge"]
     makespan = (max(merges) - min(spawns)).total_seconds() if merges and spawns else float("nan")
     bound = max(critical_path(deps) * args.duration, args.issues * args.duration / args.workers)
+    where = f"a Ray cluster of {nodes} node(s)" if nodes else "this host"
     print(f"issues {args.issues}, duration {args.duration}s, workers {args.workers}, "
-          f"tick {args.tick}s, critical path {critical_path(deps)} tasks")
+          f"tick {args.tick}s, critical path {critical_path(deps)} tasks, on {where}")
     print(f"makespan {makespan:.1f}s  lower bound {bound:.1f}s  ratio {makespan / bound:.3f}")
     done = {e["issue"]: datetime.fromisoformat(e["time"]) for e in events
             if e["event"] == "worker_done"}
@@ -122,6 +150,7 @@ def main() -> None:
     print(f"peak RSS: daemon {daemon_rss or float('nan'):.1f} MB, controller "
           f"{controller_rss or float('nan'):.1f} MB, together "
           f"{(daemon_rss or 0) + (controller_rss or 0):.1f} MB")
+    return makespan
 
 
 if __name__ == "__main__":

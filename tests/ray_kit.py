@@ -9,14 +9,11 @@ import contextlib
 import fcntl
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from conftest import retry_until, running
-
-from ralph_dev.core import cluster
 
 NAMESPACE = "ralph-dev-test"
 
@@ -29,9 +26,10 @@ def _cluster_pids(ray_cluster: Any) -> list[int]:
 
 @contextlib.contextmanager
 def one_cluster_at_a_time(base: Path) -> Iterator[None]:
-    """The suite runs on several xdist processes, and each that takes a cluster test
-    starts a cluster of its own: one at a time, or three clusters of three Ray nodes
-    each would fight for the machine's cores while other tests run."""
+    """One cluster at a time (``base``: pytest's ``getbasetemp()``). The suite runs on
+    several xdist processes, and each that takes a cluster test starts a cluster of its
+    own: three clusters of three Ray nodes each would fight for the machine's cores
+    while other tests run."""
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     with (shared / "ray-cluster.lock").open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -41,35 +39,31 @@ def one_cluster_at_a_time(base: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def local_cluster(base: Path, project: str, *, nodes: int = 2, slots: int = 2,
                   connect: bool = True) -> Iterator[Any]:
-    """A head (no slots) and ``nodes`` nodes of ``slots`` worker slots each; the test
-    process connected to it unless ``connect`` is False (a controller of its own
-    connects instead)."""
+    """A head (no slots) and ``nodes`` nodes of ``slots`` worker slots each, their
+    clones under ``base`` (never the person's own data directory); the test process
+    connected to it unless ``connect`` is False (a controller of its own connects
+    instead)."""
     import ray
-    from ray import cluster_utils
 
-    with one_cluster_at_a_time(base):
-        started = time.monotonic()
-        # no dashboard: nothing here needs it, and two clusters on one machine would both
-        # want its port
-        made = cluster_utils.Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 0, "include_dashboard": False})
-        for _ in range(nodes):
-            made.add_node(num_cpus=1, resources={cluster.SLOT_RESOURCE: slots})
+    from ralph_dev.devtools.demo import local_cluster as started_cluster
+
+    homes = {var: str(base / "ray-hosts" / var.lower()) for var in
+             ("XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")}
+    with one_cluster_at_a_time(base), started_cluster(
+            nodes, slots, {**homes, **{k: v for k, v in os.environ.items()
+                                      if k == "RALPH_DEV_JJ"}}) as made:
         if connect:
             ray.init(address=made.address, namespace=NAMESPACE, log_to_driver=False,
                      logging_level="WARNING")
-        made.wait_for_nodes()
-        print(f"cluster up in {time.monotonic() - started:.1f}s")
         pids = _cluster_pids(made)
         try:
             yield made
         finally:
             if connect:
                 ray.shutdown()
-            made.shutdown()
             kill_worker_servers(project)
-            retry_until(lambda: not any(running(pid) for pid in pids), timeout=30,
-                        what="every raylet and GCS of the test cluster to exit")
+    retry_until(lambda: not any(running(pid) for pid in pids), timeout=30,
+                what="every raylet and GCS of the test cluster to exit")
 
 
 def kill_worker_servers(project: str) -> None:

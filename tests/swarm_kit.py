@@ -274,6 +274,16 @@ class Swarm:
         command = next(c for c in text.splitlines() if c.startswith("command = "))
         config.write_text(text.replace(command, f"{command}\n{line}", 1))
 
+    def use_cluster(self, address: str, remote: Path, snapshot_interval: float = 2) -> None:
+        """Place this swarm's workers on the Ray cluster at ``address``; their code comes
+        back through ``remote``, a bare git repository made here (the repo's origin)."""
+        subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+        subprocess.run(["git", "-C", str(self.repo), "remote", "add", "origin", str(remote)],
+                       check=True)
+        with self.config_file.open("a") as config:
+            config.write(f'\n[projects.{self.project}.cluster]\naddress = "{address}"\n'
+                         f"snapshot_interval = {snapshot_interval}\n")
+
     def set_timing(self, timing: dict[str, float]) -> None:
         config = self.config_file
         lines = [f"\n[projects.{self.project}.timing]"]

@@ -8,13 +8,17 @@ agents, and the lost node's issue starts again on the other node.
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from ray_kit import bare_remote, local_cluster
+from conftest import retry_until
+from ray_kit import local_cluster, one_cluster_at_a_time
 from swarm_kit import Swarm, wait_for
 
 pytest.importorskip("ray", reason="ray is not installed (pip install 'ralph-dev[ray]')")
@@ -26,17 +30,16 @@ PLAN = "\n".join(f'[[task]]\nref = "t{n}"\ntitle = "Task {n}"\npriority = {1 + n
 
 
 @pytest.fixture
-def cluster_swarm(tmp_path: Path, jj_bin: str, tmux_socket: str
-                  ) -> Iterator[tuple[Swarm, Any]]:
-    with local_cluster(tmp_path, "demo", connect=False) as made:
+def cluster_swarm(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, jj_bin: str,
+                  tmux_socket: str) -> Iterator[tuple[Swarm, Any]]:
+    with local_cluster(tmp_path_factory.getbasetemp(), "demo", connect=False) as made:
         swarm = Swarm.create(tmp_path / "swarm", jj_bin, tmux_socket, max_workers=4,
-                             agent_seconds=6, timing={"max_attempts": 4})
-        remote = bare_remote(tmp_path / "remote.git")
-        subprocess.run(["git", "-C", str(swarm.repo), "remote", "add", "origin", str(remote)],
-                       check=True)
-        with swarm.config_file.open("a") as config:
-            config.write(f'\n[projects.{swarm.project}.cluster]\naddress = "{made.address}"\n'
-                         "snapshot_interval = 2\n")
+                             agent_seconds=6, timing={"max_attempts": 4, "heartbeat_stale": 30})
+        swarm.use_cluster(made.address, tmp_path / "remote.git")
+        # the two urgent issues, started together, change one file: the second to merge
+        # conflicts, and a resolve worker on a host meets the conflict in its workspace
+        swarm.script.update({"DEMO-3": "conflict:shared.txt", "DEMO-6": "conflict:shared.txt"})
+        swarm.write_script()
         locks = swarm.shared / "locks"
         locks.mkdir()
         swarm.env["RALPH_DEV_DEMO_LOCKS"] = str(locks)
@@ -57,19 +60,30 @@ def test_a_swarm_on_three_nodes_loses_one_and_still_merges_everything_once(
     swarm.start()
 
     def on_both_nodes() -> dict[str, str] | None:
-        running = {e["node"]: e["issue"] for e in spawns(swarm) if e.get("node")}
-        return running if len(running) == 2 else None
+        """Node → an issue still at some seconds of work there (not the two quick ones
+        that conflict), once both nodes have one."""
+        done = {e["issue"] for e in swarm.events() if e["event"] == "worker_done"}
+        done |= {"DEMO-3", "DEMO-6"}
+        working = {e["node"]: e["issue"] for e in spawns(swarm)
+                   if e.get("node") and e["issue"] not in done}
+        return working if len(working) == 2 else None
 
-    placed = wait_for(on_both_nodes, 120, "workers started on both worker nodes")
+    placed = wait_for(on_both_nodes, 120, "workers at work on both worker nodes")
     assert isinstance(placed, dict)
+
     def status_names_nodes() -> dict[str, Any] | None:
         doc = swarm.status()
-        return doc if {w["node"] for w in doc["workers"]} & set(placed) else None
+        return doc if any(w["node"] for w in doc["workers"]) else None
 
-    shown = wait_for(status_names_nodes, 30, "status naming the workers' nodes")
+    # the six issues keep four slots busy for a while: status catches some of them
+    shown = wait_for(status_names_nodes, 60, "status naming a worker's node")
     assert isinstance(shown, dict) and shown["cluster"]["free_slots"] is not None
-    assert all(w["host"] for w in shown["workers"] if w["node"])
+    assert all(w["host"] and w["window"].startswith("demo:") for w in shown["workers"]
+               if w["node"])
     lost_node, lost_issue = sorted(placed.items())[0]
+    kept_issue = sorted(placed.items())[1][1]
+    wait_for(lambda: "[demo agent]" in swarm.cli("logs", kept_issue, check=False).stdout, 30,
+             "a live cluster worker's log, read through its actor")
     [doomed] = [n for n in made.worker_nodes if n.node_id == lost_node]
     made.remove_node(doomed, allow_graceful=False)
 
@@ -96,3 +110,37 @@ def test_a_swarm_on_three_nodes_loses_one_and_still_merges_everything_once(
     assert "no attempt charged" in again[-1]["reason"], again[-1]
     assert [e["node"] for e in spawns(swarm)].count(lost_node) <= 2
     assert {e["issue"] for e in events if e["event"] == "cluster_work_fetched"} == set(idents)
+    resolves = [e for e in spawns(swarm) if e.get("role") == "resolve"]
+    assert resolves and {e["issue"] for e in resolves} <= {"DEMO-3", "DEMO-6"}, resolves
+    assert "shared.txt" in swarm.trunk_files()
+    # an ended worker's log stays readable here after its actor is gone
+    assert "worker done exited 0" in swarm.cli("logs", kept_issue).stdout
+
+
+def raylets() -> set[int]:
+    listed = subprocess.run(["pgrep", "-x", "raylet"], capture_output=True, text=True,
+                            check=False).stdout
+    return {int(pid) for pid in listed.split()}
+
+
+def test_the_demo_runs_on_a_cluster_of_two_nodes_and_leaves_nothing_running(
+        xdg: Path, jj_bin: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    env = {**os.environ, "RALPH_DEV_JJ": jj_bin}
+    with one_cluster_at_a_time(tmp_path_factory.getbasetemp()):
+        before = raylets()
+        proc = subprocess.run([sys.executable, "-m", "ralph_dev", "demo", "--cluster", "2",
+                               "--scripted", "--workers", "4", "--timeout", "300"],
+                              env=env, capture_output=True, text=True, timeout=420,
+                              stdin=subprocess.DEVNULL, check=False)
+        out = proc.stdout
+        assert proc.returncode == 0, out + proc.stderr
+        assert "a head and 2 node(s) of 2 worker slot(s)" in out
+        assert "Demo finished: every issue is Done." in out
+        trunk = out.split("Trunk (main) now holds:")[1].split("project demo")[0]
+        assert len(re.findall(r"KV-\d+: ", trunk)) == 10  # every task's change, once
+        nodes = set(re.findall(r"\(execute, \w+ on \S+ (\w{6})\)", out))
+        assert len(nodes) == 2, out  # workers were seen on both nodes
+        retry_until(lambda: raylets() <= before, timeout=30, what="the demo's raylets gone")
+    where = re.search(r"everything lives in (\S+)", out)
+    assert where is not None and not Path(where.group(1)).exists()
+    assert not (xdg / "data" / "ralph-dev").exists()  # nothing of the person's touched

@@ -412,6 +412,11 @@ def test_a_cluster_worker_whose_host_was_lost_starts_again_free(windows: list[Wi
     [spawn] = run(world(issues=[issue(4, "started")], records=[lost])).actions
     assert isinstance(spawn, Spawn) and spawn.attempt == 3  # the cap is 3: not held
     assert "no attempt charged" in spawn.reason
+    # one the controller ended itself (its final push came back) was not lost: a merge
+    # that conflicted wants a resolve worker, as on one host
+    ended = dataclasses.replace(running, final_push=3)
+    assert not [a for a in run(world(issues=[issue(4, "started")], records=[ended])).actions
+                if isinstance(a, Reap)]
 
 
 def test_backoff_values() -> None:

@@ -49,6 +49,19 @@ def test_every_family_is_there_before_any_event() -> None:
     assert values[("ralph_dev_tracker_requests_this_hour", ())] == 42
 
 
+def test_a_cluster_shows_its_workers_by_host_and_its_free_slots() -> None:
+    workers = [{"role": "execute", "state": "running", "tokens": None, "host": h, "node": n}
+               for h, n in (("h1", "n1"), ("h1", "n1"), ("h2", "n2"))]
+    values = _parse(render_metrics(EventCounts(), {**DOCUMENT, "workers": workers,
+                                                   "cluster": {"free_slots": 1}}, None))
+    assert values[("ralph_dev_cluster_workers", (("host", "h1"), ("node", "n1")))] == 2
+    assert values[("ralph_dev_cluster_workers", (("host", "h2"), ("node", "n2")))] == 1
+    assert values[("ralph_dev_cluster_free_slots", ())] == 1
+    # one host: no cluster families at all
+    assert not [k for k in _parse(render_metrics(EventCounts(), DOCUMENT, None))
+                if k[0].startswith("ralph_dev_cluster")]
+
+
 def test_counters_follow_the_events(xdg: Path) -> None:
     store = StateStore(ProjectPaths("demo"))
     for event, details in (

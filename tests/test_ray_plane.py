@@ -8,6 +8,7 @@ scripted worker in a tmux server of its own; the work comes back through the rem
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Iterator
@@ -66,7 +67,7 @@ def _controller_clone(tmp_path: Path, remote: Path, jj_bin: str) -> JjCli:
 
 def _environment(issue: str, attempt: int) -> dict[str, str]:
     return {"PATH": child_path(), "JJ_USER": "worker", "JJ_EMAIL": "worker@example.com",
-            "RALPH_DEV_ISSUE": issue, cluster.ATTEMPT_VAR: str(attempt)}
+            "RALPH_DEV_ISSUE": issue, cluster.CLUSTER_ATTEMPT_VAR: str(attempt)}
 
 
 def _ended(plane: Any, issues: set[str]) -> list[Window] | None:
@@ -148,15 +149,22 @@ def test_one_attempt_is_never_placed_twice(ray_cluster: Any, remote: Path,
 def test_doctor_checks_the_cluster_and_each_node(ray_cluster: Any, remote: Path) -> None:
     from ralph_dev.adapters.ray_plane import ClusterError, check_reachable
     from ralph_dev.control.doctor import cluster_checks
-    from ralph_dev.core.config import ClusterSettings, ProjectSettings
+    from ralph_dev.core.config import AgentSettings, ClusterSettings, ProjectSettings
 
     settings = ProjectSettings(name=PROJECT, repo=remote, cluster=ClusterSettings(
-        address=ray_cluster[0].address, remote=str(remote)))
+        address=ray_cluster[0].address, remote=str(remote)),
+        agent=AgentSettings(runner="command", command="sh -c 'exit 0'"))
     checks = cluster_checks(settings)
     assert (checks[0].name, checks[0].ok, checks[0].detail) == (
         f"cluster {PROJECT}", True, "2 nodes, 4 worker slots")
     assert len(checks) == 3 and all(c.ok and c.name.startswith("node ") for c in checks[1:])
-    assert "2 slots; has bwrap, git, jj, setpriv, tmux" in checks[1].detail
+    assert "2 slots; has bwrap, git, jj, setpriv, the agent (sh), tmux" in checks[1].detail
+    # the agent program the launches run, asked on each node
+    elsewhere = dataclasses.replace(settings, agent=AgentSettings(
+        runner="command", command="no-such-agent-here --go"))
+    missing = cluster_checks(elsewhere)[1:]
+    assert missing and not any(c.ok for c in missing)
+    assert all("missing the agent (no-such-agent-here)" in c.detail for c in missing)
     # an address nothing listens at is said at once (Ray itself retries for minutes)
     started = time.monotonic()
     with pytest.raises(ClusterError, match=r"cannot reach the Ray cluster at 127\.0\.0\.1:1"):

@@ -64,6 +64,9 @@ class WorkerSpec:
     snapshot_interval: float = 0.0
     """Seconds between work-in-progress pushes while the window lives (0: only when
     asked)."""
+    rebase: bool = False
+    """Start from the earlier push rebased onto trunk: a resolve worker meets the
+    conflicts the controller's merge met, in its own workspace."""
 
     @property
     def bookmark(self) -> str:
@@ -79,14 +82,17 @@ WORKER_TOOLS = ("jj", "git", "tmux", "setpriv", "bwrap")
 it), tmux, setpriv (the worker's leash to its node) and bubblewrap (its sandbox)."""
 
 
-def host_tools() -> dict[str, str | None]:
+def host_tools(agent: str | None = None) -> dict[str, str | None]:
     """Where this host has each of :data:`WORKER_TOOLS` (None: missing), found the way a
-    worker here finds them."""
+    worker here finds them; and the agent program the controller's launches run
+    (``agent``: its path or name), if named."""
     jj = find_jj()
     path = child_path(jj) if jj else os.environ.get("PATH", os.defpath)
     found: dict[str, str | None] = {name: shutil.which(name, path=path)
                                     for name in WORKER_TOOLS}
     found["jj"] = jj
+    if agent:
+        found[f"the agent ({agent})"] = shutil.which(agent, path=path)
     return found
 
 
@@ -113,6 +119,22 @@ class NodeWorker:
 
     def where(self) -> Placement:
         return self.placement
+
+    @property
+    def log_file(self) -> Path:
+        """What the worker's pane printed, on this host."""
+        return self.home / "logs" / f"{self.spec.workspace_name}.log"
+
+    def read_log(self, position: int, limit: int) -> tuple[bytes, int]:
+        """The log from ``position`` (at most its last ``limit`` bytes; from the start
+        again when it is shorter than ``position``), and where it ends now."""
+        try:
+            with self.log_file.open("rb") as handle:
+                end = handle.seek(0, 2)
+                handle.seek(max(position if position <= end else 0, end - limit))
+                return handle.read(), end
+        except FileNotFoundError:
+            return b"", 0
 
     # -- the code -------------------------------------------------------------------------
 
@@ -157,7 +179,20 @@ class NodeWorker:
             self.jj.run("workspace", "add", "--name", spec.workspace_name,
                         "-r", f"{quote_revset(base)}@{REMOTE}", str(self.workspace),
                         touch_checkout=True).check()
+            if spec.rebase and base != spec.trunk:
+                self._rebased_into_one()
         return base
+
+    def _rebased_into_one(self) -> None:
+        """The earlier work rebased onto trunk and folded into the working copy: its
+        conflicts, if any, are the working copy's own, so the resolve worker's edits
+        resolve them, and no conflicted commit stays below what it pushes."""
+        trunk = quote_revset(self.spec.trunk)
+        self.jj.run("rebase", "-b", "@", "-o", trunk, cwd=self.workspace).check()
+        if self.jj.count(f"{trunk}..@-", self.workspace):
+            self.jj.run("squash", "--from", f"{trunk}..@-", "--into", "@", "-m",
+                        f"{self.spec.issue}: its work, rebased onto trunk to resolve",
+                        cwd=self.workspace).check()
 
     # -- the process ------------------------------------------------------------------------
 
@@ -201,7 +236,7 @@ class NodeWorker:
         self._server = self.tmux.start_leashed_server(
             {k: v for k, v in os.environ.items() if not is_secret_name(k)})
         self.tmux.ensure_session(self.workspace, {"PATH": env["PATH"]})
-        log_file = self.home / "logs" / f"{self.spec.workspace_name}.log"
+        log_file = self.log_file
         # a pane gets its tmux client's PATH whatever `-e PATH=` says (tmux 3.3a): set
         # it in the command itself
         window = self.tmux.open_window(self.spec.issue, cwd=self.workspace,

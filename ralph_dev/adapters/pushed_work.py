@@ -65,7 +65,7 @@ class AttemptPlane(Protocol):
     project: str
     remote: str
 
-    def place(self, name: str, attempt: int) -> Path: ...
+    def place(self, name: str, attempt: int, *, rebase: bool = False) -> Path: ...
 
     def push(self, target: str) -> str: ...
 
@@ -117,9 +117,10 @@ class ClusterWork:
 
     # -- out --------------------------------------------------------------------------
 
-    def place(self, issue: str, attempt: int, path: Path) -> Path:
+    def place(self, issue: str, attempt: int, path: Path, *, rebase: bool = False) -> Path:
         """Push trunk where hosts start from (when it moved), then place the attempt;
-        its workspace on its host."""
+        its workspace on its host (``rebase``: a resolve worker's, rebased onto
+        trunk)."""
         trunk = self.jj.read("log", "--no-graph", "-r", self.trunk, "-T", "commit_id").stdout
         if trunk.strip() != self._base_pushed:
             self.jj.run("bookmark", "set", cluster.BASE_BOOKMARK, "-r", self.trunk,
@@ -127,7 +128,7 @@ class ClusterWork:
             self.jj.run("git", "push", "--remote", self.remote, "--bookmark",
                         cluster.BASE_BOOKMARK, cwd=path).check()
             self._base_pushed = trunk.strip()
-        return self.plane.place(issue, attempt)
+        return self.plane.place(issue, attempt, rebase=rebase)
 
     def free_slots(self) -> int:
         return self.plane.free_slots()
@@ -139,11 +140,21 @@ class ClusterWork:
         """The attempt's final push, asked before its processes end."""
         self.plane.push(cluster.actor_name(self.plane.project, issue, attempt))
 
+    def save(self, issue: str) -> None:
+        self.push(issue, self.attempt_of(issue))
+
     # -- the change where its worker works (``WorkerChanges``) ---------------------------
 
     def _ask(self, name: str, method: str, *args: Any) -> Any:
         return self.plane.ask(cluster.actor_name(self.plane.project, name,
                                                  self.attempt_of(name)), method, *args)
+
+    def screen(self, issue: str, lines: int = 200) -> str:
+        return str(self._ask(issue, "capture", lines))
+
+    def read_log(self, issue: str, position: int, limit: int) -> tuple[bytes, int]:
+        data, end = self._ask(issue, "read_log", position, limit)
+        return bytes(data), int(end)
 
     def snapshot(self, name: str) -> list[str]:
         return list(self._ask(name, "snapshot"))

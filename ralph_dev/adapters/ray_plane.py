@@ -88,8 +88,8 @@ _RemoteWorker: Any = ray.remote(NodeWorker)
 
 
 @ray.remote(num_cpus=0)
-def _tools_on() -> tuple[str, dict[str, str | None]]:
-    return socket.gethostname(), host_tools()
+def _tools_on(agent: str | None) -> tuple[str, dict[str, str | None]]:
+    return socket.gethostname(), host_tools(agent)
 
 
 @dataclass(frozen=True)
@@ -169,11 +169,12 @@ class RayPlane:
 
     # -- the port ---------------------------------------------------------------------------
 
-    def place(self, name: str, attempt: int) -> Path:
+    def place(self, name: str, attempt: int, *, rebase: bool = False) -> Path:
         """Place attempt ``attempt`` of issue ``name`` on a host with a free slot, and
-        make its workspace there (clone or fetch first): the workspace's path on that
-        host, for the worker's launch."""
-        actor = self._placed(name, attempt)
+        make its workspace there (clone or fetch first; ``rebase``: its start rebased
+        onto trunk, for a resolve worker): the workspace's path on that host, for the
+        worker's launch."""
+        actor = self._placed(name, attempt, rebase=rebase)
         try:
             try:  # an actor no host has a slot for waits, unplaced, for ever
                 self._get(actor.where.remote(), PLACE_TIMEOUT)
@@ -205,7 +206,7 @@ class RayPlane:
             raise
         return dataclasses.replace(window, pane_id=target, window_id=target)
 
-    def _placed(self, name: str, attempt: int) -> Any:
+    def _placed(self, name: str, attempt: int, *, rebase: bool = False) -> Any:
         """The attempt's actor: the one placed already, else a new one."""
         target = cluster.actor_name(self.project, name, attempt)
         self._connect()
@@ -213,7 +214,7 @@ class RayPlane:
             return ray.get_actor(target, namespace=self.namespace)
         spec = WorkerSpec(project=self.project, issue=name, attempt=attempt,
                           remote=self.remote, trunk=self.trunk, root=self.root,
-                          snapshot_interval=self.snapshot_interval)
+                          snapshot_interval=self.snapshot_interval, rebase=rebase)
         try:
             return _RemoteWorker.options(
                 name=target, namespace=self.namespace, lifetime="detached", max_restarts=0,
@@ -304,15 +305,16 @@ class RayPlane:
         placed: Placement = self._call(target, "where")
         return placed
 
-    def hosts(self) -> list[HostReport]:
+    def hosts(self, agent: str | None = None) -> list[HostReport]:
         """Each live node with worker slots: its slots and what it has of what a worker
-        needs, asked on the node itself (``doctor``)."""
+        needs (``agent``: the agent program launches run), asked on the node itself
+        (``doctor``)."""
         self._connect()
         listed: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
         nodes = [n for n in listed
                  if n.get("Alive") and n.get("Resources", {}).get(cluster.SLOT_RESOURCE)]
         asked = [_tools_on.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            n["NodeID"], soft=False)).remote() for n in nodes]
+            n["NodeID"], soft=False)).remote(agent) for n in nodes]
         found = self._get(asked)
         return [HostReport(node=n["NodeID"], host=host, slots=int(n["Resources"][
             cluster.SLOT_RESOURCE]), tools=tools) for n, (host, tools) in zip(nodes, found,

@@ -13,8 +13,9 @@ import click
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, run
 from ralph_dev.core.config import ProjectSettings, project_names
-from ralph_dev.core.errors import ConfigError, RalphError
+from ralph_dev.core.errors import ClusterUnavailable, ConfigError, RalphError
 from ralph_dev.core.model import check_identifier
+from ralph_dev.core.ports import Cluster
 from ralph_dev.core.text import for_terminal, terminal_line
 
 LOG_REPLAY_BYTES = 4 * 2**20
@@ -113,21 +114,28 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
     store = StateStore(settings.paths)
     path = (settings.paths.logs_dir / "controller.log") if issue == "controller" \
         else store.log_path(issue)
-    if not path.exists() and not follow:
+    cluster = _cluster_worker(settings, store, issue)
+
+    def read(position: int) -> tuple[bytes, int]:
+        if cluster is not None:  # its pane prints on its host: read through its actor
+            with contextlib.suppress(ClusterUnavailable):  # ended: the copy kept here
+                return cluster.read_log(issue, position, LOG_REPLAY_BYTES)
+        try:
+            with path.open("rb") as handle:
+                end = handle.seek(0, 2)
+                if end < position:
+                    position = 0  # rotated: start again
+                handle.seek(max(position, end - LOG_REPLAY_BYTES))
+                return handle.read(), end
+        except FileNotFoundError:
+            return b"", position
+
+    if cluster is None and not path.exists() and not follow:
         raise RalphError(f"no log for {issue} yet ({path})")
     replay = Replay()
     position = 0
     while True:
-        try:
-            with path.open("rb") as handle:
-                handle.seek(0, 2)
-                if handle.tell() < position:
-                    position = 0  # rotated: start again
-                handle.seek(max(position, handle.tell() - LOG_REPLAY_BYTES))
-                chunk = handle.read()
-                position = handle.tell()
-        except FileNotFoundError:
-            chunk = b""
+        chunk, position = read(position)
         for line in replay.feed(chunk):
             click.echo(for_terminal(line))
         if not follow:
@@ -135,6 +143,30 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
                 click.echo(for_terminal(line))
             return
         time.sleep(FOLLOW_POLL)
+
+
+def _cluster_worker(settings: ProjectSettings, store: StateStore, issue: str
+                    ) -> Cluster | None:
+    """The cluster an issue's worker was placed on (None: it runs, or ran, here)."""
+    if settings.cluster is None or issue == "controller":
+        return None
+    record = store.load_record(issue)
+    if record is None or not record.cluster_attempt:
+        return None
+    from ralph_dev.control.wiring import plane_for
+
+    return plane_for(settings, store=store)[1]
+
+
+def _watch_screen(cluster: Cluster, issue: str, host: str) -> None:
+    """A cluster worker's live screen, read-only: its host's tmux is not this one's."""
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            screen = cluster.screen(issue)
+            click.clear()
+            click.echo(f"{issue} on {host} (read-only: its tmux runs there; Ctrl-C leaves)")
+            click.echo(for_terminal(screen))
+            time.sleep(1.0)
 
 
 @main.command()
@@ -150,6 +182,12 @@ def attach(cli: CliContext, issue: str | None, project: str | None) -> None:
         settings = cli.project(project) if project else cli.project_for_issue(issue)
     else:
         settings = cli.project(project or _only_project(cli))
+    store = StateStore(settings.paths)
+    cluster = _cluster_worker(settings, store, issue) if issue else None
+    if issue and cluster is not None:
+        record = store.load_record(issue)
+        _watch_screen(cluster, issue, record.host if record and record.host else "its host")
+        return
     tmux = tmux_for(settings)
     if not tmux.session_exists():
         raise RalphError(f"ralph-dev is not running for {settings.name} (no tmux session "

@@ -143,24 +143,27 @@ def stop(cli: CliContext, project: str, workers: bool) -> None:
     from ralph_dev.adapters.processes import stop_controller_window, stop_daemon
     from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.systemd import stop_unit_if_active
-    from ralph_dev.control.wiring import jj_for, tmux_for
+    from ralph_dev.control.wiring import jj_for, plane_for, tmux_for
 
     settings = cli.project(project)
     if stop_unit_if_active(project):  # under systemd, Restart=always would undo a SIGTERM
         click.echo(f"stopped the systemd unit ralph-dev@{project}")
     pid = stop_daemon(settings)
-    tmux = tmux_for(settings)
-    stop_controller_window(tmux)
+    stop_controller_window(tmux_for(settings))
     click.echo(f"stopped daemon pid {pid}" if pid else "no daemon was running")
     if workers:
         jj = jj_for(settings)
         store = StateStore(settings.paths)
-        for window in worker_windows(tmux.list_windows()):
-            try:
-                jj.workspaces.snapshot(window.name)
+        plane, cluster = plane_for(settings, jj, store)
+        for window in worker_windows(plane.list_windows()):
+            try:  # what it did is kept: recorded here, or pushed from its host
+                if cluster is None:
+                    jj.workspaces.snapshot(window.name)
+                else:
+                    cluster.save(window.name)
             except RalphError as exc:
-                click.echo(f"warning: could not snapshot {window.name}: {exc}", err=True)
-            tmux.kill_window(window.window_id)
+                click.echo(f"warning: could not keep what {window.name} did: {exc}", err=True)
+            plane.kill_window(window.window_id)
             store.append_event("worker_stopped", issue=window.name,
                                reason="ralph-dev stop --workers")
             click.echo(f"stopped worker {window.name}")
@@ -235,11 +238,14 @@ def plan(cli: CliContext, project: str, as_json: bool) -> None:
               help="Force real Claude Code sessions or the scripted agent (default: Claude "
                    "Code when its CLI is found).")
 @click.option("--workers", default=3, show_default=True, type=click.IntRange(1, 8))
-def demo(keep: bool, timeout: float, use_claude: bool | None, workers: int) -> None:
+@click.option("--cluster", "nodes", default=0, type=click.IntRange(0, 4), metavar="N",
+              help="Place the workers on a Ray cluster of N nodes on this machine (needs "
+                   "Ray: pip install 'ralph-dev[ray]').")
+def demo(keep: bool, timeout: float, use_claude: bool | None, workers: int, nodes: int) -> None:
     """DEMO: run a swarm on a throwaway project with a local tracker, start to finish."""
     from ralph_dev.devtools.demo import run_demo
 
     code = run_demo(keep=keep, timeout=timeout, use_claude=use_claude, echo=click.echo,
-                    workers=workers)
+                    workers=workers, cluster=nodes)
     if code:
         raise SystemExit(code)

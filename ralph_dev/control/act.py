@@ -23,6 +23,7 @@ from typing import Any
 
 import structlog
 
+from ralph_dev.adapters.files import atomic_write_bytes
 from ralph_dev.adapters.mailbox_server import MailboxServer
 from ralph_dev.adapters.pattern_store import remember_safely
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
@@ -59,8 +60,8 @@ from ralph_dev.core.actions import (
     Waited,
     WriteBack,
 )
-from ralph_dev.core.cluster import ATTEMPT_VAR
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.environment import CLUSTER_ATTEMPT_VAR
 from ralph_dev.core.errors import (
     ClusterUnavailable,
     RalphError,
@@ -84,6 +85,9 @@ from ralph_dev.core.policy import Blame, Failure, verdict
 from ralph_dev.core.ports import AgentLauncher, Cluster, Panes, Repository, Tracker
 
 log = structlog.get_logger(__name__)
+
+LOG_COPY_BYTES = 4 * 2**20
+"""How much of a cluster worker's log its end keeps on the controller's host."""
 
 SPAWN_UNFINISHED = "its start did not finish (the controller stopped mid-spawn)"
 
@@ -310,24 +314,33 @@ class Actuator:
         first: a worker's change comes back only through the remote, and once its
         processes end nothing more can be pushed (``final_push`` says it came back)."""
         windows = self._windows(name, observed)
-        if self.cluster is not None and windows:
-            await self._final_push(name)
+        pushed = self.cluster is not None and bool(windows) and await self._final_push(name)
         for window in windows:
             await asyncio.to_thread(self.panes.kill_window, window.window_id)
+        record = self.store.load_record(name)
+        if pushed and record is not None and record.done and record.role.may_edit:
+            # what ``decide`` weighs next (a conflict a resolve worker just resolved) is
+            # the workspace here: it holds the done work from now on
+            await self._bring_in(name)
 
-    async def _final_push(self, name: str) -> None:
+    async def _final_push(self, name: str) -> bool:
+        """Ask the current attempt to push; whether its push came back."""
         assert self.cluster is not None
         record = self.store.load_record(name)
         if record is None or not record.cluster_attempt:
-            return
+            return False
         attempt = record.cluster_attempt
         try:
             await while_beating(self.beat, "push", self.cluster.push, name, attempt)
         except RalphError as exc:  # its host is gone or cut off: its last snapshot stands
             self.store.append_event("final_push_failed", issue=name, attempt=attempt,
                                     node=record.node, host=record.host, error=str(exc))
-            return
+            return False
         self.store.update_record(name, final_push=attempt)
+        with contextlib.suppress(RalphError, OSError):  # `logs` reads it once the host is gone
+            data, _ = await asyncio.to_thread(self.cluster.read_log, name, 0, LOG_COPY_BYTES)
+            atomic_write_bytes(self.store.log_path(name), data)
+        return True
 
     async def _bring_in(self, name: str) -> None:
         """The current attempt's pushed change into the issue's workspace here, where the
@@ -413,8 +426,9 @@ class Actuator:
             # the worker works in the workspace its host made; the one here is where its
             # pushed change comes back to be merged
             workspace = await while_beating(self.beat, "place", self.cluster.place,
-                                            action.issue, record.cluster_attempt, workspace)
-            extra_env = {ATTEMPT_VAR: str(record.cluster_attempt)}
+                                            action.issue, record.cluster_attempt, workspace,
+                                            rebase=action.role is Role.RESOLVE)
+            extra_env = {CLUSTER_ATTEMPT_VAR: str(record.cluster_attempt)}
         worker_dir = self.dirs.prepare(issue, action.role, workspace, action.attempt)
         await self.server.listen(self.dirs.names())
         launch = self.launcher(self.settings, issue, action.role, workspace,

@@ -33,6 +33,7 @@ from ralph_dev.control.web.access import (
     write_login_key,
 )
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.ports import Cluster
 
 log = structlog.get_logger(__name__)
 
@@ -93,6 +94,7 @@ class DaemonServices:
         self._document: tuple[float, dict[str, Any]] | None = None
         self._document_lock = asyncio.Lock()
         self._stop = asyncio.Event()
+        self._cluster: Cluster | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.web: Any = None
         self.notifier: Any = None
@@ -241,10 +243,23 @@ class DaemonServices:
         return render_metrics(self.counts, document, self.tick_histogram)
 
     async def pane_tail(self, issue: str, lines: int) -> str | None:
+        if self.settings.cluster is not None:  # a worker's screen is on its host
+            return await asyncio.to_thread(self._cluster_screen, issue, lines)
         windows = await asyncio.to_thread(self.tmux.find, issue)
         if not windows:
             return None
         return await asyncio.to_thread(self.tmux.capture, windows[0].pane_id, lines)
+
+    def _cluster_screen(self, issue: str, lines: int) -> str | None:
+        from ralph_dev.control.wiring import plane_for
+        from ralph_dev.core.errors import ClusterUnavailable
+
+        if self._cluster is None:  # connected at the first look, and kept
+            self._cluster = plane_for(self.settings, store=self.store)[1]
+        try:
+            return self._cluster.screen(issue, lines) if self._cluster else None
+        except ClusterUnavailable:
+            return None
 
     async def lookup_issue(self, identifier: str) -> Any:
         from ralph_dev.core.errors import TrackerError

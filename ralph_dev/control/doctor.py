@@ -6,6 +6,7 @@ same code paths the swarm uses, so what doctor calls OK is what will run.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,7 +128,7 @@ def cluster_checks(settings: ProjectSettings) -> list[Check]:
         return [Check(name, False, f"Ray cannot be imported ({exc}): "
                                    "pip install 'ralph-dev[ray]'")]
     try:
-        hosts = RayPlane.from_settings(settings).hosts()
+        hosts = RayPlane.from_settings(settings).hosts(_agent_program(settings))
     except (RalphError, ConnectionError) as exc:
         return [Check(name, False, f"{exc}; start the cluster (`ray start --head`, then "
                                    "`ray start --address=HEAD:6379 --resources="
@@ -148,6 +149,17 @@ def cluster_checks(settings: ProjectSettings) -> list[Check]:
                             "install them on that host (jj >= 0.46, tmux, util-linux's "
                             "setpriv, bubblewrap)"))
     return checks
+
+
+def _agent_program(settings: ProjectSettings) -> str | None:
+    """The program a worker's launch runs, as a host must have it (None: unknown here)."""
+    if settings.agent.runner == "claude":
+        try:
+            return resolve_claude_bin(settings, child_path())
+        except AgentError:
+            return "claude"
+    words = shlex.split(settings.agent.command or "")
+    return words[0] if words else None
 
 
 def _claude_check(settings: ProjectSettings) -> Check:

@@ -195,6 +195,20 @@ def _families(counts: EventCounts, doc: Mapping[str, Any],
         workers.add_metric([role, state], value)
     yield workers
 
+    if doc.get("cluster") is not None:
+        on_hosts = GaugeMetricFamily("ralph_dev_cluster_workers",
+                                     "Workers on a cluster, by host and Ray node id",
+                                     labels=("host", "node"))
+        by_node = Counter((w.get("host") or "", w.get("node") or "")
+                          for w in doc.get("workers", ()) if w.get("node"))
+        for (host_name, node), value in sorted(by_node.items()):
+            on_hosts.add_metric([host_name, node], value)
+        yield on_hosts
+        free = doc["cluster"].get("free_slots")
+        if free is not None:
+            yield GaugeMetricFamily("ralph_dev_cluster_free_slots",
+                                    "Free ralph_worker slots on the cluster's hosts", value=free)
+
     issues = GaugeMetricFamily("ralph_dev_issues", "Issues by board column", labels=("state",))
     for state, value in sorted((doc.get("issues") or {}).items()):
         if state != "total":

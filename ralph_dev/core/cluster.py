@@ -12,14 +12,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from ralph_dev.core.environment import CLUSTER_ATTEMPT_VAR
 from ralph_dev.core.model import IDENTIFIER_RE
 from ralph_dev.core.ports import WORK_BOOKMARK_PREFIX
-
-ATTEMPT_VAR = "RALPH_DEV_CLUSTER_ATTEMPT"
-"""Which cluster attempt a window runs, in the environment the controller opens it with:
-the plane names the attempt's actor by it. A cluster attempt counts every start of the
-issue's worker, charged or not (``WorkerRecord.cluster_attempt``): a restart for a lost
-host charges nothing, yet it must never share a name with the attempt it replaces."""
 
 BASE_BOOKMARK = "ralph-trunk"
 """Where the controller pushes trunk for the hosts: a new attempt starts from it, so it
@@ -54,9 +49,9 @@ def attempt_of(environment: Mapping[str, str]) -> int:
     """The attempt a window's environment says it runs; a launch without one is a bug
     of the caller, said as such (a cluster cannot name the worker without it)."""
     try:
-        return int(environment[ATTEMPT_VAR])
+        return int(environment[CLUSTER_ATTEMPT_VAR])
     except (KeyError, ValueError):
-        raise ValueError(f"a cluster worker's environment needs {ATTEMPT_VAR} (its "
+        raise ValueError(f"a cluster worker's environment needs {CLUSTER_ATTEMPT_VAR} (its "
                          "attempt): launch it through agent.launch") from None
 
 

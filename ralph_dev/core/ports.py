@@ -82,14 +82,19 @@ class Cluster(WorkerChanges, Protocol):
     an attempt is placed, and its change back through the cluster's git remote. Every
     jj write runs in ``path``, the issue's workspace on the controller's host."""
 
-    def place(self, issue: str, attempt: int, path: Path) -> Path:
-        """Place the attempt on a host; its workspace there."""
+    def place(self, issue: str, attempt: int, path: Path, *, rebase: bool = False) -> Path:
+        """Place the attempt on a host; its workspace there (``rebase``: its start
+        rebased onto trunk, so a resolve worker meets the conflicts)."""
         ...
 
     def where(self, issue: str, attempt: int) -> Placement: ...
 
     def push(self, issue: str, attempt: int) -> None:
         """The attempt's work pushed now (before its processes end)."""
+        ...
+
+    def save(self, issue: str) -> None:
+        """The issue's current attempt's work pushed now (a person stops the swarm)."""
         ...
 
     def bring_in(self, issue: str, attempt: int, path: Path) -> str | None:
@@ -102,6 +107,14 @@ class Cluster(WorkerChanges, Protocol):
 
     def free_slots(self) -> int:
         """Worker slots free on the cluster's hosts now."""
+        ...
+
+    def screen(self, issue: str, lines: int = 200) -> str:
+        """The last ``lines`` of the issue's worker's screen now, from its host."""
+        ...
+
+    def read_log(self, issue: str, position: int, limit: int) -> tuple[bytes, int]:
+        """Its worker's log from ``position``, from its host, and where it ends now."""
         ...
 
 

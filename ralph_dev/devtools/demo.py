@@ -18,11 +18,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from ralph_dev.adapters.jj_cli import JjCli, find_jj
 from ralph_dev.agent.claude import find_claude
+from ralph_dev.core.cluster import SLOT_RESOURCE
 from ralph_dev.core.errors import RalphError
 
 DEMO_PLAN = """\
@@ -110,8 +112,38 @@ def scripted_model() -> Iterator[dict[str, str]]:
         server.stop()
 
 
+@contextlib.contextmanager
+def local_cluster(nodes: int, slots: int, env: Mapping[str, str]) -> Iterator[Any]:
+    """A Ray cluster on this machine: a head with no worker slots and ``nodes`` nodes of
+    ``slots`` each, started with ``env``'s XDG directories (a node keeps its clones in
+    its data directory); yields it (``ray.cluster_utils.Cluster``: its ``address``, its
+    ``worker_nodes``), and ends it with every process."""
+    from ray import cluster_utils  # only the cluster demo needs Ray
+
+    keys = ("XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME",
+            "RALPH_DEV_JJ")
+    saved = {key: os.environ.get(key) for key in keys}
+    os.environ.update({key: env[key] for key in keys if key in env})
+    try:  # Ray's processes take this process's environment when they start
+        made = cluster_utils.Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 0, "include_dashboard": False})
+        for _ in range(nodes):
+            made.add_node(num_cpus=1, resources={SLOT_RESOURCE: slots})
+        made.wait_for_nodes()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    try:
+        yield made
+    finally:
+        made.shutdown()  # type: ignore[no-untyped-call]  # untyped in Ray
+
+
 def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
-             echo: Callable[[str], None] = print, workers: int = 3) -> int:
+             echo: Callable[[str], None] = print, workers: int = 3, cluster: int = 0) -> int:
     from ralph_dev.adapters.tmux import Tmux
     from ralph_dev.core.paths import sandbox_env
 
@@ -119,6 +151,13 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
     if jj_bin is None:
         echo("The demo needs jj: run scripts/setup.sh, or install jj and try again.")
         return 1
+    if cluster:
+        try:
+            import ray  # noqa: F401 - only asked whether it is installed
+        except ImportError:
+            echo("--cluster needs Ray: pip install 'ralph-dev[ray]' (scripts/setup.sh "
+                 "installs the test extra, which has it).")
+            return 1
     claude = find_claude() if use_claude is not False else None
     if use_claude and claude is None:
         echo("--claude was asked for, but no claude CLI was found (scripts/setup.sh installs it).")
@@ -158,6 +197,18 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
             init += ["--agent", "command", "--agent-command", agent]
         _cli(env, *init)
         config = root / "config/ralph-dev/config.toml"
+        if cluster:
+            slots = -(-workers // cluster)  # the same total, split over the nodes
+            echo(f" hosts: a Ray cluster on this machine, a head and {cluster} node(s) of "
+                 f"{slots} worker slot(s); code comes back through {root / 'remote.git'}")
+            address = stack.enter_context(local_cluster(cluster, slots, env)).address
+            remote = root / "remote.git"
+            subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+            subprocess.run(["git", "-C", str(repo.repo), "remote", "add", "origin",
+                            str(remote)], check=True)
+            with config.open("a") as table:
+                table.write(f'\n[projects.{PROJECT}.cluster]\naddress = "{address}"\n'
+                            "snapshot_interval = 30\n")
         config.write_text(config.read_text() + (
             f"\n[projects.{PROJECT}.timing]\npoll_interval = 1.0\nhealth_interval = 5\n"
             "retry_base = 2\nretry_cap = 10\nstall_timeout = 120\nrestart_timeout = 120\n"
@@ -199,7 +250,9 @@ def _watch(env: dict[str, str], timeout: float, echo: Callable[[str], None]) -> 
             time.sleep(1)
             continue
         counts = snap.get("issues", {})
-        workers = ", ".join(f"{w['issue']} ({w['role']}, {w['state']})" for w in snap["workers"])
+        workers = ", ".join(f"{w['issue']} ({w['role']}, {w['state']}"
+                            + (f" on {w['host']} {w['node'][:6]}" if w.get("node") else "") + ")"
+                            for w in snap["workers"])
         line = (f"  done {counts.get('done', 0)}/{counts.get('total', 0)}  ready "
                 f"{counts.get('ready', 0)}  blocked {counts.get('blocked', 0)}  "
                 f"workers: {workers or '-'}")

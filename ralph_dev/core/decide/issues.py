@@ -534,9 +534,11 @@ class Decider:
             self.wait(ident, "blocked", f"started, but waits for {blocker} again")
             return  # started but blocked again: wait for the blocker like dispatch does
         rec = w.records.get(ident)
-        if rec is not None and rec.running and rec.node and not rec.lost:
-            # a cluster worker's actor outlives its agent; one that is gone died with its
-            # host (Ray released the name of a lost node's actor)
+        if rec is not None and rec.running and rec.node and not rec.lost \
+                and rec.final_push != rec.cluster_attempt:
+            # a cluster worker's actor outlives its agent, until the controller ends it
+            # (after its final push); one gone otherwise died with its host (Ray released
+            # the name of a lost node's actor)
             self.emit(Reap(ident, f"{ident}: {HOST_LOST}; a new attempt starts on another "
                                   "host from its last pushed snapshot, no attempt charged",
                            charged=False, lost=HOST_LOST))

@@ -167,6 +167,7 @@ function renderWorkers(doc) {
       el("div", {}, el("strong", {}, w.issue), " ", w.title || ""),
       el("div", { class: "meta" },
         `${w.role || "?"} · ${w.state}${w.agent_state ? ` (${w.agent_state})` : ""} · attempt ${w.attempt ?? "-"}` +
+        (w.host ? ` · on ${w.host} (node ${w.node.slice(0, 8)})` : "") +
         ` · up ${duration(w.age_s)} · idle ${duration(w.idle_s)}${tokens}${cost}`),
       pane);
   });
