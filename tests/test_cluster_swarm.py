@@ -34,7 +34,7 @@ def cluster_swarm(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, jj_b
                   tmux_socket: str) -> Iterator[tuple[Swarm, Any]]:
     with local_cluster(tmp_path_factory.getbasetemp(), "demo", connect=False) as made:
         swarm = Swarm.create(tmp_path / "swarm", jj_bin, tmux_socket, max_workers=4,
-                             agent_seconds=6, timing={"max_attempts": 4, "heartbeat_stale": 30})
+                             agent_seconds=4, timing={"max_attempts": 4, "heartbeat_stale": 30})
         swarm.use_cluster(made.address, tmp_path / "remote.git")
         # the two urgent issues, started together, change one file: the second to merge
         # conflicts, and a resolve worker on a host meets the conflict in its workspace
@@ -78,6 +78,10 @@ def test_a_swarm_on_three_nodes_loses_one_and_still_merges_everything_once(
     # the six issues keep four slots busy for a while: status catches some of them
     shown = wait_for(status_names_nodes, 60, "status naming a worker's node")
     assert isinstance(shown, dict) and shown["cluster"]["free_slots"] is not None
+    assert sorted(n["slots"] for n in shown["cluster"]["nodes"]) == [2, 2]
+    assert sum(n["workers"] for n in shown["cluster"]["nodes"]) == len(
+        [w for w in shown["workers"] if w["node"] and w["state"] == "running"])
+    assert "cluster:" in swarm.cli("status", swarm.project).stdout
     assert all(w["host"] and w["window"].startswith("demo:") for w in shown["workers"]
                if w["node"])
     lost_node, lost_issue = sorted(placed.items())[0]
@@ -113,6 +117,10 @@ def test_a_swarm_on_three_nodes_loses_one_and_still_merges_everything_once(
     resolves = [e for e in spawns(swarm) if e.get("role") == "resolve"]
     assert resolves and {e["issue"] for e in resolves} <= {"DEMO-3", "DEMO-6"}, resolves
     assert "shared.txt" in swarm.trunk_files()
+    # merged work leaves the remote: only what hosts start from stays
+    refs = subprocess.run(["git", "ls-remote", str(swarm.root.parent / "remote.git")],
+                          capture_output=True, text=True, check=True).stdout
+    assert [line.split()[1] for line in refs.splitlines()] == ["refs/heads/ralph-trunk"], refs
     # an ended worker's log stays readable here after its actor is gone
     assert "worker done exited 0" in swarm.cli("logs", kept_issue).stdout
 

@@ -419,6 +419,22 @@ def test_a_cluster_worker_whose_host_was_lost_starts_again_free(windows: list[Wi
                 if isinstance(a, Reap)]
 
 
+def test_done_work_lost_with_its_host_is_done_again_by_a_new_attempt_free() -> None:
+    """Its worker said done, but its host died before the final push came back: no
+    partial snapshot is merged, no person is needed, and no attempt is charged."""
+    from ralph_dev.core.actions import Merge
+    from ralph_dev.core.policy import Blame, Failure, verdict
+
+    done = rec("DEMO-4", done=True, attempts=3, node="n1", cluster_attempt=2)
+    judged = verdict(Failure(Merge("DEMO-4", "merging"), "its host was lost", True,
+                             outside=True), done, settings(), NOW)
+    assert judged.blame is Blame.OUTSIDE and "hold_reason" not in judged.record
+    lost = dataclasses.replace(done, **judged.record)
+    [spawn] = run(world(issues=[issue(4, "started")], records=[lost])).actions
+    assert isinstance(spawn, Spawn) and spawn.attempt == 3
+    assert "its host was lost" in spawn.reason and "no attempt charged" in spawn.reason
+
+
 def test_backoff_values() -> None:
     s = settings()
     assert [retry_policy(s).delay(n) for n in range(6)] == [0, 30, 60, 120, 240, 480]

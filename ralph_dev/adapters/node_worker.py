@@ -188,7 +188,10 @@ class NodeWorker:
         conflicts, if any, are the working copy's own, so the resolve worker's edits
         resolve them, and no conflicted commit stays below what it pushes."""
         trunk = quote_revset(self.spec.trunk)
-        self.jj.run("rebase", "-b", "@", "-o", trunk, cwd=self.workspace).check()
+        # the earlier push is a remote bookmark, immutable to jj: its commits are copied
+        # by the rebase, and the remote's bookmark stays where the remote has it
+        self.jj.run("--ignore-immutable", "rebase", "-b", "@", "-o", trunk,
+                    cwd=self.workspace).check()
         if self.jj.count(f"{trunk}..@-", self.workspace):
             self.jj.run("squash", "--from", f"{trunk}..@-", "--into", "@", "-m",
                         f"{self.spec.issue}: its work, rebased onto trunk to resolve",

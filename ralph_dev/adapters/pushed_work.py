@@ -22,7 +22,7 @@ import structlog
 from ralph_dev.adapters.jj_cli import JjCli, JJError, quote_revset
 from ralph_dev.core import cluster
 from ralph_dev.core.errors import ConfigError
-from ralph_dev.core.model import Placement
+from ralph_dev.core.model import NodeSlots, Placement
 from ralph_dev.core.ports import WORK_BOOKMARK_PREFIX
 
 log = structlog.get_logger(__name__)
@@ -72,6 +72,8 @@ class AttemptPlane(Protocol):
     def where(self, target: str) -> Placement: ...
 
     def free_slots(self) -> int: ...
+
+    def nodes(self) -> list[NodeSlots]: ...
 
     def ask(self, target: str, method: str, *args: Any) -> Any: ...
 
@@ -133,6 +135,9 @@ class ClusterWork:
     def free_slots(self) -> int:
         return self.plane.free_slots()
 
+    def nodes(self) -> list[NodeSlots]:
+        return self.plane.nodes()
+
     def where(self, issue: str, attempt: int) -> Placement:
         return self.plane.where(cluster.actor_name(self.plane.project, issue, attempt))
 
@@ -174,18 +179,16 @@ class ClusterWork:
         """The current attempt's push, as the issue's work in its workspace here (whatever
         an earlier bring-in left there is replaced); the commit, or None when the attempt
         pushed nothing."""
-        pushed = PushedWork(self.jj, self.remote).fetch(path)
-        bookmark = cluster.mergeable_push(issue, attempt, pushed)
-        if bookmark is None:
-            return None
-        self._replace_work(path, pushed[bookmark])
-        return pushed[bookmark]
+        return self._bring(path, lambda pushed: cluster.mergeable_push(issue, attempt, pushed))
 
     def keep(self, issue: str, path: Path) -> str | None:
         """The newest attempt's push, fenced or not, into the workspace: a canceled
         issue's work stays under its bookmark here, as on one host."""
+        return self._bring(path, lambda pushed: cluster.latest_push(issue, pushed))
+
+    def _bring(self, path: Path, choose: Callable[[dict[str, str]], str | None]) -> str | None:
         pushed = PushedWork(self.jj, self.remote).fetch(path)
-        bookmark = cluster.latest_push(issue, pushed)
+        bookmark = choose(pushed)
         if bookmark is None:
             return None
         self._replace_work(path, pushed[bookmark])

@@ -42,7 +42,7 @@ from ralph_dev.adapters.node_worker import AttemptRunning, NodeWorker, WorkerSpe
 from ralph_dev.core import cluster
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import ClusterUnavailable, ConfigError, RalphError
-from ralph_dev.core.model import Placement, Window
+from ralph_dev.core.model import NodeSlots, Placement, Window
 
 NAMESPACE = "ralph-dev"
 START_TIMEOUT = 180.0
@@ -300,6 +300,21 @@ class RayPlane:
         except RayError as exc:
             raise ClusterError(f"the cluster did not say its free slots: {exc}") from exc
 
+    def nodes(self) -> list[NodeSlots]:
+        """The live nodes with worker slots, as Ray lists them."""
+        return [NodeSlots(node=n["NodeID"], host=str(n.get("NodeManagerHostname", "")),
+                          slots=int(n["Resources"][cluster.SLOT_RESOURCE]))
+                for n in self._slot_nodes()]
+
+    def _slot_nodes(self) -> list[dict[str, Any]]:
+        self._connect()
+        try:
+            listed: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        except RayError as exc:
+            raise ClusterError(f"the cluster did not list its nodes: {exc}") from exc
+        return [n for n in listed
+                if n.get("Alive") and n.get("Resources", {}).get(cluster.SLOT_RESOURCE)]
+
     def where(self, target: str) -> Placement:
         """The node and host an attempt runs on."""
         placed: Placement = self._call(target, "where")
@@ -309,10 +324,7 @@ class RayPlane:
         """Each live node with worker slots: its slots and what it has of what a worker
         needs (``agent``: the agent program launches run), asked on the node itself
         (``doctor``)."""
-        self._connect()
-        listed: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
-        nodes = [n for n in listed
-                 if n.get("Alive") and n.get("Resources", {}).get(cluster.SLOT_RESOURCE)]
+        nodes = self._slot_nodes()
         asked = [_tools_on.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
             n["NodeID"], soft=False)).remote(agent) for n in nodes]
         found = self._get(asked)

@@ -23,7 +23,14 @@ from typing import Any
 import structlog
 
 from ralph_dev.adapters.files import atomic_write_text, private_dir, read_lines_from
-from ralph_dev.core.model import Pause, Role, Window, WorkerRecord, check_identifier
+from ralph_dev.core.model import (
+    NodeSlots,
+    Pause,
+    Role,
+    Window,
+    WorkerRecord,
+    check_identifier,
+)
 from ralph_dev.core.paths import ProjectPaths
 
 log = structlog.get_logger(__name__)
@@ -352,25 +359,30 @@ class StateStore:
         return {k: v for k, v in data.items() if isinstance(v, dict)} \
             if isinstance(data, dict) else {}
 
-    def write_cluster(self, windows: Sequence[Window], free_slots: int) -> None:
+    def write_cluster(self, windows: Sequence[Window], free_slots: int,
+                      nodes: Sequence[NodeSlots] = ()) -> None:
         """The cluster's workers and free slots as the controller last saw them
         (``cluster.json``): ``status`` shows them without connecting to the cluster."""
         seen = [{"name": w.name, "pane_id": w.pane_id, "alive": w.alive,
                  "exit_status": w.exit_status, "command": w.command,
                  "host_lost": w.host_lost} for w in windows]
         atomic_write_text(self.paths.state_dir / "cluster.json",
-                          json.dumps({"windows": seen, "free_slots": free_slots}) + "\n")
+                          json.dumps({"windows": seen, "free_slots": free_slots,
+                                      "nodes": [dataclasses.asdict(n) for n in nodes]})
+                          + "\n")
 
-    def read_cluster(self) -> tuple[list[Window], int | None]:
+    def read_cluster(self) -> tuple[list[Window], int | None, list[NodeSlots]]:
         try:
             data = json.loads((self.paths.state_dir / "cluster.json").read_text("utf-8"))
             windows = [Window(name=str(w["name"]), pane_id=str(w["pane_id"]),
                               window_id=str(w["pane_id"]), alive=bool(w["alive"]),
                               exit_status=w.get("exit_status"), command=str(w["command"]),
                               host_lost=bool(w.get("host_lost"))) for w in data["windows"]]
-            return windows, int(data["free_slots"])
+            nodes = [NodeSlots(node=str(n["node"]), host=str(n["host"]), slots=int(n["slots"]))
+                     for n in data.get("nodes", ())]
+            return windows, int(data["free_slots"]), nodes
         except (OSError, ValueError, KeyError, TypeError):
-            return [], None
+            return [], None, []
 
     def log_path(self, issue: str) -> Path:
         return self.paths.logs_dir / f"{check_identifier(issue)}.log"

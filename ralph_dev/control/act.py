@@ -352,12 +352,11 @@ class Actuator:
             return  # started on this host before the project had a cluster
         attempt = record.cluster_attempt
         if record.final_push != attempt:
-            raise RalphError(
-                f"{name}: attempt {attempt} on {record.host or 'its host'} reported done, but "
-                "its host was lost before its final push came back, so its last snapshot "
-                f"(bookmark ralph/{name}/a{attempt} on the cluster's remote, if any) may "
-                "hold only part of its work. Move the issue back to a ready state to start "
-                "a new attempt from that snapshot")
+            raise ClusterUnavailable(
+                f"attempt {attempt} on {record.host or 'its host'} reported done, but its "
+                "host was lost before its final push came back; its last snapshot (bookmark "
+                f"ralph/{name}/a{attempt}, if it pushed one) may hold only part of its work, "
+                "so a new attempt starts from it")
         path = self.jj.workspaces.workspace_path(name)
         commit = await while_beating(self.beat, "fetch", self.cluster.bring_in, name,
                                      attempt, path)

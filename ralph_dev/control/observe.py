@@ -216,7 +216,8 @@ class Observer:
         if self.cluster is None:
             return None
         free = await asyncio.to_thread(self.cluster.free_slots)
-        self.store.write_cluster(observed.windows, free)
+        nodes = await asyncio.to_thread(self.cluster.nodes)
+        self.store.write_cluster(observed.windows, free, nodes)
         return free
 
     def _retrying(self, observed: Observed) -> dict[str, str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from importlib import resources
@@ -33,7 +34,14 @@ from ralph_dev.control.disk import workspace_sizes
 from ralph_dev.control.pause_text import pause_entries
 from ralph_dev.control.status_sources import StateSources
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.model import CONTROLLER_WINDOW, Issue, Observed, Window, worker_windows
+from ralph_dev.core.model import (
+    CONTROLLER_WINDOW,
+    Issue,
+    NodeSlots,
+    Observed,
+    Window,
+    worker_windows,
+)
 from ralph_dev.core.policy import Blame
 from ralph_dev.core.text import strip_ansi
 
@@ -132,7 +140,8 @@ async def _document(settings: ProjectSettings, sources: StateSources,
     now = utcnow()
     daemon_pid = lock_holder(settings.paths.daemon_pid)
     windows: list[Window] = await asyncio.to_thread(sources.tmux.list_windows)
-    cluster_windows, free_slots = store.read_cluster() if settings.cluster else ([], None)
+    cluster_windows, free_slots, nodes = store.read_cluster() if settings.cluster \
+        else ([], None, [])
     windows += cluster_windows  # workers on other hosts, as the controller last saw them
     beat = store.read_heartbeat()
     records = store.load_records()
@@ -182,7 +191,7 @@ async def _document(settings: ProjectSettings, sources: StateSources,
         "costs": _costs(workers),
         "disk": await asyncio.to_thread(workspace_sizes, settings),
         "events": store.recent_events(n_events),
-        **({"cluster": {"free_slots": free_slots}} if settings.cluster else {}),
+        **({"cluster": _cluster(free_slots, nodes, workers)} if settings.cluster else {}),
     }
     needs_you = _needs_you(settings, document)
     config_error = config_error or (beat or {}).get("config_error")
@@ -332,6 +341,15 @@ def _workers(store: StateStore, windows: Sequence[Window], records: Mapping[str,
             "host": record.host if record else None,
         })
     return workers
+
+
+def _cluster(free_slots: int | None, nodes: Sequence[NodeSlots],
+             workers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The cluster's free slots, and each node's slots with the live workers on it."""
+    running = Counter(w["node"] for w in workers if w.get("node") and w["state"] == "running")
+    return {"free_slots": free_slots,
+            "nodes": [{"node": n.node, "host": n.host, "slots": n.slots,
+                       "workers": running.get(n.node, 0)} for n in nodes]}
 
 
 def _controller(settings: ProjectSettings, windows: Sequence[Window],

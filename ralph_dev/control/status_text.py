@@ -111,6 +111,12 @@ def render(doc: Mapping[str, Any], *, login: str | None = None) -> str:
                      f"({terminal_line(wait_text(item['wait']), 160)})")
     if len(waiting) > ON_HOLD_SHOWN:
         lines.append(f"  waits:      … and {len(waiting) - ON_HOLD_SHOWN} more")
+    if (on_cluster := doc.get("cluster")) is not None:
+        hosts = ", ".join(f"{terminal_line(n['host'], 30)} ({n['node'][:8]}) "
+                          f"{n['workers']}/{n['slots']}" for n in on_cluster["nodes"])
+        free = on_cluster["free_slots"]
+        lines.append(f"  cluster:    {'?' if free is None else free} free slot(s)"
+                     + (f"; {hosts}" if hosts else "; no node with worker slots"))
     costs = doc["costs"]
     if costs["known"]:
         tokens = costs["tokens"] or {}

@@ -182,6 +182,15 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class NodeSlots:
+    """One live node of a cluster and its worker slots, for ``status``."""
+
+    node: str
+    host: str
+    slots: int
+
+
+@dataclass(frozen=True)
 class Window:
     """One tmux window as seen in a single ``list-panes`` call."""
 

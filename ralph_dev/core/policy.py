@@ -133,6 +133,8 @@ def verdict(failure: Failure, record: WorkerRecord | None, settings: ProjectSett
         # a half-made start is a failed attempt: backed off before the next
         return Verdict(Blame.OWN, {"last_failure_at": now, "last_failure": error, "lost": None})
     if isinstance(action, Merge):
+        if failure.outside:  # its done work never came back: a new attempt does it again
+            return Verdict(Blame.OUTSIDE, {"done": False, "lost": error, "lost_at": now})
         feedback = settings.labels.user_feedback_given
         if not failure.retryable:
             return Verdict(Blame.PERMANENT, {"hold_reason": hold_comment(action.issue, error,

@@ -20,6 +20,7 @@ from ralph_dev.core.model import (
     Launch,
     MergeResult,
     NewIssue,
+    NodeSlots,
     Placement,
     Role,
     StateType,
@@ -107,6 +108,10 @@ class Cluster(WorkerChanges, Protocol):
 
     def free_slots(self) -> int:
         """Worker slots free on the cluster's hosts now."""
+        ...
+
+    def nodes(self) -> list[NodeSlots]:
+        """The cluster's live nodes with worker slots."""
         ...
 
     def screen(self, issue: str, lines: int = 200) -> str:
