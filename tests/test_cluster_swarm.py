@@ -38,7 +38,9 @@ def cluster_swarm(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, jj_b
         swarm.use_cluster(made.address, tmp_path / "remote.git")
         # the two urgent issues, started together, change one file: the second to merge
         # conflicts, and a resolve worker on a host meets the conflict in its workspace
-        swarm.script.update({"DEMO-3": "conflict:shared.txt", "DEMO-6": "conflict:shared.txt"})
+        swarm.script.update({"DEMO-3": "conflict:shared.txt", "DEMO-6": "conflict:shared.txt",
+                             # the next two, one on each node, work long enough to lose one
+                             **dict.fromkeys(LONG, "work:10")})
         swarm.write_script()
         locks = swarm.shared / "locks"
         locks.mkdir()
@@ -47,6 +49,9 @@ def cluster_swarm(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, jj_b
             yield swarm, made
         finally:
             swarm.teardown()
+
+
+LONG = ("DEMO-1", "DEMO-4")
 
 
 def spawns(swarm: Swarm) -> list[dict[str, Any]]:
@@ -60,16 +65,17 @@ def test_a_swarm_on_three_nodes_loses_one_and_still_merges_everything_once(
     swarm.start()
 
     def on_both_nodes() -> dict[str, str] | None:
-        """Node → an issue still at some seconds of work there (not the two quick ones
-        that conflict), once both nodes have one."""
-        done = {e["issue"] for e in swarm.events() if e["event"] == "worker_done"}
-        done |= {"DEMO-3", "DEMO-6"}
+        """Node → a long issue at work there, once both nodes have one."""
         working = {e["node"]: e["issue"] for e in spawns(swarm)
-                   if e.get("node") and e["issue"] not in done}
+                   if e.get("node") and e["issue"] in LONG}
         return working if len(working) == 2 else None
 
-    placed = wait_for(on_both_nodes, 120, "workers at work on both worker nodes")
+    placed = wait_for(on_both_nodes, 120, "a long worker on each worker node")
     assert isinstance(placed, dict)
+    lost_node, lost_issue = sorted(placed.items())[0]
+    kept_issue = sorted(placed.items())[1][1]
+    [doomed] = [n for n in made.worker_nodes if n.node_id == lost_node]
+    made.remove_node(doomed, allow_graceful=False)
 
     def status_names_nodes() -> dict[str, Any] | None:
         doc = swarm.status()
@@ -78,18 +84,14 @@ def test_a_swarm_on_three_nodes_loses_one_and_still_merges_everything_once(
     # the six issues keep four slots busy for a while: status catches some of them
     shown = wait_for(status_names_nodes, 60, "status naming a worker's node")
     assert isinstance(shown, dict) and shown["cluster"]["free_slots"] is not None
-    assert sorted(n["slots"] for n in shown["cluster"]["nodes"]) == [2, 2]
-    assert sum(n["workers"] for n in shown["cluster"]["nodes"]) == len(
+    assert sorted(n["slots"] for n in shown["cluster"]["nodes"]) in ([2], [2, 2])
+    assert sum(n["workers"] for n in shown["cluster"]["nodes"]) <= len(
         [w for w in shown["workers"] if w["node"] and w["state"] == "running"])
     assert "cluster:" in swarm.cli("status", swarm.project).stdout
     assert all(w["host"] and w["window"].startswith("demo:") for w in shown["workers"]
                if w["node"])
-    lost_node, lost_issue = sorted(placed.items())[0]
-    kept_issue = sorted(placed.items())[1][1]
     wait_for(lambda: "[demo agent]" in swarm.cli("logs", kept_issue, check=False).stdout, 30,
              "a live cluster worker's log, read through its actor")
-    [doomed] = [n for n in made.worker_nodes if n.node_id == lost_node]
-    made.remove_node(doomed, allow_graceful=False)
 
     try:
         wait_for(swarm.all_done, 300, "every issue Done after a node was lost")

@@ -179,23 +179,25 @@ class NodeWorker:
             self.jj.run("workspace", "add", "--name", spec.workspace_name,
                         "-r", f"{quote_revset(base)}@{REMOTE}", str(self.workspace),
                         touch_checkout=True).check()
-            if spec.rebase and base != spec.trunk:
-                self._rebased_into_one()
+            if base != spec.trunk:
+                self._folded_into_one(rebase=spec.rebase)
         return base
 
-    def _rebased_into_one(self) -> None:
-        """The earlier work rebased onto trunk and folded into the working copy: its
-        conflicts, if any, are the working copy's own, so the resolve worker's edits
-        resolve them, and no conflicted commit stays below what it pushes."""
+    def _folded_into_one(self, *, rebase: bool) -> None:
+        """The earlier attempt's work folded into the working copy, so what the issue
+        lands is one change, not one per attempt (and no snapshot's stand-in message
+        reaches trunk). ``rebase``: onto trunk first, so a resolve worker's conflicts
+        are its working copy's own and its edits resolve them."""
         trunk = quote_revset(self.spec.trunk)
-        # the earlier push is a remote bookmark, immutable to jj: its commits are copied
-        # by the rebase, and the remote's bookmark stays where the remote has it
-        self.jj.run("--ignore-immutable", "rebase", "-b", "@", "-o", trunk,
-                    cwd=self.workspace).check()
-        if self.jj.count(f"{trunk}..@-", self.workspace):
-            self.jj.run("squash", "--from", f"{trunk}..@-", "--into", "@", "-m",
-                        f"{self.spec.issue}: its work, rebased onto trunk to resolve",
+        if rebase:
+            # the earlier push is a remote bookmark, immutable to jj: its commits are
+            # copied by the rebase, and the remote's bookmark stays where the remote has it
+            self.jj.run("--ignore-immutable", "rebase", "-b", "@", "-o", trunk,
                         cwd=self.workspace).check()
+        if self.jj.count(f"{trunk}..@-", self.workspace):
+            self.jj.run("--ignore-immutable", "squash", "--from", f"{trunk}..@-", "--into", "@",
+                        "-m", f"{self.spec.issue}: work in progress, continued by attempt "
+                              f"{self.spec.attempt}", cwd=self.workspace).check()
 
     # -- the process ------------------------------------------------------------------------
 
