@@ -148,6 +148,9 @@ class Actuator:
         """Told before each action on an issue (the tripwires see its workspace afresh)."""
         self.cluster = cluster
         """Where workers run when they run on other hosts (None: on this one)."""
+        self._brought: dict[str, int] = {}
+        """Issue → the cluster attempt whose done work this controller brought into its
+        workspace: its merge, in the same plan, need not fetch it again."""
         self.writer = WriteBackWriter(settings, tracker=tracker, store=store,
                                       writebacks=writebacks, clock=clock)
 
@@ -220,7 +223,7 @@ class Actuator:
                 await self._end_windows(action.issue, observed)
             case Merge():
                 if self.cluster is not None:
-                    await self._bring_in(action.issue)
+                    await self._bring_in(action.issue, again=False)
                 outcome = await self.merges.merge(action, issue)
                 for comment in outcome.comments:
                     with contextlib.suppress(TrackerError):
@@ -232,6 +235,7 @@ class Actuator:
                 keep = action.keep_bookmark or self.settings.merge.mode == "pr"
                 await self.intake.accept(action.issue)  # what its outbox still holds
                 if self.cluster is not None:
+                    self._brought.pop(action.issue, None)  # a reopened issue counts from 1
                     await self._cluster_forget(action.issue, keep=action.keep_bookmark)
                 await self.server.stop(action.issue)
                 self.dirs.discard(action.issue)
@@ -342,10 +346,11 @@ class Actuator:
             atomic_write_bytes(self.store.log_path(name), data)
         return True
 
-    async def _bring_in(self, name: str) -> None:
+    async def _bring_in(self, name: str, *, again: bool = True) -> None:
         """The current attempt's pushed change into the issue's workspace here, where the
         merge lane takes it. Only a push that came back after the attempt's processes
-        ended is its done work: anything else would merge a snapshot of half of it."""
+        ended is its done work: anything else would merge a snapshot of half of it.
+        ``again`` False: not if this controller brought that attempt's work in already."""
         assert self.cluster is not None
         record = self.store.load_record(name)
         if record is None or not record.cluster_attempt:
@@ -357,9 +362,12 @@ class Actuator:
                 "host was lost before its final push came back; its last snapshot (bookmark "
                 f"ralph/{name}/a{attempt}, if it pushed one) may hold only part of its work, "
                 "so a new attempt starts from it")
+        if not again and self._brought.get(name) == attempt:
+            return
         path = self.jj.workspaces.workspace_path(name)
         commit = await while_beating(self.beat, "fetch", self.cluster.bring_in, name,
                                      attempt, path)
+        self._brought[name] = attempt
         self.store.append_event("cluster_work_fetched", issue=name, attempt=attempt,
                                 commit=commit[:12] if commit else None)
 
