@@ -113,6 +113,51 @@ def assert_implements(obj: object, protocol: type) -> None:
     assert wanted and not missing, f"{type(obj).__name__} lacks {missing}"
 
 
+SHARED_CLUSTER_MODULES = frozenset({"test_ray_plane.py", "test_cluster_swarm.py",
+                                    "test_cluster_claude.py"})
+"""Tests that take the one Ray cluster of the machine in turn (``ray_kit``): one xdist
+worker runs them all, instead of several waiting for each other."""
+
+SHORT_TEST_SECONDS = 0.5
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest tests start first, spread over the xdist workers.
+
+    ``--dist worksteal`` first hands each worker a contiguous slice of the collection
+    (then idle workers steal from the end of busy ones' queues): in file order, one
+    worker could start with 250 s of Claude Code tests while another finishes early.
+    So the order is built slice by slice: the longest tests (``expected_durations``)
+    go, longest first, to the slice with the least expected work, and short tests fill
+    each slice to the size worksteal gives it. Deterministic: every worker collects
+    the same order, as xdist requires."""
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 0))
+    if workers < 2 or len(items) < workers:
+        return
+    from expected_durations import EXPECTED_SECONDS
+
+    def seconds(item: pytest.Item) -> float:
+        return EXPECTED_SECONDS.get(item.nodeid.split("/")[-1], SHORT_TEST_SECONDS)
+
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0].split("/")[-1]
+        key = "ray" if module in SHARED_CLUSTER_MODULES else item.nodeid
+        groups.setdefault(key, []).append(item)
+    sizes, left = [], len(items)
+    for remaining in range(workers, 0, -1):  # worksteal's first split (check_schedule)
+        sizes.append(left // remaining)
+        left -= sizes[-1]
+    slices: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    load = [0.0] * workers
+    for group in sorted(groups.values(), key=lambda g: -sum(map(seconds, g))):
+        room = [i for i in range(workers) if len(slices[i]) + len(group) <= sizes[i]]
+        target = min(room or range(workers), key=lambda i: (load[i], len(slices[i])))
+        slices[target].extend(group)
+        load[target] += sum(map(seconds, group))
+    items[:] = [item for part in slices for item in part]
+
+
 _SKIPPED_IN_CI: list[str] = []
 
 

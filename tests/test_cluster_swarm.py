@@ -32,7 +32,9 @@ PLAN = "\n".join(f'[[task]]\nref = "t{n}"\ntitle = "Task {n}"\npriority = {1 + n
 @pytest.fixture
 def cluster_swarm(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, jj_bin: str,
                   tmux_socket: str) -> Iterator[tuple[Swarm, Any]]:
-    with local_cluster(tmp_path_factory.getbasetemp(), "demo", connect=False) as made:
+    base = tmp_path_factory.getbasetemp()
+    with local_cluster(base, "demo", connect=False) as made:
+        made.hosts_data = base / "ray-hosts" / "xdg_data_home" / "ralph-dev"
         swarm = Swarm.create(tmp_path / "swarm", jj_bin, tmux_socket, max_workers=4,
                              agent_seconds=4, timing={"max_attempts": 4, "heartbeat_stale": 30})
         swarm.use_cluster(made.address, tmp_path / "remote.git")
@@ -125,6 +127,19 @@ def test_a_swarm_on_three_nodes_loses_one_and_still_merges_everything_once(
     assert [line.split()[1] for line in refs.splitlines()] == ["refs/heads/ralph-trunk"], refs
     # an ended worker's log stays readable here after its actor is gone
     assert "worker done exited 0" in swarm.cli("logs", kept_issue).stdout
+    # hosts shared nothing with the controller but the remote: each worker wrote its
+    # `done` on its host, and only the relay brought it here; its launch, moved there,
+    # named nothing of the controller's directories
+    runs = sorted(made.hosts_data.glob("nodes/*/runs/demo/*"))
+    reported = {run.name.rsplit("-a", 1)[0] for run in runs
+                for path in (run / "worker" / "run" / "outbox").glob("*.json")
+                if json.loads(path.read_text())["kind"] == "done"}
+    assert reported >= set(idents), (reported, runs)
+    here = swarm.env["XDG_STATE_HOME"]  # where workers' dirs and launch files lie
+    for spec in [p for run in runs for p in (run / "launch").glob("*.launch.json")]:
+        named = json.dumps(json.loads(spec.read_text()))
+        assert here not in named, (here, spec, named)
+        assert not spec.with_suffix(".secrets.json").exists()
 
 
 def raylets() -> set[int]:

@@ -249,3 +249,42 @@ def test_a_dead_node_ends_its_worker_and_the_next_attempt_resumes_elsewhere(
         == "a1 was here\na2 was here\n"
     plane.kill_window(second.pane_id)
     plane.kill_window(first.pane_id)  # a dead node's actor: nothing to end, no error
+
+
+def test_a_launch_travels_to_its_host_and_its_session_comes_back(
+        ray_cluster: Any, remote: Path, tmp_path: Path) -> None:
+    """A host sees nothing of the controller's directories: the worker's own directory
+    travels with its start, its paths moved to the copy there, and the transcript it
+    resumes lies where Claude Code looks for that workspace; its session comes back."""
+    from ralph_dev.adapters.launch_bundle import pack
+    from ralph_dev.adapters.ray_plane import RayPlane
+    from ralph_dev.agent.claude import session_folder
+
+    plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
+                     root=str(tmp_path / "hosts"), namespace=NAMESPACE)
+    target = cluster.actor_name(PROJECT, "APP-7", 1)
+    worker = tmp_path / "controller" / "workers" / "APP-7"
+    for sub in ("home", "run", "sessions"):
+        (worker / sub).mkdir(parents=True)
+    (worker / "sessions" / "sess-0001-abcd.jsonl").write_text('{"type": "user"}\n')
+    workspace = plane.place("APP-7", 1)
+    plane.ask(target, "receive", pack({"worker": worker}, trees=[worker]))
+    environment = {**_environment("APP-7", 1), "HOME": str(worker / "home"),
+                   "RALPH_DEV_RUN_DIR": str(worker / "run")}
+    plane.open_window("APP-7", cwd=tmp_path, command=[
+        "sh", "-c", 'echo "$HOME" > "$RALPH_DEV_RUN_DIR/seen" && '
+                    'for f in "$HOME"/.claude/projects/*/sess-0001-abcd.jsonl; '
+                    'do echo more >> "$f"; done'],
+                      environment=environment)
+    retry_until(lambda: _ended(plane, {"APP-7"}), timeout=60, what="the worker to finish")
+
+    [copy] = (tmp_path / "hosts").glob(f"*/runs/{PROJECT}/APP-7-a1/worker")
+    assert (copy / "run" / "seen").read_text() == f"{copy / 'home'}\n"
+    assert plane.ask(target, "transcript", "sess-0001-abcd") == b'{"type": "user"}\nmore\n'
+    assert plane.ask(target, "transcript", "../../etc/passwd") is None
+    folder = session_folder(workspace)
+    assert folder is not None
+    assert (copy / "home/.claude/projects" / folder / "sess-0001-abcd.jsonl").is_file()
+    assert not (worker / "run" / "seen").exists()  # the controller's directory: untouched
+    plane.kill_window(target)
+    plane.close()

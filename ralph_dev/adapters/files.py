@@ -26,6 +26,14 @@ def atomic_write_text(path: Path, text: str, *, mode: int = 0o600) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
+def read_bytes(path: Path) -> bytes | None:
+    """The file's bytes; None when it cannot be read (not there, not a file)."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     """``atomic_write_text`` for bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -244,7 +244,7 @@ def encode_report(report: Report) -> bytes:
     return raw
 
 
-def _report_id_ok(text: str) -> bool:
+def report_id_ok(text: str) -> bool:
     return 1 <= len(text) <= 64 and all(c in "0123456789abcdef" for c in text)
 
 
@@ -260,24 +260,30 @@ def decode_report(raw: bytes, report_id: str) -> Report | None:
     if not isinstance(data, dict) or not isinstance(data.get("fields", {}), dict):
         return None
     found_id, kind = str(data.get("id", "")), str(data.get("kind", ""))
-    if found_id != report_id or not _report_id_ok(found_id) or kind not in REPORT_KINDS:
+    if found_id != report_id or not report_id_ok(found_id) or kind not in REPORT_KINDS:
         return None
     return Report(id=found_id, kind=kind, fields=dict(data.get("fields") or {}),
                   at=str(data.get("at", "")))
 
 
 def read_report(path: Path) -> Report | None:
-    """One outbox file as a report; None for anything malformed (it is refused). Read
-    without following a link: the controller sees paths the worker's sandbox hides."""
+    """One outbox file as a report; None for anything malformed (it is refused)."""
+    raw = read_report_bytes(path)
+    return None if raw is None else decode_report(raw, path.stem)
+
+
+def read_report_bytes(path: Path) -> bytes | None:
+    """An outbox file's bytes (at most one over the limit); None unless a regular file.
+    Read without following a link: the controller sees paths the worker's sandbox
+    hides."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as handle:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
                 return None
-            raw = handle.read(REPORT_LIMIT + 1)
+            return handle.read(REPORT_LIMIT + 1)
     except OSError:
         return None
-    return decode_report(raw, path.stem)
 
 
 def pending_reports(run_dir: Path, limit: int = REPORTS_AT_ONCE

@@ -27,15 +27,21 @@ from pathlib import Path
 
 import structlog
 
+from ralph_dev.adapters import launch_bundle
+from ralph_dev.adapters.files import atomic_write_bytes, private_dir
 from ralph_dev.adapters.jj_cli import JjCli, child_path, find_jj, quote_revset
 from ralph_dev.adapters.jj_home import JjHome
 from ralph_dev.adapters.jj_workspaces import JjWorkspaces
+from ralph_dev.adapters.launch_bundle import SESSIONS, SHIPPED_ROOT, Bundle
+from ralph_dev.adapters.node_mailbox import NodeMailbox
 from ralph_dev.adapters.tmux import Tmux
+from ralph_dev.agent.claude import session_folder
+from ralph_dev.agent.launch import agent_bin_in
 from ralph_dev.core import cluster
 from ralph_dev.core.environment import RUN_DIR_VAR, is_secret_name
 from ralph_dev.core.errors import ClusterUnavailable, RalphError
-from ralph_dev.core.model import Placement, Window
-from ralph_dev.core.paths import data_home
+from ralph_dev.core.model import SESSION_ID_RE, Placement, Window
+from ralph_dev.core.paths import ProjectPaths, data_home
 
 log = structlog.get_logger(__name__)
 
@@ -116,9 +122,17 @@ class NodeWorker:
                          f"ralph-{spec.project}-{spec.issue}-a{spec.attempt}")
         self._stopped = threading.Event()
         self._server: subprocess.Popen[bytes] | None = None
+        self._bundle: Bundle | None = None
+        self._mailbox: NodeMailbox | None = None
+        self._agent_home: Path | None = None
 
     def where(self) -> Placement:
         return self.placement
+
+    @property
+    def own_dir(self) -> Path:
+        """Where the attempt's launch files and run directory lie on this host."""
+        return self.home / "runs" / self.spec.project / self.spec.workspace_name
 
     @property
     def log_file(self) -> Path:
@@ -222,14 +236,14 @@ class NodeWorker:
             raise AttemptRunning(
                 f"{cluster.actor_name(self.spec.project, self.spec.issue, self.spec.attempt)}: "
                 f"already started on {self.placement.host}; one attempt never runs twice")
+        if self._bundle is not None:
+            command, environment = self._unpacked(self._bundle, command, environment)
         run_dir = environment.get(RUN_DIR_VAR)
         if run_dir is not None and not Path(run_dir).is_dir():  # this host's setup
             raise ClusterUnavailable(
-                f"{self.spec.issue}: host {self.placement.host} cannot see the worker's run "
-                f"directory {run_dir}: a worker's reports and launch files live in the "
-                "controller's data directory, so every host must see ralph-dev's XDG data "
-                "and state directories at the same paths (a shared filesystem); mount them, "
-                "or leave this host out of the cluster's ralph_worker slots")
+                f"{self.spec.issue}: host {self.placement.host} has no run directory "
+                f"{run_dir}, and the controller sent no launch files to make one: start "
+                "cluster workers through the controller, which sends them")
         self.tmux.kill_server()
         if not self.workspace.is_dir():
             self.prepare()
@@ -250,6 +264,62 @@ class NodeWorker:
         if self.spec.snapshot_interval > 0:
             threading.Thread(target=self._snapshots, name="snapshots", daemon=True).start()
         return window
+
+    def receive(self, bundle: Bundle) -> None:
+        """The worker's launch files, from the controller's host: unpacked here by
+        ``start``."""
+        self._bundle = bundle
+
+    def _unpacked(self, bundle: Bundle, command: Sequence[str], environment: Mapping[str, str]
+                  ) -> tuple[list[str], dict[str, str]]:
+        """The launch files written under :attr:`own_dir`, the command and environment
+        moved to name them there, the run directory's mailbox open, and the session the
+        launch resumes put where the agent looks for it."""
+        # the `ralph-dev` the launch puts first on the agent's PATH: this host's own, where
+        # the launch (its data directory moved here) names it
+        agent_bin_in(ProjectPaths(self.spec.project).data_dir)
+        moves = launch_bundle.unpack(bundle, self.own_dir)
+        command = [launch_bundle.moved(part, moves) for part in command]
+        environment = {k: launch_bundle.moved(v, moves) for k, v in environment.items()}
+        if RUN_DIR_VAR in environment:
+            self._mailbox = NodeMailbox(Path(environment[RUN_DIR_VAR]))
+            self._mailbox.open()
+        home = environment.get("HOME")
+        if home:
+            self._agent_home = Path(home)
+            self._place_sessions(Path(home))
+        return command, environment
+
+    def _place_sessions(self, home: Path) -> None:
+        """Each shipped transcript (``SESSIONS``) where Claude Code looks for the
+        sessions of this workspace: a resumed session continues here."""
+        folder = session_folder(self.workspace)
+        for transcript in sorted((self.own_dir / SHIPPED_ROOT / SESSIONS).glob("*.jsonl")):
+            if folder is None:
+                log.warning("session_not_placed", issue=self.spec.issue,
+                            why="the workspace's path is too long for Claude Code's folder")
+                return
+            target = home / ".claude" / "projects" / folder
+            private_dir(target)
+            atomic_write_bytes(target / transcript.name, transcript.read_bytes())
+
+    def exchange(self, files: Mapping[str, bytes], answers: Mapping[str, bytes],
+                 taken: list[str], wait: float) -> dict[str, bytes]:
+        """The relay's call (``adapters.node_mailbox``); nothing before the window
+        started."""
+        if self._mailbox is None:
+            self._stopped.wait(min(wait, 1.0))
+            return {}
+        return self._mailbox.exchange(files, answers, taken, wait)
+
+    def transcript(self, session_id: str) -> bytes | None:
+        """The agent session's transcript on this host (None: none here), for the
+        controller to keep and send to the issue's next attempt."""
+        if self._agent_home is None or not SESSION_ID_RE.fullmatch(session_id):
+            return None
+        for path in (self._agent_home / ".claude" / "projects").glob(f"*/{session_id}.jsonl"):
+            return path.read_bytes()
+        return None
 
     def _snapshots(self) -> None:
         """Push what the worker has every interval while its window lives, and once
@@ -313,6 +383,8 @@ class NodeWorker:
         if self._server is not None:
             self._server.kill()
             self._server.wait(timeout=10)
+        if self._mailbox is not None:
+            self._mailbox.close()
 
     # -- code back --------------------------------------------------------------------------
 

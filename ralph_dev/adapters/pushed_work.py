@@ -19,10 +19,13 @@ from typing import Any, Protocol
 
 import structlog
 
+from ralph_dev.adapters import launch_bundle, mailbox
+from ralph_dev.adapters.files import atomic_write_bytes
 from ralph_dev.adapters.jj_cli import JjCli, JJError, quote_revset
+from ralph_dev.adapters.launch_bundle import SESSIONS, SHIPPED_ROOT
 from ralph_dev.core import cluster
 from ralph_dev.core.errors import ConfigError
-from ralph_dev.core.model import NodeSlots, Placement
+from ralph_dev.core.model import Launch, NodeSlots, Placement
 from ralph_dev.core.ports import WORK_BOOKMARK_PREFIX
 
 log = structlog.get_logger(__name__)
@@ -151,11 +154,13 @@ class ClusterWork:
     # -- the change where its worker works (``WorkerChanges``) ---------------------------
 
     def _ask(self, name: str, method: str, *args: Any) -> Any:
-        return self.plane.ask(cluster.actor_name(self.plane.project, name,
-                                                 self.attempt_of(name)), method, *args)
+        return self._ask_attempt(name, self.attempt_of(name), method, *args)
 
     def screen(self, issue: str, lines: int = 200) -> str:
         return str(self._ask(issue, "capture", lines))
+
+    def type_line(self, issue: str, text: str) -> None:
+        self._ask(issue, "send_text", text)
 
     def read_log(self, issue: str, position: int, limit: int) -> tuple[bytes, int]:
         data, end = self._ask(issue, "read_log", position, limit)
@@ -172,6 +177,50 @@ class ClusterWork:
 
     def conflicted_files(self, name: str) -> list[str]:
         return list(self._ask(name, "conflicted_files"))
+
+    # -- the worker's files and reports, carried to and from its host -------------------
+
+    def ship(self, issue: str, attempt: int, launch: Launch, worker_dir: Path,
+             session: str | None = None) -> None:
+        """The attempt's launch files to its host: the worker's own directory (not its
+        run directory's reports and answers, which the relay carries, nor the
+        transcripts kept here but ``session``'s, the one the launch resumes) and the
+        launch's spec, prompt and secrets."""
+        run = worker_dir / "run"
+        launch_files = [p for p in (launch.spec_file, launch.prompt_file) if p is not None]
+        if launch.spec_file is not None:
+            launch_files.append(launch.spec_file.with_suffix(".secrets.json"))
+        transcript = worker_dir / SESSIONS / f"{session}.jsonl" if session else None
+        bundle = launch_bundle.pack(
+            {SHIPPED_ROOT: worker_dir,
+             **({"launch": launch_files[0].parent} if launch_files else {})},
+            trees=[worker_dir],
+            leave_out=[run / mailbox.OUTBOX, run / mailbox.ANSWERS, run / mailbox.SOCKET,
+                       worker_dir / SESSIONS],
+            files=[*launch_files, *([transcript] if transcript else [])])
+        self._ask_attempt(issue, attempt, "receive", bundle)
+
+    def exchange(self, issue: str, attempt: int, files: dict[str, bytes],
+                 answers: dict[str, bytes], taken: list[str], wait: float
+                 ) -> dict[str, bytes]:
+        """One round of the relay with the attempt's run directory on its host
+        (``adapters.cluster_relay``)."""
+        got = self._ask_attempt(issue, attempt, "exchange", files, answers, taken, wait)
+        return {str(k): bytes(v) for k, v in dict(got).items()}
+
+    def keep_transcript(self, issue: str, attempt: int, session: str, to: Path
+                        ) -> Path | None:
+        """The attempt's agent transcript, copied here (``to``) from its host, where the
+        next attempt's launch takes it from; None when its host has none."""
+        data = self._ask_attempt(issue, attempt, "transcript", session)
+        if data is None:
+            return None
+        atomic_write_bytes(to, bytes(data))
+        return to
+
+    def _ask_attempt(self, issue: str, attempt: int, method: str, *args: Any) -> Any:
+        return self.plane.ask(cluster.actor_name(self.plane.project, issue, attempt), method,
+                              *args)
 
     # -- back -------------------------------------------------------------------------
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
+import sys
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
@@ -158,15 +160,27 @@ def _cluster_worker(settings: ProjectSettings, store: StateStore, issue: str
     return plane_for(settings, store=store)[1]
 
 
-def _watch_screen(cluster: Cluster, issue: str, host: str) -> None:
-    """A cluster worker's live screen, read-only: its host's tmux is not this one's."""
+def _watch_screen(cluster: Cluster, issue: str, host: str, typed: TextIO | None = None
+                  ) -> None:
+    """A cluster worker's live screen, and each line typed sent into its session: its
+    host's tmux is not this one's, so a person types a line at a time (sent on Enter,
+    as literal text). The end of input leaves, as Ctrl-C does."""
+    typed = sys.stdin if typed is None else typed
     with contextlib.suppress(KeyboardInterrupt):
         while True:
             screen = cluster.screen(issue)
             click.clear()
-            click.echo(f"{issue} on {host} (read-only: its tmux runs there; Ctrl-C leaves)")
+            click.echo(f"{issue} on {host}: a line you type and Enter go to its agent; "
+                       "Ctrl-C leaves")
             click.echo(for_terminal(screen))
-            time.sleep(1.0)
+            ready, _, _ = select.select([typed], [], [], 1.0)
+            if not ready:
+                continue
+            line = typed.readline()
+            if not line:
+                return
+            if line.strip():
+                cluster.type_line(issue, line.rstrip("\n"))
 
 
 @main.command()

@@ -24,10 +24,10 @@ from typing import Any
 import structlog
 
 from ralph_dev.adapters.files import atomic_write_bytes
-from ralph_dev.adapters.mailbox_server import MailboxServer
 from ralph_dev.adapters.pattern_store import remember_safely
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
 from ralph_dev.adapters.writebacks import WriteBackItem, WriteBackQueue
+from ralph_dev.agent.claude import session_folder
 from ralph_dev.control import workspace_hooks
 from ralph_dev.control.heartbeat import while_beating
 from ralph_dev.control.intake import Intake
@@ -82,7 +82,14 @@ from ralph_dev.core.model import (
 )
 from ralph_dev.core.patterns import plan_text
 from ralph_dev.core.policy import Blame, Failure, verdict
-from ralph_dev.core.ports import AgentLauncher, Cluster, Panes, Repository, Tracker
+from ralph_dev.core.ports import (
+    AgentLauncher,
+    Cluster,
+    Panes,
+    Repository,
+    Tracker,
+    WorkerMailboxes,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -126,7 +133,7 @@ class Actuator:
 
     def __init__(self, settings: ProjectSettings, *, tracker: Tracker, panes: Panes,
                  jj: Repository, launcher: AgentLauncher, store: StateStore,
-                 dirs: WorkerDirs, intake: Intake, server: MailboxServer,
+                 dirs: WorkerDirs, intake: Intake, server: WorkerMailboxes,
                  merges: MergeLane, writebacks: WriteBackQueue,
                  clock: Callable[[], datetime], beat: Callable[[str], None],
                  acted_on: Callable[[str], None] = lambda issue: None,
@@ -344,7 +351,23 @@ class Actuator:
         with contextlib.suppress(RalphError, OSError):  # `logs` reads it once the host is gone
             data, _ = await asyncio.to_thread(self.cluster.read_log, name, 0, LOG_COPY_BYTES)
             atomic_write_bytes(self.store.log_path(name), data)
+        if record.session_id:
+            await self._keep_transcript(name, attempt, record.session_id)
         return True
+
+    async def _keep_transcript(self, name: str, attempt: int, session: str) -> None:
+        """The agent's transcript from its host, kept here: the issue's next attempt,
+        on whichever host, resumes its session from it."""
+        assert self.cluster is not None
+        try:
+            kept = await asyncio.to_thread(self.cluster.keep_transcript, name, attempt,
+                                           session, self.dirs.kept_transcript(name, session))
+        except (RalphError, OSError) as exc:
+            self.store.append_event("transcript_not_kept", issue=name, attempt=attempt,
+                                    error=str(exc))
+            return
+        if kept:
+            self.store.update_record(name, transcript=str(kept))
 
     async def _bring_in(self, name: str, *, again: bool = True) -> None:
         """The current attempt's pushed change into the issue's workspace here, where the
@@ -402,9 +425,15 @@ class Actuator:
         record = self.store.load_record(action.issue)
         if record is None or record.session_id is None or record.role is not action.role:
             return None
-        if record.transcript is None or not Path(record.transcript).is_file():
-            self.store.append_event("session_fresh", issue=action.issue,
-                                    why="the earlier session's transcript is gone")
+        # on a cluster, only a transcript its host sent back (``_keep_transcript``) travels
+        kept = self.dirs.kept_transcript(action.issue, record.session_id) \
+            if self.cluster is not None else None
+        if record.transcript is None or not Path(record.transcript).is_file() \
+                or (kept is not None and Path(record.transcript) != kept):
+            why = "the earlier session's transcript is gone" if kept is None else (
+                f"the earlier session's transcript did not come back from "
+                f"{record.host or 'its host'} (lost before its attempt ended)")
+            self.store.append_event("session_fresh", issue=action.issue, why=why)
             return None
         return record.session_id
 
@@ -436,6 +465,12 @@ class Actuator:
                                             action.issue, record.cluster_attempt, workspace,
                                             rebase=action.role is Role.RESOLVE)
             extra_env = {CLUSTER_ATTEMPT_VAR: str(record.cluster_attempt)}
+            if resume and session_folder(workspace) is None:
+                self.store.append_event(
+                    "session_fresh", issue=action.issue,
+                    why=f"its workspace on its host ({workspace}) has a path too long for "
+                        "Claude Code to find the session in")
+                resume = None
         worker_dir = self.dirs.prepare(issue, action.role, workspace, action.attempt)
         await self.server.listen(self.dirs.names())
         launch = self.launcher(self.settings, issue, action.role, workspace,
@@ -445,6 +480,9 @@ class Actuator:
                                sent_back=record.sent_back if action.role.may_edit else None,
                                stopped=stopped)
         try:
+            if self.cluster is not None:  # its host sees none of the files here
+                await while_beating(self.beat, "ship", self.cluster.ship, action.issue,
+                                    record.cluster_attempt, launch, worker_dir, resume)
             # beating: on a cluster, a host lost mid-start takes a while to say so
             await while_beating(
                 self.beat, "spawn", self.panes.open_window, action.issue, cwd=launch.cwd,
@@ -456,6 +494,7 @@ class Actuator:
         log.info("spawned", issue=action.issue, role=record.role.value, attempt=record.attempts)
         if self.cluster is None:
             return {}
+        launch.discard_secrets()  # its host's copy is the launcher's to read and delete
         where = await asyncio.to_thread(self.cluster.where, action.issue, record.cluster_attempt)
         self.store.update_record(action.issue, node=where.node, host=where.host)
         return {"node": where.node, "host": where.host,

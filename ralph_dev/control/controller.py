@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from ralph_dev.adapters.cluster_relay import ClusterRelay
 from ralph_dev.adapters.config_file import remember_good
 from ralph_dev.adapters.mailbox_server import MailboxServer
 from ralph_dev.adapters.store import StateStore, utcnow
@@ -62,6 +63,7 @@ from ralph_dev.core.ports import (
     PullRequests,
     Repository,
     Tracker,
+    WorkerMailboxes,
 )
 
 log = structlog.get_logger(__name__)
@@ -118,7 +120,9 @@ class Controller:
         self.dirs = WorkerDirs(settings, store=self.store, jj=changes)
         self.intake = Intake(settings, store=self.store, dirs=self.dirs,
                              writebacks=self.writebacks, jj=changes, tracker=tracker)
-        self.server = MailboxServer(self.dirs.run_dir, self.intake.hear)
+        self.server: WorkerMailboxes = MailboxServer(self.dirs.run_dir, self.intake.hear) \
+            if cluster is None else ClusterRelay(self.dirs.run_dir, self.intake.hear,
+                                                 cluster.exchange, self._cluster_attempt)
         self.merges = MergeLane(settings, jj=jj, store=self.store,
                                 pull_requests=pull_requests, beat=self._beat_while)
         self.tripwires = Tripwires(settings, self.store, config=config_file(), clock=clock)
@@ -135,6 +139,10 @@ class Controller:
         self.intake.write_now = self._write_now
         self.config = ConfigWatch(settings.name, config_file(), self.store)
         self._waits: dict[str, Any] | None = None
+
+    def _cluster_attempt(self, name: str) -> int:
+        record = self.store.load_record(name)
+        return record.cluster_attempt if record is not None else 0
 
     def apply_settings(self, settings: ProjectSettings) -> None:
         """Run with ``settings`` from now on: every part reads them from the next tick."""

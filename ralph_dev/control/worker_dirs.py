@@ -20,6 +20,7 @@ from typing import Any
 
 from ralph_dev.adapters import mailbox
 from ralph_dev.adapters.files import atomic_write_text, private_dir
+from ralph_dev.adapters.launch_bundle import SESSIONS
 from ralph_dev.adapters.store import StateStore, to_iso
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
@@ -93,6 +94,10 @@ class WorkerDirs:
 
     def run_dir(self, issue: str) -> Path:
         return self.worker_dir(issue) / "run"
+
+    def kept_transcript(self, issue: str, session: str) -> Path:
+        """Where a cluster worker's agent transcript is kept once its host sent it back."""
+        return self.worker_dir(issue) / SESSIONS / f"{session}.jsonl"
 
     def names(self) -> list[str]:
         try:

@@ -10,7 +10,7 @@ there is no optional method that is probed for at run time. The adapters in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -121,6 +121,43 @@ class Cluster(WorkerChanges, Protocol):
     def read_log(self, issue: str, position: int, limit: int) -> tuple[bytes, int]:
         """Its worker's log from ``position``, from its host, and where it ends now."""
         ...
+
+    def type_line(self, issue: str, text: str) -> None:
+        """``text`` typed into its worker's session on its host, and Enter (a person's
+        ``attach``)."""
+        ...
+
+    def ship(self, issue: str, attempt: int, launch: Launch, worker_dir: Path,
+             session: str | None = None) -> None:
+        """The launch's files and the worker's own directory to the attempt's host, with
+        the kept transcript of ``session`` when the launch resumes it."""
+        ...
+
+    def exchange(self, issue: str, attempt: int, files: dict[str, bytes],
+                 answers: dict[str, bytes], taken: list[str], wait: float
+                 ) -> dict[str, bytes]:
+        """One round of the worker's mailbox relay: the controller's files and answers
+        there, the worker's reports (by id) back."""
+        ...
+
+    def keep_transcript(self, issue: str, attempt: int, session: str, to: Path
+                        ) -> Path | None:
+        """The attempt's agent transcript copied from its host to ``to``; None: none."""
+        ...
+
+
+class WorkerMailboxes(Protocol):
+    """Where workers' reports reach the controller: their sockets on this host
+    (``adapters.mailbox_server``), or a relay to each cluster host
+    (``adapters.cluster_relay``)."""
+
+    wake: Callable[[], None]
+
+    async def listen(self, names: Iterable[str]) -> None: ...
+
+    async def stop(self, name: str) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class Session(Panes, Protocol):

@@ -1,0 +1,151 @@
+"""The controller's end of cluster workers' mailboxes: what ``MailboxServer`` is on one host.
+
+A worker on another host writes its reports into a run directory on that host
+(``adapters.node_mailbox``). For each worker the relay keeps one call to its
+actor going (:meth:`Cluster.exchange`): it carries the controller's answers and
+files there, and brings the worker's reports back into the run directory here,
+where the controller reads every report, from any host, the same way
+(``control.intake``). Then it asks the controller to hear them, as a worker's poke
+does on one host.
+
+A report is kept here first and only then said taken, so a controller stopped in
+between takes it again from the host the next time. The relay knows nothing of what
+reports mean. When the host does not answer, it tries again with the project's kind
+of backoff and says nothing louder than a debug line: the observer, not the relay,
+says when a worker's host is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+
+from ralph_dev.adapters import mailbox
+from ralph_dev.adapters.files import atomic_write_bytes, read_bytes
+from ralph_dev.adapters.node_mailbox import CONTROLLER_FILES
+from ralph_dev.core.errors import RalphError
+from ralph_dev.core.policy import RetryPolicy
+
+log = structlog.get_logger(__name__)
+
+RELAY_WAIT = 3.0
+"""Seconds one exchange waits on the host for a report: short, so a controller that
+stops waits no longer than this for its last call."""
+
+RELAY_RETRY = RetryPolicy(initial=1.0, backoff=2.0, cap=30.0)
+"""The wait before the next exchange after ones that failed in a row (a host that
+does not answer, an attempt not started yet, one that ended)."""
+
+Hear = Callable[[str, str], Awaitable[mailbox.Answer | None]]
+
+
+class Exchange(Protocol):
+    def __call__(self, issue: str, attempt: int, files: dict[str, bytes],
+                 answers: dict[str, bytes], taken: list[str], wait: float
+                 ) -> dict[str, bytes]: ...
+
+
+class ClusterRelay:
+    def __init__(self, run_dir: Callable[[str], Path], hear: Hear, exchange: Exchange,
+                 attempt_of: Callable[[str], int], wake: Callable[[], None] = lambda: None
+                 ) -> None:
+        self.run_dir = run_dir
+        self.hear = hear
+        self.exchange = exchange
+        self.attempt_of = attempt_of
+        """The issue's current cluster attempt: the only one the relay talks to."""
+        self.wake = wake
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    async def listen(self, names: Iterable[str]) -> None:
+        """A relay for every worker in ``names``; none for any other."""
+        names = set(names)
+        for name in list(self._tasks):
+            if name not in names or self._tasks[name].done():
+                await self.stop(name)
+        for name in names - set(self._tasks):
+            self._tasks[name] = asyncio.create_task(self._relay(name), name=f"relay-{name}")
+
+    async def stop(self, name: str) -> None:
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def close(self) -> None:
+        for name in list(self._tasks):
+            await self.stop(name)
+
+    async def _relay(self, name: str) -> None:
+        attempt, failures = 0, 0
+        sent: dict[str, bytes] = {}
+        answered: set[str] = set()
+        taken: list[str] = []
+        while True:
+            if self.attempt_of(name) != attempt:  # a new attempt's host has none of it
+                attempt, sent, answered, taken = self.attempt_of(name), {}, set(), []
+            run = self.run_dir(name)
+            files = {f: data for f in sorted(CONTROLLER_FILES)
+                     if (data := read_bytes(run / f)) is not None and sent.get(f) != data}
+            answers = {p.stem: data for p in _answer_files(run)
+                       if p.stem not in answered and (data := read_bytes(p)) is not None}
+            try:
+                if attempt < 1:
+                    raise RalphError(f"{name}: no cluster attempt yet")
+                got = await asyncio.to_thread(self.exchange, name, attempt, files, answers,
+                                              taken, RELAY_WAIT)
+            except RalphError as exc:
+                failures += 1
+                log.debug("relay_waits", issue=name, attempt=attempt, error=str(exc))
+                await self._pause(name, attempt, RELAY_RETRY.delay(failures))
+                continue
+            failures = 0
+            sent.update(files)
+            answered.update(answers)
+            taken = _kept(run, got)
+            if taken:
+                await self._heard(name, taken[-1])
+
+    async def _pause(self, name: str, attempt: int, seconds: float) -> None:
+        """Wait ``seconds``, or less when the issue's next attempt starts: its worker's
+        first reports are not kept waiting by its predecessor's backoff."""
+        deadline = asyncio.get_running_loop().time() + seconds
+        while asyncio.get_running_loop().time() < deadline \
+                and self.attempt_of(name) == attempt:
+            await asyncio.sleep(min(0.5, seconds))
+
+    async def _heard(self, name: str, report_id: str) -> None:
+        try:
+            await self.hear(name, report_id)
+        except (RalphError, OSError) as exc:  # the reports stay; the tick reads them
+            log.warning("relay_hear_failed", issue=name, error=str(exc))
+        self.wake()
+
+
+def _answer_files(run: Path) -> list[Path]:
+    try:
+        return sorted(p for p in (run / mailbox.ANSWERS).iterdir() if p.suffix == ".json"
+                      and mailbox.report_id_ok(p.stem))
+    except OSError:
+        return []
+
+
+def _kept(run: Path, reports: dict[str, bytes]) -> list[str]:
+    """Each report from the host written into the outbox here, unless it is here already
+    (or answered): the ids now safe here."""
+    kept = []
+    for report_id, data in reports.items():
+        if not mailbox.report_id_ok(report_id):
+            continue
+        name = f"{report_id}.json"
+        if not (run / mailbox.OUTBOX / name).exists() \
+                and not (run / mailbox.ANSWERS / name).exists():
+            atomic_write_bytes(run / mailbox.OUTBOX / name, data)
+        kept.append(report_id)
+    return kept

@@ -1,0 +1,158 @@
+"""A cluster worker's run directory on its own host, and its half of the relay.
+
+On one host a worker and its controller share the run directory
+(``adapters.mailbox``): the worker writes a report into ``outbox/``, pokes
+``ctl.sock`` and reads the answer the controller writes. A cluster host shares
+nothing with the controller but the git remote, so the attempt's actor keeps the
+run directory on its host and stands in for the controller at the socket. The
+controller's relay (``adapters.cluster_relay``) calls :meth:`NodeMailbox.exchange`
+over and over: each call brings the controller's answers and files (``worker.json``,
+``issue.json``, ``change.diff``, ``backlog.json``) and takes the reports the worker
+wrote since. The worker's commands cannot tell the two apart.
+
+A report stays on the host until the controller says it has it (``taken``): a
+controller stopped between two calls loses none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import structlog
+
+from ralph_dev.adapters import mailbox
+from ralph_dev.adapters.files import atomic_write_bytes, read_bytes
+
+log = structlog.get_logger(__name__)
+
+CONTROLLER_FILES = frozenset({mailbox.WORKER_FILE, mailbox.ISSUE_FILE, mailbox.BACKLOG_FILE,
+                              mailbox.DIFF_FILE})
+"""The run directory's files the controller writes, and so the relay carries here."""
+
+LOOK_AGAIN = 1.0
+"""Seconds between looks at the outbox while an exchange waits: a report written
+without a poke (the socket was not there yet) is found all the same."""
+
+
+class NodeMailbox:
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._news = threading.Condition()
+        self._taken: set[str] = set()
+        self._server: socketserver.ThreadingUnixStreamServer | None = None
+
+    # -- the worker's side: the socket ---------------------------------------------------
+
+    def open(self) -> None:
+        """The run directory, and a listener on its ``ctl.sock`` in a thread of its own."""
+        mailbox.make_run_dir(self.run_dir)
+        sock = self.run_dir / mailbox.SOCKET
+        with contextlib.suppress(OSError):
+            sock.unlink()
+        handler = _handler_for(self)
+        with mailbox.socket_address(sock) as address:
+            self._server = socketserver.ThreadingUnixStreamServer(address, handler)
+        sock.chmod(0o600)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="mailbox",
+                         daemon=True).start()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        with contextlib.suppress(OSError):
+            (self.run_dir / mailbox.SOCKET).unlink()
+
+    def poked(self) -> None:
+        with self._news:
+            self._news.notify_all()
+
+    def answer_for(self, report_id: str, connection: socket.socket) -> bytes | None:
+        """The answer to ``report_id`` once the relay brought it; None when the worker
+        hung up first (a hook's news waits half a second) or none came in time."""
+        if not mailbox.report_id_ok(report_id):
+            return None
+        path = self.run_dir / mailbox.ANSWERS / f"{report_id}.json"
+        deadline = time.monotonic() + mailbox.ANSWER_WAIT
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                return path.read_bytes()
+            readable, _, _ = select.select([connection], [], [], 0)
+            if readable and not connection.recv(1, socket.MSG_PEEK):
+                return None  # the worker's command gave up waiting
+            with self._news:
+                self._news.wait(0.5)
+        return None
+
+    # -- the controller's side: the relay's calls ------------------------------------------
+
+    def exchange(self, files: Mapping[str, bytes], answers: Mapping[str, bytes],
+                 taken: Iterable[str], wait: float) -> dict[str, bytes]:
+        """Write the controller's ``files`` and ``answers``, forget the reports it has
+        (``taken``), and return the reports it does not have yet, by id: at once when
+        there are any, else when one comes or ``wait`` seconds pass."""
+        for name, data in files.items():
+            if name in CONTROLLER_FILES and read_bytes(self.run_dir / name) != data:
+                # unchanged stays untouched: a worker takes worker.json's time for its start
+                atomic_write_bytes(self.run_dir / name, data)
+        for report_id, data in answers.items():
+            if mailbox.report_id_ok(report_id):
+                atomic_write_bytes(self.run_dir / mailbox.ANSWERS / f"{report_id}.json", data)
+        with self._news:
+            self._taken.update(taken)
+            self._news.notify_all()  # an answer a worker's command waits for
+        deadline = time.monotonic() + wait
+        while True:
+            waiting = self._waiting()
+            left = deadline - time.monotonic()
+            if waiting or left <= 0:
+                return waiting
+            with self._news:
+                self._news.wait(min(left, LOOK_AGAIN))
+
+    def _waiting(self) -> dict[str, bytes]:
+        """The outbox's reports the controller has not taken, oldest first, a batch at
+        a time (``mailbox.REPORTS_AT_ONCE``)."""
+        try:
+            found = sorted((p.lstat().st_mtime, p.name, p)
+                           for p in (self.run_dir / mailbox.OUTBOX).iterdir()
+                           if p.suffix == ".json" and not p.name.startswith(".")
+                           and p.stem not in self._taken)
+        except OSError:
+            return {}
+        out: dict[str, bytes] = {}
+        for _mtime, _name, path in found[:mailbox.REPORTS_AT_ONCE]:
+            data = mailbox.read_report_bytes(path)
+            if data is not None:
+                out[path.stem] = data
+        return out
+
+
+def _handler_for(box: NodeMailbox) -> type[socketserver.BaseRequestHandler]:
+    class Poke(socketserver.BaseRequestHandler):
+        """One worker command says "my outbox has a report"; it gets the answer back."""
+
+        def handle(self) -> None:
+            connection: socket.socket = self.request
+            try:
+                connection.settimeout(5.0)
+                line = connection.makefile("rb").readline(100).decode().strip()
+                box.poked()
+                answer = box.answer_for(line, connection)
+                if answer is not None:
+                    connection.sendall(answer)
+            except (OSError, UnicodeDecodeError) as exc:
+                log.info("mailbox_request_dropped", run_dir=os.fspath(box.run_dir),
+                         error=str(exc))
+
+    return Poke

@@ -1,0 +1,262 @@
+"""Issue 26: a cluster host shares nothing with the controller but the git remote. A
+worker's launch files travel to its host (``launch_bundle``), and its reports and the
+controller's answers travel through the relay (``node_mailbox`` ↔ ``cluster_relay``),
+so its commands work there as on one host. Real sockets and threads; no Ray (the
+relay's calls are what the actor would carry)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ralph_dev.adapters import mailbox
+from ralph_dev.adapters.cluster_relay import ClusterRelay
+from ralph_dev.adapters.launch_bundle import Bundle, BundleError, moved, pack, unpack
+from ralph_dev.adapters.node_mailbox import NodeMailbox
+from ralph_dev.agent.claude import session_folder
+
+
+def _worker_dir(root: Path) -> Path:
+    worker = root / "state" / "workers" / "APP-1"
+    for sub in ("home/.claude", "tmp", "run/outbox", "run/answers"):
+        (worker / sub).mkdir(parents=True)
+    (worker / "home" / ".claude" / "settings.json").write_text(json.dumps(
+        {"hooks": {"Stop": [{"command": f"ralph-dev hook stop --home {worker / 'home'}"}]},
+         "apiKeyHelper": str(worker / "home" / "key")}))
+    (worker / "home" / "filter.bpf").write_bytes(bytes(range(256)))
+    (worker / "home" / "filter.bpf").chmod(0o640)
+    (worker / "run" / "outbox" / "0123abcd.json").write_text("{}")
+    (worker / "sessions").mkdir()
+    (worker / "sessions" / "old-session-1.jsonl").write_text("{}\n")
+    return worker
+
+
+def test_a_launch_travels_with_every_path_moved_to_its_host(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    worker = _worker_dir(tmp_path / "controller")
+    controller_state = str(tmp_path / "controller" / "state")
+    monkeypatch.setenv("XDG_STATE_HOME", controller_state)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the same on both hosts
+    prompts = tmp_path / "controller" / "prompts"
+    prompts.mkdir()
+    spec = prompts / "APP-1.execute.1.launch.json"
+    prompt = prompts / "APP-1.execute.1.md"
+    prompt.write_text(f"Issue text that names {worker} stays as it is.\n")
+    spec.write_text(json.dumps({
+        "argv": ["claude", "--settings", str(worker / "home/.claude/settings.json")],
+        "env": {"HOME": str(worker / "home"), "RALPH_DEV_RUN_DIR": str(worker / "run"),
+                "OTHER": "/usr/bin", "XDG_STATE_HOME": controller_state},
+        "sandbox": {"args": ["--bind", str(worker / "run"), "/run/ralph-dev"]},
+        "prompt_file": str(prompt)}))
+    (prompts / "APP-2.execute.1.md").write_text("another issue's prompt")
+    (worker / "home" / "link").symlink_to("/etc/passwd")
+
+    bundle = pack({"worker": worker, "launch": prompts}, trees=[worker],
+                  leave_out=[worker / "run" / "outbox", worker / "sessions"],
+                  files=[spec, prompt])
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "node" / "state"))  # on its host
+    host = tmp_path / "node" / "runs" / "APP-1-a1"
+    moves = unpack(bundle, host)
+
+    # the launch's own files go to its copy; the rest of the controller's XDG state
+    # directory is the host's own
+    assert {k: v for k, v in moves.items() if k != v} == {
+        str(worker): str(host / "worker"), str(prompts): str(host / "launch"),
+        controller_state: str(tmp_path / "node" / "state")}
+    shipped = json.loads((host / "launch" / spec.name).read_text())
+    assert shipped["argv"][2] == str(host / "worker/home/.claude/settings.json")
+    assert shipped["env"] == {"HOME": str(host / "worker/home"),
+                              "RALPH_DEV_RUN_DIR": str(host / "worker/run"), "OTHER": "/usr/bin",
+                              "XDG_STATE_HOME": str(tmp_path / "node" / "state")}
+    assert shipped["sandbox"]["args"] == ["--bind", str(host / "worker/run"), "/run/ralph-dev"]
+    assert shipped["prompt_file"] == str(host / "launch" / prompt.name)
+    settings = json.loads((host / "worker/home/.claude/settings.json").read_text())
+    assert settings["apiKeyHelper"] == str(host / "worker/home/key")
+    # the prompt is the issue's text: bytes, never rewritten; binary files as they are
+    assert (host / "launch" / prompt.name).read_text() == prompt.read_text()
+    assert (host / "worker/home/filter.bpf").read_bytes() == bytes(range(256))
+    assert (host / "worker/home/filter.bpf").stat().st_mode & 0o777 == 0o600  # owner only
+    # what is not the launch's stays home: other prompts, the outbox, kept sessions, links
+    assert not (host / "launch" / "APP-2.execute.1.md").exists()
+    assert not (host / "worker/run/outbox").exists()
+    assert not (host / "worker/sessions").exists()
+    assert not (host / "worker/home/link").exists()
+    assert (host / "worker/tmp").is_dir()
+    # a sibling that only begins like the worker's directory is not the worker's copy
+    assert moved(str(worker) + "-other", moves) == str(
+        tmp_path / "node" / "state" / "workers" / "APP-1-other")
+    assert moved("/elsewhere", moves) == "/elsewhere"
+
+
+def test_a_bundle_that_names_a_path_outside_its_roots_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "w"
+    root.mkdir()
+    for path in (f"{root}/../../etc/cron.d/evil", "/etc/passwd"):
+        bundle = Bundle(roots={str(root): "worker"}, files={path: (0o600, b"x")})
+        with pytest.raises(BundleError, match="not a path under the launch's roots"):
+            unpack(bundle, tmp_path / "host")
+    with pytest.raises(BundleError, match="not a root's name"):
+        unpack(Bundle(roots={str(root): ".."}), tmp_path / "host")
+    assert not (tmp_path / "etc").exists()
+
+
+def test_a_bundle_over_its_limit_says_what_to_remove(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ralph_dev.adapters.launch_bundle.BUNDLE_LIMIT", 1000)
+    root = tmp_path / "w"
+    root.mkdir()
+    (root / "big").write_bytes(b"x" * 2000)
+    with pytest.raises(BundleError, match=r"2,000 bytes, over .*remove what does not belong"):
+        pack({"worker": root}, trees=[root])
+
+
+def test_claude_codes_session_folder_for_a_workspace() -> None:
+    assert session_folder(Path("/home/me/.local/share/ralph-dev/nodes/ab12/ws/APP-1-a2")) \
+        == "-home-me--local-share-ralph-dev-nodes-ab12-ws-APP-1-a2"
+    assert session_folder(Path("/" + "x" * 250)) is None
+
+
+# -- the relay ---------------------------------------------------------------------------
+
+
+def _run_dir(path: Path, issue: str = "APP-1") -> Path:
+    run = mailbox.make_run_dir(path)
+    mailbox.write_worker_info(run, mailbox.WorkerInfo(project="app", issue=issue,
+                                                      role="execute", workspace="/ws",
+                                                      attempt=1))
+    return run
+
+
+class _Controller:
+    """What the controller's intake does with a run directory's reports: answers the ones
+    that write (done, note…), drops news once read."""
+
+    def __init__(self, run: Path) -> None:
+        self.run = run
+        self.heard: list[str] = []
+
+    async def hear(self, name: str, report_id: str) -> mailbox.Answer | None:
+        self.heard.append(name)
+        for path, report in mailbox.pending_reports(self.run):
+            assert report is not None
+            if report.kind == "done":
+                (self.run / mailbox.DIFF_FILE).write_text("the change as seen here\n")
+                mailbox.write_answer(self.run, mailbox.Answer(report.id, True, "merged soon"))
+            else:
+                path.unlink()
+        return mailbox.read_answer(self.run, report_id)
+
+
+def test_a_workers_report_on_its_host_is_answered_through_the_relay(tmp_path: Path) -> None:
+    here = _run_dir(tmp_path / "controller" / "run")
+    there = NodeMailbox(tmp_path / "node" / "run")
+    there.open()
+    controller = _Controller(here)
+    calls: list[tuple[list[str], list[str]]] = []
+
+    def exchange(issue: str, attempt: int, files: dict[str, bytes],
+                 answers: dict[str, bytes], taken: list[str], wait: float) -> dict[str, bytes]:
+        assert (issue, attempt) == ("APP-1", 3)
+        calls.append((sorted(files), list(taken)))
+        return there.exchange(files, answers, taken, wait)
+
+    async def scenario() -> tuple[mailbox.Report, mailbox.Answer | None]:
+        relay = ClusterRelay(lambda name: here, controller.hear, exchange, lambda name: 3)
+        await relay.listen(["APP-1"])
+        try:
+            deadline = time.monotonic() + 20
+            while not (there.run_dir / mailbox.WORKER_FILE).exists():
+                assert time.monotonic() < deadline, "worker.json never reached the host"
+                await asyncio.sleep(0.05)
+            # the worker's commands, on its host: news it does not wait for, then `done`
+            await asyncio.to_thread(mailbox.tell, there.run_dir, "activity", {"tool": "Edit"})
+            return await asyncio.to_thread(mailbox.submit, there.run_dir, "done",
+                                           {"summary": "did it"}, wait=20)
+        finally:
+            await relay.close()
+            there.close()
+
+    report, answer = asyncio.run(scenario())
+    assert answer is not None and answer.ok and answer.message == "merged soon"
+    # the report is the controller's now, answered there; its files came with the answer
+    assert mailbox.read_answer(here, report.id) == answer
+    assert (there.run_dir / mailbox.DIFF_FILE).read_text() == "the change as seen here\n"
+    assert mailbox.read_worker_info(there.run_dir).issue == "APP-1"
+    # a file goes once, until it changes; a report is said taken, and never sent again
+    assert [files for files, _ in calls].count([mailbox.WORKER_FILE]) == 1
+    assert any(report.id in taken for _, taken in calls)
+    assert there.exchange({}, {}, [], 0) == {}
+    assert "APP-1" in controller.heard
+
+
+def test_a_report_the_controller_did_not_keep_is_sent_again(tmp_path: Path) -> None:
+    """A controller stopped between taking a report and saying so gets it again."""
+    there = NodeMailbox(tmp_path / "node" / "run")
+    there.open()
+    try:
+        written = mailbox.write_report(there.run_dir, "note", {"text": "hello"})
+        first = there.exchange({}, {}, [], 5)
+        assert list(first) == [written.id]
+        assert list(there.exchange({}, {}, [], 0)) == [written.id]  # not said taken yet
+        assert there.exchange({}, {}, [written.id], 0) == {}
+        # news written without a poke is found while an exchange waits
+        later = threading.Timer(0.3, mailbox.write_report,
+                                (there.run_dir, "activity", {"tool": "Read"}))
+        later.start()
+        started = time.monotonic()
+        found = there.exchange({}, {}, [], 10)
+        later.join()
+        assert len(found) == 1 and time.monotonic() - started < 5
+    finally:
+        there.close()
+    assert not (there.run_dir / mailbox.SOCKET).exists()
+
+
+def test_a_worker_that_stops_waiting_frees_its_connection(tmp_path: Path) -> None:
+    there = NodeMailbox(tmp_path / "node" / "run")
+    there.open()
+    try:
+        started = time.monotonic()
+        mailbox.tell(there.run_dir, "activity", {"tool": "Read"})  # waits half a second
+        assert time.monotonic() - started < 3
+        deadline = time.monotonic() + 10
+        while [t for t in threading.enumerate() if "process_request" in t.name]:
+            assert time.monotonic() < deadline, "a connection's thread waits for ever"
+            time.sleep(0.05)
+    finally:
+        there.close()
+    assert len(list((there.run_dir / mailbox.OUTBOX).iterdir())) == 1  # the news stays
+
+
+def test_attach_types_each_line_into_a_cluster_workers_session(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A person attached to a worker on another host answers its agent a line at a time;
+    the screen is read through its actor, and the end of input leaves."""
+    from ralph_dev.cli.status import _watch_screen
+
+    class Host:
+        def __init__(self) -> None:
+            self.typed: list[tuple[str, str]] = []
+
+        def screen(self, issue: str, lines: int = 200) -> str:
+            return f"the agent asks: which port?\x1b[31m{len(self.typed)}\n"
+
+        def type_line(self, issue: str, text: str) -> None:
+            self.typed.append((issue, text))
+
+    read, write = os.pipe()
+    os.write(write, b"8080\n\n$(rm -rf ~) C-c\n")
+    os.close(write)
+    host = Host()
+    with os.fdopen(read) as typed:
+        _watch_screen(host, "APP-1", "node-b", typed)  # type: ignore[arg-type]
+    assert host.typed == [("APP-1", "8080"), ("APP-1", "$(rm -rf ~) C-c")]
+    shown = capsys.readouterr().out
+    assert "APP-1 on node-b: a line you type and Enter go to its agent" in shown
+    assert "which port?" in shown and "\x1b[31m" not in shown
