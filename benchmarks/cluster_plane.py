@@ -4,11 +4,13 @@ Both planes run the same trivial worker (``sleep 60``) through the same port
 (``core.ports.ProcessPlane``):
 
 * spawn: ``open_window`` until ``list_windows()`` shows the window alive with its
-  command running. On Ray that is the whole attempt: placing its named actor on a
-  node with a free ``ralph_worker`` slot, cloning the project there (the node's
-  first attempt) or fetching it (later ones), making the attempt's workspace,
-  starting its leashed tmux server and opening the window, then the polls that see
-  ``sleep`` running. Locally it is one window on a private tmux socket.
+  command running. On Ray that is the whole attempt as the controller starts it:
+  placing its named actor on a node with a free ``ralph_worker`` slot, cloning the
+  project there (the node's first attempt) or fetching it (later ones), making the
+  attempt's workspace, sending its launch files (``ShippingPlane``), unpacking them
+  and opening its mailbox there, starting its leashed tmux server and opening the
+  window, then the polls that see ``sleep`` running. Locally it is one window on a
+  private tmux socket.
 * observe: one ``list_windows()`` call with N workers live (N = every slot full).
 
 The Ray side is a real cluster on this machine (``ray.cluster_utils.Cluster``): a
@@ -222,7 +224,8 @@ def bench_ray(root: Path, project: str, remote: Path, args: argparse.Namespace,
             everyone.append(cluster.actor_name(project, f"BENCH-{i}", i))
             return environment(i)
 
-        result = run_plane(plane, root, args.spawns, live, args.observes, tracked, end_round)
+        result = run_plane(ShippingPlane(plane, root / "controller"), root, args.spawns, live,
+                           args.observes, tracked, end_round)
         result["cluster_start"] = cluster_start * 1000
         return result
     finally:
@@ -238,6 +241,38 @@ def bench_ray(root: Path, project: str, remote: Path, args: argparse.Namespace,
         left = [p for p in pids if _alive(p)]
         if left:
             print(f"warning: cluster processes still running: {left}", file=sys.stderr)
+
+
+class ShippingPlane:
+    """The controller's spawn on a cluster, as ``control.act`` makes it: place the
+    attempt, send its launch files (a worker directory the size of a real one: agent
+    settings, a sandbox filter, a 10 KB prompt; its run directory, whose mailbox the
+    host then opens), open its window."""
+
+    def __init__(self, plane: Any, controller: Path) -> None:
+        self.plane = plane
+        self.controller = controller
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.plane, name)
+
+    def open_window(self, name: str, *, cwd: Path, command: list[str],
+                    environment: dict[str, str]) -> Any:
+        from ralph_dev.adapters.launch_bundle import pack
+        from ralph_dev.core import cluster
+
+        worker = self.controller / name
+        for sub in ("home/.claude", "run/outbox", "run/answers", "tmp"):
+            (worker / sub).mkdir(parents=True, exist_ok=True)
+        (worker / "home/.claude/settings.json").write_text('{"hooks": {}}\n' * 40)
+        (worker / "filter.bpf").write_bytes(os.urandom(4096))
+        (worker / "prompt.md").write_text("x" * 10_240)
+        attempt = cluster.attempt_of(environment)
+        self.plane.place(name, attempt)
+        self.plane.ask(cluster.actor_name(self.plane.project, name, attempt), "receive",
+                       pack({"worker": worker}, trees=[worker]))
+        return self.plane.open_window(name, cwd=cwd, command=command, environment={
+            **environment, "HOME": str(worker / "home"), "RALPH_DEV_RUN_DIR": str(worker / "run")})
 
 
 def _cluster_pids(made: Any) -> list[int]:

@@ -107,5 +107,5 @@ EXPECTED_SECONDS: dict[str, float] = {
     "test_failure_policy.py::test_a_missing_agent_pauses_dispatch_and_charges_nobody": 6,
     "test_groom_swarm.py::test_an_idle_swarm_grooms_its_backlog": 6,
     "test_decide_properties.py::test_never_over_a_limit": 6,
-    "test_cluster_claude.py::test_an_agent_lost_on_its_host_resumes_its_session_in_the_next_attempt": 30,
+    "test_cluster_claude.py::test_an_agent_killed_on_its_host_resumes_its_session_in_the_next_attempt": 30,
 }

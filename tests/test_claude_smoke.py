@@ -528,19 +528,14 @@ def test_a_cli_that_retries_by_itself_is_not_taken_for_hung(
     assert out.recovered_after < 60
 
 
-def test_a_crashed_agent_is_resumed_in_its_own_session(
-        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 13: the agent process dies mid-task; its restart continues the same
-    conversation (``--resume`` of the session its SessionStart hook recorded), and its
-    prompt says it is a continuation."""
-    from ralph_dev.core.config import Timing
+def two_steps_with_a_crash(issue: str, crashed: dict[str, bool]
+                           ) -> Callable[[dict[str, Any]], list[Any]]:
+    """The model of a two-step task: step one, then a call that hangs until the test has
+    killed the agent (``crashed["yet"]``), then the finish. A resumed session carries
+    step one in its history."""
     from ralph_dev.devtools.api_faults import Hang
 
-    settings = dataclasses.replace(world.settings, timing=Timing(
-        poll_interval=0.5, retry_base=0.5, retry_cap=1))
-    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Two steps")])
     finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'two steps'"
-    crashed = {"yet": False}
 
     def brain(request: dict[str, Any]) -> list[Any]:
         if not is_main_conversation(request):
@@ -552,7 +547,22 @@ def test_a_crashed_agent_is_resumed_in_its_own_session(
             return [Hang()]  # the agent dies while it waits here
         return [Text("Done.")] if "touch ok.txt &&" in text else [bash(finish)]
 
-    with FakeAnthropic(brain) as api:
+    return brain
+
+
+def test_a_crashed_agent_is_resumed_in_its_own_session(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13: the agent process dies mid-task; its restart continues the same
+    conversation (``--resume`` of the session its SessionStart hook recorded), and its
+    prompt says it is a continuation."""
+    from ralph_dev.core.config import Timing
+
+    settings = dataclasses.replace(world.settings, timing=Timing(
+        poll_interval=0.5, retry_base=0.5, retry_cap=1))
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Two steps")])
+    crashed = {"yet": False}
+
+    with FakeAnthropic(two_steps_with_a_crash(issue, crashed)) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
         tick = controller_ticks(world, settings)

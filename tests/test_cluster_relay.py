@@ -19,7 +19,7 @@ from ralph_dev.adapters import mailbox
 from ralph_dev.adapters.cluster_relay import ClusterRelay
 from ralph_dev.adapters.launch_bundle import Bundle, BundleError, moved, pack, unpack
 from ralph_dev.adapters.node_mailbox import NodeMailbox
-from ralph_dev.agent.claude import session_folder
+from ralph_dev.core.cluster import session_folder
 
 
 def _worker_dir(root: Path) -> Path:
@@ -51,15 +51,20 @@ def test_a_launch_travels_with_every_path_moved_to_its_host(
     spec.write_text(json.dumps({
         "argv": ["claude", "--settings", str(worker / "home/.claude/settings.json")],
         "env": {"HOME": str(worker / "home"), "RALPH_DEV_RUN_DIR": str(worker / "run"),
-                "OTHER": "/usr/bin", "XDG_STATE_HOME": controller_state},
+                "OTHER": "/usr/bin", "XDG_STATE_HOME": controller_state,
+                "PATH": f"{tmp_path}/controller/data/agent-bin:/usr/bin"},
         "sandbox": {"args": ["--bind", str(worker / "run"), "/run/ralph-dev"]},
         "prompt_file": str(prompt)}))
     (prompts / "APP-2.execute.1.md").write_text("another issue's prompt")
     (worker / "home" / "link").symlink_to("/etc/passwd")
 
-    bundle = pack({"worker": worker, "launch": prompts}, trees=[worker],
-                  leave_out=[worker / "run" / "outbox", worker / "sessions"],
-                  files=[spec, prompt])
+    agent_bin = tmp_path / "controller" / "data" / "agent-bin"
+    agent_bin.mkdir(parents=True)
+    (agent_bin / "ralph-dev").symlink_to("/usr/bin/env")  # the program, installed alike
+    (agent_bin / "relative").symlink_to("ralph-dev")
+    bundle = pack({"worker": worker, "launch": prompts, "agent-bin": agent_bin},
+                  trees=[worker], leave_out=[worker / "run" / "outbox", worker / "sessions"],
+                  files=[spec, prompt], links_in=[agent_bin])
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "node" / "state"))  # on its host
     host = tmp_path / "node" / "runs" / "APP-1-a1"
     moves = unpack(bundle, host)
@@ -68,12 +73,16 @@ def test_a_launch_travels_with_every_path_moved_to_its_host(
     # directory is the host's own
     assert {k: v for k, v in moves.items() if k != v} == {
         str(worker): str(host / "worker"), str(prompts): str(host / "launch"),
+        str(agent_bin): str(host / "agent-bin"),
         controller_state: str(tmp_path / "node" / "state")}
+    assert (host / "agent-bin" / "ralph-dev").readlink() == Path("/usr/bin/env")
+    assert not (host / "agent-bin" / "relative").is_symlink()
     shipped = json.loads((host / "launch" / spec.name).read_text())
     assert shipped["argv"][2] == str(host / "worker/home/.claude/settings.json")
     assert shipped["env"] == {"HOME": str(host / "worker/home"),
                               "RALPH_DEV_RUN_DIR": str(host / "worker/run"), "OTHER": "/usr/bin",
-                              "XDG_STATE_HOME": str(tmp_path / "node" / "state")}
+                              "XDG_STATE_HOME": str(tmp_path / "node" / "state"),
+                              "PATH": f"{host}/agent-bin:/usr/bin"}
     assert shipped["sandbox"]["args"] == ["--bind", str(host / "worker/run"), "/run/ralph-dev"]
     assert shipped["prompt_file"] == str(host / "launch" / prompt.name)
     settings = json.loads((host / "worker/home/.claude/settings.json").read_text())

@@ -258,7 +258,7 @@ def test_a_launch_travels_to_its_host_and_its_session_comes_back(
     resumes lies where Claude Code looks for that workspace; its session comes back."""
     from ralph_dev.adapters.launch_bundle import pack
     from ralph_dev.adapters.ray_plane import RayPlane
-    from ralph_dev.agent.claude import session_folder
+    from ralph_dev.core.cluster import session_folder
 
     plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
                      root=str(tmp_path / "hosts"), namespace=NAMESPACE)

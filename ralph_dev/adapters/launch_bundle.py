@@ -54,6 +54,9 @@ class Bundle:
     """The controller's path of each file → (its permission bits, its bytes)."""
     dirs: dict[str, int] = field(default_factory=dict)
     """The controller's path of each directory (empty ones too) → its permission bits."""
+    links: dict[str, str] = field(default_factory=dict)
+    """The controller's path of each link carried (only from ``pack``'s ``links_in``) →
+    the absolute path it names: a program installed at the same path on every host."""
     homes: dict[str, str] = field(default_factory=dict)
     """The XDG base directories the launch names (``XDG_STATE_HOME`` → the controller's
     path): a path under one that is not the launch's own names the host's."""
@@ -65,8 +68,8 @@ class Bundle:
 
 MOVED_HOMES = {"XDG_STATE_HOME": ".local/state", "XDG_DATA_HOME": ".local/share"}
 """The XDG base directories where ralph-dev keeps a project's state and data: a launch
-path under one of them names the host's own (its agent-bin, its nodes' clones). Tools
-(under the cache directory, say) are where each host installed them: the same paths."""
+path under one of them that is not the launch's own names the host's. Tools (under the
+cache directory, say) are where each host installed them: the same paths."""
 
 
 def xdg_homes() -> dict[str, str]:
@@ -76,12 +79,20 @@ def xdg_homes() -> dict[str, str]:
 
 
 def pack(roots: Mapping[str, Path], *, trees: Iterable[Path] = (),
-         leave_out: Iterable[Path] = (), files: Iterable[Path] = ()) -> Bundle:
+         leave_out: Iterable[Path] = (), files: Iterable[Path] = (),
+         links_in: Iterable[Path] = ()) -> Bundle:
     """Every regular file and directory under each of ``trees`` but the subtrees in
     ``leave_out``, and ``files``; each under one of the ``roots`` (name → path).
-    Sockets and links are not carried: a link could name anything on this host."""
+    Sockets are not carried, nor links (one could name anything on this host) but those
+    to an absolute path in the directories ``links_in`` (ralph-dev's agent-bin, which
+    only the controller writes)."""
     bundle = Bundle(roots={str(path): name for name, path in roots.items()},
                     homes=xdg_homes())
+    for directory in links_in:
+        for link in Path(directory).iterdir():
+            target = str(link.readlink()) if link.is_symlink() else ""
+            if target.startswith("/") and _root_of(bundle, str(link)) is not None:
+                bundle.links[str(link)] = target
     skipped = {str(p) for p in leave_out}
     for tree in trees:
         if _root_of(bundle, str(tree)) is None:
@@ -136,6 +147,10 @@ def unpack(bundle: Bundle, target: Path) -> dict[str, str]:
         if here.suffix == ".json":
             data = _moved_json(data, moves)
         atomic_write_bytes(here, data, mode=mode & 0o700 or 0o600)
+    for path, named in bundle.links.items():
+        here = Path(_moved_path(path, moves, bundle))
+        here.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        here.symlink_to(named)
     return moves
 
 
@@ -156,7 +171,9 @@ def _moved_path(path: str, moves: Mapping[str, str], bundle: Bundle) -> str:
 
 def moved(value: str, moves: Mapping[str, str]) -> str:
     """``value`` with the longest root it starts with replaced by that root's place here;
-    any other string as it is."""
+    each part of a ``:``-separated list (a ``PATH``) so; any other string as it is."""
+    if os.pathsep in value:
+        return os.pathsep.join(moved(part, moves) for part in value.split(os.pathsep))
     for root in sorted(moves, key=len, reverse=True):
         if value == root:
             return moves[root]

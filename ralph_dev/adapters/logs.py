@@ -47,7 +47,9 @@ def configure(level: str = "WARNING", *, json_file: Path | None = None) -> None:
         processors=[*_SHARED, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
+        # not cached: a logger a module made before this call (or before a test's
+        # capture_logs) follows the configuration in force, whatever ran first
+        cache_logger_on_first_use=False,
     )
     tty = sys.stderr.isatty()
     console = logging.StreamHandler(sys.stderr)

@@ -35,13 +35,12 @@ from ralph_dev.adapters.jj_workspaces import JjWorkspaces
 from ralph_dev.adapters.launch_bundle import SESSIONS, SHIPPED_ROOT, Bundle
 from ralph_dev.adapters.node_mailbox import NodeMailbox
 from ralph_dev.adapters.tmux import Tmux
-from ralph_dev.agent.claude import session_folder
-from ralph_dev.agent.launch import agent_bin_in
 from ralph_dev.core import cluster
+from ralph_dev.core.cluster import session_folder
 from ralph_dev.core.environment import RUN_DIR_VAR, is_secret_name
 from ralph_dev.core.errors import ClusterUnavailable, RalphError
 from ralph_dev.core.model import SESSION_ID_RE, Placement, Window
-from ralph_dev.core.paths import ProjectPaths, data_home
+from ralph_dev.core.paths import data_home
 
 log = structlog.get_logger(__name__)
 
@@ -275,9 +274,6 @@ class NodeWorker:
         """The launch files written under :attr:`own_dir`, the command and environment
         moved to name them there, the run directory's mailbox open, and the session the
         launch resumes put where the agent looks for it."""
-        # the `ralph-dev` the launch puts first on the agent's PATH: this host's own, where
-        # the launch (its data directory moved here) names it
-        agent_bin_in(ProjectPaths(self.spec.project).data_dir)
         moves = launch_bundle.unpack(bundle, self.own_dir)
         command = [launch_bundle.moved(part, moves) for part in command]
         environment = {k: launch_bundle.moved(v, moves) for k, v in environment.items()}

@@ -104,10 +104,15 @@ class ClusterWork:
     repository's root."""
 
     def __init__(self, plane: AttemptPlane, jj: JjCli, *, trunk: str,
-                 attempt_of: Callable[[str], int], merge_remote: str = "origin") -> None:
+                 attempt_of: Callable[[str], int], merge_remote: str = "origin",
+                 agent_bin: Path | None = None) -> None:
         self.plane = plane
         self.attempt_of = attempt_of
         """The issue's current cluster attempt (its worker record's)."""
+        self.agent_bin = agent_bin
+        """The directory of the ``ralph-dev`` link workers' PATH starts with
+        (``agent.launch.agent_bin_dir``): its link travels, to the same program on each
+        host."""
         self.jj = jj
         self.trunk = quote_revset(trunk)
         self._merge_remote = merge_remote
@@ -184,20 +189,23 @@ class ClusterWork:
              session: str | None = None) -> None:
         """The attempt's launch files to its host: the worker's own directory (not its
         run directory's reports and answers, which the relay carries, nor the
-        transcripts kept here but ``session``'s, the one the launch resumes) and the
-        launch's spec, prompt and secrets."""
+        transcripts kept here but ``session``'s, the one the launch resumes), the
+        launch's spec, prompt and secrets, and the agent-bin its PATH starts with."""
         run = worker_dir / "run"
         launch_files = [p for p in (launch.spec_file, launch.prompt_file) if p is not None]
         if launch.spec_file is not None:
             launch_files.append(launch.spec_file.with_suffix(".secrets.json"))
         transcript = worker_dir / SESSIONS / f"{session}.jsonl" if session else None
+        agent_bin = [self.agent_bin] if self.agent_bin is not None else []
         bundle = launch_bundle.pack(
             {SHIPPED_ROOT: worker_dir,
-             **({"launch": launch_files[0].parent} if launch_files else {})},
+             **({"launch": launch_files[0].parent} if launch_files else {}),
+             **({"agent-bin": self.agent_bin} if self.agent_bin is not None else {})},
             trees=[worker_dir],
             leave_out=[run / mailbox.OUTBOX, run / mailbox.ANSWERS, run / mailbox.SOCKET,
                        worker_dir / SESSIONS],
-            files=[*launch_files, *([transcript] if transcript else [])])
+            files=[*launch_files, *([transcript] if transcript else [])],
+            links_in=agent_bin)
         self._ask_attempt(issue, attempt, "receive", bundle)
 
     def exchange(self, issue: str, attempt: int, files: dict[str, bytes],

@@ -227,10 +227,3 @@ def claude_version(claude_bin: str) -> CommandResult:
     """``claude --version`` (doctor): the one other place ralph-dev runs the binary."""
     return run_command([claude_bin, "--version"], timeout=30)
 
-
-def session_folder(cwd: Path) -> str | None:
-    """The folder of ``~/.claude/projects`` Claude Code keeps a directory's sessions in:
-    the path, each character but letters and digits made ``-``; None for a path over
-    the 200 characters it keeps as they are (it hashes the rest)."""
-    folder = "".join(c if c.isascii() and c.isalnum() else "-" for c in str(cwd))
-    return folder if len(folder) <= 200 else None

@@ -65,12 +65,7 @@ from ralph_dev.core.model import Issue, Launch, Role, check_identifier
 log = structlog.get_logger(__name__)
 
 def agent_bin_dir(settings: ProjectSettings) -> Path | None:
-    return agent_bin_in(settings.paths.data_dir)
-
-
-def agent_bin_in(data_dir: Path) -> Path | None:
-    """A directory holding only a ``ralph-dev`` link, for the front of the agent's PATH
-    (in a project's ``data_dir``; a cluster host makes its own).
+    """A directory holding only a ``ralph-dev`` link, for the front of the agent's PATH.
 
     Putting the whole venv's bin first would also put its ``python`` first for
     the project's own commands; this puts exactly our ``ralph-dev`` there.
@@ -79,7 +74,7 @@ def agent_bin_in(data_dir: Path) -> Path | None:
     if script is None:
         log.warning("ralph_dev_script_not_found", hint="hooks will not find `ralph-dev`")
         return None
-    directory = data_dir / "agent-bin"
+    directory = settings.paths.data_dir / "agent-bin"
     directory.mkdir(parents=True, exist_ok=True)
     link = directory / "ralph-dev"
     target = str(script.resolve()) if script.is_symlink() else str(script)

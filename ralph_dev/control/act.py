@@ -27,7 +27,6 @@ from ralph_dev.adapters.files import atomic_write_bytes
 from ralph_dev.adapters.pattern_store import remember_safely
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
 from ralph_dev.adapters.writebacks import WriteBackItem, WriteBackQueue
-from ralph_dev.agent.claude import session_folder
 from ralph_dev.control import workspace_hooks
 from ralph_dev.control.heartbeat import while_beating
 from ralph_dev.control.intake import Intake
@@ -60,6 +59,7 @@ from ralph_dev.core.actions import (
     Waited,
     WriteBack,
 )
+from ralph_dev.core.cluster import session_folder
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import CLUSTER_ATTEMPT_VAR
 from ralph_dev.core.errors import (

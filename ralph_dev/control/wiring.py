@@ -32,6 +32,7 @@ def plane_for(settings: ProjectSettings, repository: JjRepository | None = None,
         return tmux_for(settings), None
     from ralph_dev.adapters.pushed_work import ClusterWork
     from ralph_dev.adapters.ray_plane import RayPlane
+    from ralph_dev.agent.launch import agent_bin_dir
     plane = RayPlane.from_settings(settings)
     repository = repository or jj_for(settings)
     records = store or StateStore(settings.paths)
@@ -41,7 +42,8 @@ def plane_for(settings: ProjectSettings, repository: JjRepository | None = None,
         return record.cluster_attempt if record is not None else 0
 
     return plane, ClusterWork(plane, repository.cli, trunk=settings.trunk,
-                              attempt_of=attempt_of, merge_remote=settings.merge.remote)
+                              attempt_of=attempt_of, merge_remote=settings.merge.remote,
+                              agent_bin=agent_bin_dir(settings))
 
 
 def jj_for(settings: ProjectSettings) -> JjRepository:

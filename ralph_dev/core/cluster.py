@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import PurePath
 
 from ralph_dev.core.environment import CLUSTER_ATTEMPT_VAR
 from ralph_dev.core.model import IDENTIFIER_RE
@@ -93,3 +94,13 @@ def latest_push(issue: str, bookmarks: Iterable[str]) -> str | None:
     """The newest attempt's push, fenced or not: what a canceled issue keeps."""
     pushed = pushed_attempts(issue, bookmarks)
     return pushed[max(pushed)] if pushed else None
+
+
+def session_folder(cwd: PurePath) -> str | None:
+    """The folder of ``~/.claude/projects`` Claude Code keeps a directory's sessions in:
+    the path, each character but letters and digits made ``-``; None for a path over
+    the 200 characters it keeps as they are (it hashes the rest). An attempt's
+    workspace has a path of its own on each host: a session resumed there goes in its
+    folder."""
+    folder = "".join(c if c.isascii() and c.isalnum() else "-" for c in str(cwd))
+    return folder if len(folder) <= 200 else None
