@@ -40,7 +40,9 @@ def on_a_cluster(world: World, tmp_path: Path, tmp_path_factory: pytest.TempPath
     remote = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
     world.jj.cli.run("git", "remote", "add", "origin", str(remote), touch_checkout=True).check()
-    with local_cluster(tmp_path_factory.getbasetemp(), "demo", connect=False) as made:
+    base = tmp_path_factory.getbasetemp()
+    with local_cluster(base, "demo", connect=False) as made:
+        made.hosts_data = base / "ray-hosts" / "xdg_data_home" / "ralph-dev"
         world.settings = dataclasses.replace(
             world.settings, cluster=ClusterSettings(engine="ray", address=made.address,
                                                     remote=None, snapshot_interval=2.0),
@@ -73,7 +75,7 @@ def cluster_ticks(world: World) -> tuple[Callable[[], Any], Callable[[], None]]:
 
 def test_an_agent_killed_on_its_host_resumes_its_session_in_the_next_attempt(
         on_a_cluster: tuple[World, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    world, _made = on_a_cluster
+    world, made = on_a_cluster
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Two steps")])
     crashed = {"yet": False}
 
@@ -109,3 +111,10 @@ def test_an_agent_killed_on_its_host_resumes_its_session_in_the_next_attempt(
         history = json.dumps(later[0]["messages"])
         assert "SessionStart:startup" in history  # the first attempt's start, carried on
         assert "continuation of your own earlier session" in history
+    # the API key reached each host in a secrets file its launcher read and deleted; no
+    # copy stays there, nor here
+    hosts = made.hosts_data
+    assert not list(hosts.rglob("*.secrets.json"))
+    assert not list(world.settings.paths.prompts_dir.glob("*.secrets.json"))
+    assert not [p for p in hosts.rglob("*") if p.is_file() and not p.is_symlink()
+                and p.stat().st_size < 2**20 and FAKE_KEY.encode() in p.read_bytes()]

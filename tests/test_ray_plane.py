@@ -76,6 +76,14 @@ def _ended(plane: Any, issues: set[str]) -> list[Window] | None:
     return done if len(done) == len(issues) else None
 
 
+def _mergeable(pushed: PushedWork, issue: str, attempt: int) -> str | None:
+    """The commit the controller may merge for ``issue`` now (the fence): its current
+    attempt's push, fetched; None while that attempt has pushed nothing."""
+    found = pushed.fetch()
+    bookmark = cluster.mergeable_push(issue, attempt, found)
+    return found[bookmark] if bookmark is not None else None
+
+
 def _fetched(controller: JjCli, bookmark: str, path: str) -> str:
     controller.read("git", "fetch", "--remote", "origin")
     return controller.read("file", "show", "-r", f'"{bookmark}"@origin', path).stdout
@@ -189,19 +197,19 @@ def test_a_new_attempt_resumes_from_the_last_snapshot_and_only_it_can_land(
         retry_until(lambda: a1 in pushed.fetch()
                     and _fetched(pushed.jj, a1, "notes.txt") == "a1 was here\n",
                     timeout=60, what="attempt 1's snapshot on the remote, unasked")
-        assert pushed.mergeable("APP-4", 1) == pushed.fetch()[a1]
+        assert _mergeable(pushed, "APP-4", 1) == pushed.fetch()[a1]
 
         second = plane.open_window(
             "APP-4", cwd=tmp_path, environment=_environment("APP-4", 2),
             command=["sh", "-c", "echo 'a2 was here' >> notes.txt && jj commit -m 'APP-4: done'"])
         a2 = cluster.attempt_bookmark("APP-4", 2)
-        landed = retry_until(lambda: pushed.mergeable("APP-4", 2), timeout=60,
+        landed = retry_until(lambda: _mergeable(pushed, "APP-4", 2), timeout=60,
                              what="attempt 2's push after its worker ended")
         assert _fetched(pushed.jj, a2, "notes.txt") == "a1 was here\na2 was here\n"
         assert [w.alive for w in plane.list_windows() if w.pane_id == first.pane_id] == [True]
         # attempt 1 goes on pushing, and its push is never what lands
-        assert pushed.mergeable("APP-4", 2) == landed == pushed.fetch()[a2] != pushed.fetch()[a1]
-        assert pushed.mergeable("APP-4", 3) is None
+        assert _mergeable(pushed, "APP-4", 2) == landed == pushed.fetch()[a2] != pushed.fetch()[a1]
+        assert _mergeable(pushed, "APP-4", 3) is None
         plane.kill_window(second.pane_id)
     finally:
         plane.kill_window(first.pane_id)
@@ -243,7 +251,7 @@ def test_a_dead_node_ends_its_worker_and_the_next_attempt_resumes_elsewhere(
         "APP-6", cwd=tmp_path, environment=_environment("APP-6", 2),
         command=["sh", "-c", "echo 'a2 was here' >> notes.txt && jj commit -m 'APP-6: done'"])
     assert plane.where(second.pane_id).node != lost
-    retry_until(lambda: pushed.mergeable("APP-6", 2), timeout=60,
+    retry_until(lambda: _mergeable(pushed, "APP-6", 2), timeout=60,
                 what="attempt 2's push")
     assert _fetched(pushed.jj, cluster.attempt_bookmark("APP-6", 2), "notes.txt") \
         == "a1 was here\na2 was here\n"

@@ -236,7 +236,14 @@ class NodeWorker:
                 f"{cluster.actor_name(self.spec.project, self.spec.issue, self.spec.attempt)}: "
                 f"already started on {self.placement.host}; one attempt never runs twice")
         if self._bundle is not None:
-            command, environment = self._unpacked(self._bundle, command, environment)
+            try:
+                return self._started(*self._unpacked(self._bundle, command, environment))
+            except BaseException:
+                self._discard_secrets()  # the launcher that deletes them never ran
+                raise
+        return self._started(command, environment)
+
+    def _started(self, command: Sequence[str], environment: Mapping[str, str]) -> Window:
         run_dir = environment.get(RUN_DIR_VAR)
         if run_dir is not None and not Path(run_dir).is_dir():  # this host's setup
             raise ClusterUnavailable(
@@ -381,6 +388,12 @@ class NodeWorker:
             self._server.wait(timeout=10)
         if self._mailbox is not None:
             self._mailbox.close()
+        self._discard_secrets()
+
+    def _discard_secrets(self) -> None:
+        """The launch's secrets file, if its launcher did not read (and delete) it."""
+        for path in self.own_dir.glob("*/*.secrets.json"):
+            path.unlink(missing_ok=True)
 
     # -- code back --------------------------------------------------------------------------
 

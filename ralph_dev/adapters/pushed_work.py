@@ -54,13 +54,6 @@ class PushedWork:
             'name ++ " " ++ normal_target.commit_id() ++ "\\n")').lines()
         return dict(line.split(" ", 1) for line in listed if " " in line)
 
-    def mergeable(self, issue: str, attempt: int, cwd: Path | None = None) -> str | None:
-        """The commit the controller may merge for ``issue`` now: its current attempt's
-        push, fetched; None while that attempt has pushed nothing."""
-        pushed = self.fetch(cwd)
-        bookmark = cluster.mergeable_push(issue, attempt, pushed)
-        return pushed[bookmark] if bookmark is not None else None
-
 
 class AttemptPlane(Protocol):
     """What of a cluster plane the controller's side uses beyond the process port."""
