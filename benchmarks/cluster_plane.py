@@ -26,12 +26,15 @@ p90 is nearest-rank (with 4 samples it is the largest).
 Measured on this machine (2 cores, ray 2.60, ``--spawns 4 --observes 20``)::
 
     tmux (local)
-      spawn: median 17 ms, p90 17 ms, max 17 ms (n=4: 17, 17, 17, 13)
-      observe, 4 live: median 2 ms, p90 3 ms, max 4 ms (n=20)
+      spawn: median 12 ms, p90 14 ms, max 14 ms (n=4: 12, 12, 14, 11)
+      observe, 4 live: median 2 ms, p90 3 ms, max 3 ms (n=20)
     ray (2 nodes x 2 slots)
-      cluster start (head + nodes, connected): 4592 ms
-      spawn: median 623 ms, p90 732 ms, max 732 ms (n=4: 732, 621, 581, 624)
-      observe, 4 live: median 11 ms, p90 12 ms, max 16 ms (n=20)
+      cluster start (head + nodes, connected): 5439 ms
+      spawn: median 641 ms, p90 733 ms, max 733 ms (n=4: 733, 640, 623, 641)
+      observe, 4 live: median 11 ms, p90 12 ms, max 12 ms (n=20)
+
+(Before the launch files travelled, a Ray spawn measured 623 ms median: sending them
+and opening the host's mailbox add about 20 ms.)
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ work / concurrency) and the daemon's and controller's peak RSS.
 on a Ray cluster of that many nodes on this machine, the same total of worker slots
 split over the nodes (``--workers`` slots in all), and prints each makespan: what
 placing workers on hosts costs against one host. Measured on this machine (2 cores,
-``--issues 12 --duration 5 --workers 4``): this host 20.3 s, a cluster of 1 node
-28.8 s, of 2 nodes 30.2 s, against a lower bound of 15 s. Two nodes cost about what one
+``--issues 12 --duration 5 --workers 4``, launch files and reports relayed): this
+host 20.7 s, a cluster of 1 node 30.7 s, of 2 nodes 28.2 s, against a lower bound of
+15 s (before the relay: 20.3, 28.8 and 30.2 s). Two nodes cost about what one
 does; the cluster's cost is per worker: placing it (~0.6 s, ``cluster_plane.py``), its
 final push, and the fetch and bring-in before its merge (~0.5 s).
 
