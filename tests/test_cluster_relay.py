@@ -269,3 +269,30 @@ def test_attach_types_each_line_into_a_cluster_workers_session(
     shown = capsys.readouterr().out
     assert "APP-1 on node-b: a line you type and Enter go to its agent" in shown
     assert "which port?" in shown and "\x1b[31m" not in shown
+
+
+def test_a_relay_that_fails_unexpectedly_is_said_and_started_again(tmp_path: Path) -> None:
+    import structlog
+
+    here = _run_dir(tmp_path / "controller" / "run")
+    calls: list[int] = []
+
+    def exchange(issue: str, attempt: int, files: dict[str, bytes],
+                 answers: dict[str, bytes], taken: list[str], wait: float) -> dict[str, bytes]:
+        calls.append(attempt)
+        raise TypeError("a bug")
+
+    async def scenario() -> None:
+        relay = ClusterRelay(lambda name: here, _Controller(here).hear, exchange,
+                             lambda name: 1)
+        await relay.listen(["APP-1"])
+        deadline = time.monotonic() + 10
+        while len(calls) < 2:
+            assert time.monotonic() < deadline, "the relay was not started again"
+            await asyncio.sleep(0.05)
+            await relay.listen(["APP-1"])  # each tick asks
+        await relay.close()
+
+    with structlog.testing.capture_logs() as logs:
+        asyncio.run(scenario())
+    assert [e["error"] for e in logs if e["event"] == "relay_failed"][:1] == ["TypeError('a bug')"]

@@ -65,8 +65,11 @@ class ClusterRelay:
     async def listen(self, names: Iterable[str]) -> None:
         """A relay for every worker in ``names``; none for any other."""
         names = set(names)
-        for name in list(self._tasks):
-            if name not in names or self._tasks[name].done():
+        for name, task in list(self._tasks.items()):
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                # a bug, not the host (that is retried inside): said, and started again
+                log.warning("relay_failed", issue=name, error=repr(task.exception()))
+            if name not in names or task.done():
                 await self.stop(name)
         for name in names - set(self._tasks):
             self._tasks[name] = asyncio.create_task(self._relay(name), name=f"relay-{name}")
