@@ -87,15 +87,19 @@ class ClusterRelay:
 
     async def _relay(self, name: str) -> None:
         attempt, failures = 0, 0
-        sent: dict[str, bytes] = {}
+        sent: dict[str, tuple[int, int, int]] = {}
         answered: set[str] = set()
         taken: list[str] = []
         while True:
-            if self.attempt_of(name) != attempt:  # a new attempt's host has none of it
-                attempt, sent, answered, taken = self.attempt_of(name), {}, set(), []
+            current = self.attempt_of(name)
+            if current != attempt:  # a new attempt's host has none of it
+                attempt, sent, answered, taken = current, {}, set(), []
             run = self.run_dir(name)
-            files = {f: data for f in sorted(CONTROLLER_FILES)
-                     if (data := read_bytes(run / f)) is not None and sent.get(f) != data}
+            # a file is read only once it changed (every write replaces it): change.diff
+            # may hold megabytes, and this loop turns every few seconds per worker
+            changed = {f: stamp for f in sorted(CONTROLLER_FILES)
+                       if (stamp := _stamp(run / f)) is not None and sent.get(f) != stamp}
+            files = {f: data for f in changed if (data := read_bytes(run / f)) is not None}
             answers = {p.stem: data for p in _answer_files(run)
                        if p.stem not in answered and (data := read_bytes(p)) is not None}
             try:
@@ -109,7 +113,7 @@ class ClusterRelay:
                 await self._pause(name, attempt, RELAY_RETRY.delay(failures))
                 continue
             failures = 0
-            sent.update(files)
+            sent.update({f: changed[f] for f in files})
             answered.update(answers)
             taken = _kept(run, got)
             if taken:
@@ -129,6 +133,15 @@ class ClusterRelay:
         except (RalphError, OSError) as exc:  # the reports stay; the tick reads them
             log.warning("relay_hear_failed", issue=name, error=str(exc))
         self.wake()
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """What tells one version of a file from the next: inode, time and size."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns, info.st_size
 
 
 def _answer_files(run: Path) -> list[Path]:

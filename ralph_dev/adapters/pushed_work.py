@@ -189,16 +189,17 @@ class ClusterWork:
         if launch.spec_file is not None:
             launch_files.append(launch.spec_file.with_suffix(".secrets.json"))
         transcript = worker_dir / SESSIONS / f"{session}.jsonl" if session else None
-        agent_bin = [self.agent_bin] if self.agent_bin is not None else []
+        roots = {SHIPPED_ROOT: worker_dir}
+        if launch_files:
+            roots["launch"] = launch_files[0].parent
+        if self.agent_bin is not None:
+            roots["agent-bin"] = self.agent_bin
         bundle = launch_bundle.pack(
-            {SHIPPED_ROOT: worker_dir,
-             **({"launch": launch_files[0].parent} if launch_files else {}),
-             **({"agent-bin": self.agent_bin} if self.agent_bin is not None else {})},
-            trees=[worker_dir],
+            roots, trees=[worker_dir],
             leave_out=[run / mailbox.OUTBOX, run / mailbox.ANSWERS, run / mailbox.SOCKET,
                        worker_dir / SESSIONS],
             files=[*launch_files, *([transcript] if transcript else [])],
-            links_in=agent_bin)
+            links_in=[self.agent_bin] if self.agent_bin is not None else [])
         self._ask_attempt(issue, attempt, "receive", bundle)
 
     def exchange(self, issue: str, attempt: int, files: dict[str, bytes],
