@@ -99,7 +99,7 @@ async def simulate(args: argparse.Namespace) -> int:
 
     from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.writebacks import WriteBackQueue
-    from ralph_dev.control.act import WriteBackWriter
+    from ralph_dev.control.loop.act import WriteBackWriter
     from ralph_dev.core.config import build_project
     from ralph_dev.core.decide import ready_issues
     from ralph_dev.core.decide.swarm import write_backs

@@ -38,7 +38,7 @@ def main() -> None:
     from ralph_dev.adapters.tmux import Tmux
     from ralph_dev.adapters.tracker import open_tracker
     from ralph_dev.agent.launch import build_launch
-    from ralph_dev.control.controller import Controller
+    from ralph_dev.control.loop.controller import Controller
     from ralph_dev.core.actions import Spawn
     from ralph_dev.core.config import build_project
     from ralph_dev.core.model import NewIssue, Role

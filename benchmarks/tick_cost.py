@@ -61,7 +61,7 @@ def run_case(n_issues: int, n_windows: int, ticks: int) -> dict[str, float]:
     from ralph_dev.adapters.store import StateStore, utcnow
     from ralph_dev.adapters.tmux import Tmux
     from ralph_dev.adapters.tracker import open_tracker
-    from ralph_dev.control.observe import observe
+    from ralph_dev.control.loop.observe import observe
     from ralph_dev.core.config import build_project
     from ralph_dev.core.decide import decide
 

@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 from ralph_dev.adapters.mailbox_server import MailboxServer
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.writebacks import WriteBackQueue
-from ralph_dev.control.act import WriteBackWriter
-from ralph_dev.control.intake import Intake
-from ralph_dev.control.worker_dirs import WorkerDirs
+from ralph_dev.control.loop.act import WriteBackWriter
+from ralph_dev.control.loop.intake import Intake
+from ralph_dev.control.loop.worker_dirs import WorkerDirs
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide.swarm import write_backs
 from ralph_dev.core.ports import Tracker, Workspaces

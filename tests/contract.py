@@ -1,7 +1,7 @@
 """The executor contract: what carrying out each action leaves behind, as a table.
 
 ``decide`` is pure and level-triggered, so its rules rely on the actuator
-(``control.act``) leaving the world as written here; otherwise a later tick would
+(``control.loop.act``) leaving the world as written here; otherwise a later tick would
 repeat an action or miss one. What an action leaves in the worker record is the
 action's own ``record_changes`` (the actuator writes exactly that, in production);
 this table says the rest — windows, the issue's state and labels, the workspace,

@@ -28,7 +28,7 @@ from test_claude_smoke import (  # noqa: F401 (fixtures)
     world,
 )
 
-from ralph_dev.control.pause_text import clock, limit_lifts, pause_entries
+from ralph_dev.control.state.pause_text import clock, limit_lifts, pause_entries
 from ralph_dev.core.agent_faults import CLI_OWN_WAIT, RESET_MARGIN, USAGE_LIMIT
 from ralph_dev.core.model import NewIssue, StateType
 from ralph_dev.devtools.api_faults import rate_limited, usage_limit

@@ -400,7 +400,7 @@ def controller_ticks(world: World, settings: Any) -> Callable[[], Any]:
     """One controller tick per call, the real controller on the world's parts."""
     from ralph_dev.adapters.gh import Gh
     from ralph_dev.agent.launch import build_launch
-    from ralph_dev.control.controller import Controller
+    from ralph_dev.control.loop.controller import Controller
 
     ctl = Controller(settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
                      launcher=build_launch, pull_requests=Gh("gh", settings.repo),
@@ -633,7 +633,7 @@ def test_spend_is_counted_from_the_transcript_and_a_budget_stops_the_worker(
     """Issue 13 item 5: what each agent spends is read from its transcript; the done
     comment and the state say it; an issue over its budget has its worker stopped and
     is held with the figures, and is not started again."""
-    from ralph_dev.control import costs as spending
+    from ralph_dev.control.loop import costs as spending
     from ralph_dev.core.costs import CostSettings
 
     (cheap, dear) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt"),

@@ -90,7 +90,7 @@ for module in pkgutil.walk_packages(ralph_dev.__path__, "ralph_dev."):
     if module.name != "ralph_dev.adapters.ray_plane" and not module.name.endswith("__main__"):
         importlib.import_module(module.name)
 from ralph_dev.adapters.tmux import Tmux
-from ralph_dev.control.wiring import plane_for
+from ralph_dev.control.loop.wiring import plane_for
 from ralph_dev.core.config import ProjectSettings
 plane, cluster = plane_for(ProjectSettings(name="app", repo=Path("/srv/app")))
 assert isinstance(plane, Tmux) and cluster is None

@@ -53,8 +53,8 @@ def on_a_cluster(world: World, tmp_path: Path, tmp_path_factory: pytest.TempPath
 def cluster_ticks(world: World) -> tuple[Callable[[], Any], Callable[[], None]]:
     from ralph_dev.adapters.gh import Gh
     from ralph_dev.agent.launch import build_launch
-    from ralph_dev.control.controller import Controller
-    from ralph_dev.control.wiring import plane_for
+    from ralph_dev.control.loop.controller import Controller
+    from ralph_dev.control.loop.wiring import plane_for
 
     plane, cluster = plane_for(world.settings, world.jj, world.store)
     ctl = Controller(world.settings, tracker=world.tracker, tmux=plane, jj=world.jj,

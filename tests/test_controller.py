@@ -22,8 +22,8 @@ from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
 from ralph_dev.agent.launch import build_launch
-from ralph_dev.control.controller import Controller
-from ralph_dev.control.loop import controller_lock
+from ralph_dev.control.loop.controller import Controller
+from ralph_dev.control.loop.run import controller_lock
 from ralph_dev.core.config import load_project
 from ralph_dev.core.errors import TrackerUnavailable
 from ralph_dev.core.model import Issue
@@ -182,7 +182,7 @@ def test_red_trunk_stops_merges_until_a_person_fixes_it(tmp_path: Path, jj_bin: 
 
 def test_one_controller_per_project(xdg: Path, tmp_path: Path) -> None:
     lock = tmp_path / "controller.lock"
-    from ralph_dev.control.loop import ControllerLocked
+    from ralph_dev.control.loop.run import ControllerLocked
 
     with controller_lock(lock), pytest.raises(ControllerLocked, match=f"pid {os.getpid()}"), \
             controller_lock(lock):
@@ -260,7 +260,7 @@ def test_doctor_names_what_to_fix(swarm: Swarm, tmp_path: Path) -> None:
 def test_a_cli_retrying_by_itself_is_read_from_its_screen() -> None:
     """Claude Code 2.1.197's status line while it retries (issue 24): read from the
     screen, where the whole line stands (its log holds only the redrawn characters)."""
-    from ralph_dev.control.observe import retry_said
+    from ralph_dev.control.loop.observe import retry_said
 
     screen = "✻ API error · Retrying in 9s · attempt 6/10\n\n> \n"
     assert retry_said(screen) == "retrying in 9s, attempt 6/10"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ralph_dev.adapters.store import StateStore
-from ralph_dev.control.costs import Spending, ledger_path
+from ralph_dev.control.loop.costs import Spending, ledger_path
 from ralph_dev.core.actions import PauseSwarm
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.costs import (

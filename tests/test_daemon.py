@@ -19,8 +19,8 @@ from swarm_kit import Swarm, wait_for
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.cli import main
-from ralph_dev.control import daemon as daemon_mod
-from ralph_dev.control.daemon import Daemon
+from ralph_dev.control.daemon import daemon as daemon_mod
+from ralph_dev.control.daemon.daemon import Daemon
 from ralph_dev.core.config import load_project
 from ralph_dev.devtools.scripted_model import FakeAnthropic, Text, conversation_text
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ralph_dev.control.disk import MEASURE_EVERY, disk_usage, human_bytes, workspace_sizes
+from ralph_dev.control.state.disk import MEASURE_EVERY, disk_usage, human_bytes, workspace_sizes
 from ralph_dev.core.config import ProjectSettings
 
 

@@ -29,8 +29,8 @@ from ralph_dev.adapters.gh import Gh
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.writebacks import WriteBackItem
 from ralph_dev.agent.launch import build_launch
-from ralph_dev.control.controller import Controller
-from ralph_dev.control.observe import observe
+from ralph_dev.control.loop.controller import Controller
+from ralph_dev.control.loop.observe import observe
 from ralph_dev.core.actions import (
     SWARM,
     Action,
@@ -326,7 +326,7 @@ def test_the_real_controller_keeps_the_contract(world: World, kind: type[Action]
 
 def test_an_event_keeps_an_exit_status_of_zero() -> None:
     """Issue 25: `reap` events dropped `exit_status` 0 (taken for an unset field)."""
-    from ralph_dev.control.act import event_details
+    from ralph_dev.control.loop.act import event_details
 
     details = event_details(Reap("DEMO-1", "pane died", exit_status=0, charged=False))
     assert details == {"exit_status": 0}

@@ -30,7 +30,7 @@ from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
 from ralph_dev.adapters.tracker.linear.errors import LinearAuthError
 from ralph_dev.agent.launch import build_launch, check_agent
-from ralph_dev.control.controller import Controller
+from ralph_dev.control.loop.controller import Controller
 from ralph_dev.core.config import ProjectSettings, load_project
 from ralph_dev.core.errors import TrackerUnavailable
 

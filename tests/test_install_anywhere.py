@@ -108,7 +108,7 @@ def test_a_worker_that_cannot_run_pauses_the_swarm_and_charges_nothing(
     nobody charged) and resumes by itself once the agent is installed where workers
     can run it."""
     from ralph_dev.adapters.tmux import Tmux
-    from ralph_dev.control.wiring import controller_for
+    from ralph_dev.control.loop.wiring import controller_for
     from ralph_dev.core.config import load_project
 
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=2)

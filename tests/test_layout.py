@@ -139,7 +139,7 @@ def test_core_is_pure() -> None:
 TRACKER_WRITES = {"set_state", "change_labels", "add_labels", "remove_labels", "comment",
                   "create_issues", "set_priority", "add_blocker", "remove_blocker"}
 WINDOW_KILLS = {"kill_window"}
-ACTUATOR = "control/act.py"
+ACTUATOR = "control/loop/act.py"
 
 
 def called_methods(path: Path) -> set[str]:

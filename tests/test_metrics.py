@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from ralph_dev.adapters.store import StateStore
-from ralph_dev.control.metrics import EventCounts, TickHistogram, render_metrics
+from ralph_dev.control.daemon.metrics import EventCounts, TickHistogram, render_metrics
 from ralph_dev.core.config import ProjectPaths
 
 DOCUMENT: dict[str, Any] = {

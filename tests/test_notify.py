@@ -23,7 +23,7 @@ from aiohttp import web
 from ralph_dev.adapters.notify import Message, deliver, scrub, secret_parts
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tracker.local import LocalTracker
-from ralph_dev.control.notifier import CAUSES, Notifier
+from ralph_dev.control.daemon.notifier import CAUSES, Notifier
 from ralph_dev.core.config import ConfigError, ProjectSettings, build_project
 from ralph_dev.core.model import NewIssue
 from ralph_dev.devtools.loopback import LoopbackServer
@@ -316,7 +316,7 @@ async def test_a_usage_limit_is_told_once_by_its_reset(
         xdg: Path, tmp_path: Path, receiver: Receiver) -> None:
     """Issue 24: the limit pauses the swarm, a second worker's error lengthens the pause
     with another cause: one message, "usage limit until HH:MM" (local), cause and fix."""
-    from ralph_dev.control.pause_text import clock, limit_lifts
+    from ralph_dev.control.state.pause_text import clock, limit_lifts
     from ralph_dev.core.agent_faults import RESET_MARGIN, USAGE_LIMIT
     from ralph_dev.core.model import Pause
 

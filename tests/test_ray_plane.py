@@ -156,7 +156,7 @@ def test_one_attempt_is_never_placed_twice(ray_cluster: Any, remote: Path,
 
 def test_doctor_checks_the_cluster_and_each_node(ray_cluster: Any, remote: Path) -> None:
     from ralph_dev.adapters.ray_plane import ClusterError, check_reachable
-    from ralph_dev.control.doctor import cluster_checks
+    from ralph_dev.control.checks.doctor import cluster_checks
     from ralph_dev.core.config import AgentSettings, ClusterSettings, ProjectSettings
 
     settings = ProjectSettings(name=PROJECT, repo=remote, cluster=ClusterSettings(

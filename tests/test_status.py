@@ -24,8 +24,8 @@ from swarm_kit import Swarm, wait_for
 
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
-from ralph_dev.control.status import SCHEMA_VERSION, held_question, load_schema
-from ralph_dev.control.status_text import local_time
+from ralph_dev.control.state.status import SCHEMA_VERSION, held_question, load_schema
+from ralph_dev.control.state.text import local_time
 from ralph_dev.core.config import load_project
 from ralph_dev.core.model import Comment, Issue, StateType
 
@@ -278,7 +278,7 @@ def test_tracker_text_reaches_no_terminal_raw(swarm: Swarm,
 def test_a_usage_limit_is_said_by_its_local_reset(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 24: "usage limit until 14:05", the reset in local time (the date when not
     today); a rate limit whose reset is unknown says when it is asked again."""
-    from ralph_dev.control.pause_text import limit_lifts, pause_headline
+    from ralph_dev.control.state.pause_text import limit_lifts, pause_headline
     from ralph_dev.core.agent_faults import RATE_LIMIT, RESET_MARGIN, USAGE_LIMIT
 
     monkeypatch.setenv("TZ", "Europe/Paris")
@@ -302,7 +302,7 @@ def test_a_usage_limit_is_said_by_its_local_reset(monkeypatch: pytest.MonkeyPatc
 
 def test_status_and_its_document_say_the_pause(swarm: Swarm,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from ralph_dev.control.pause_text import clock
+    from ralph_dev.control.state.pause_text import clock
     from ralph_dev.core.agent_faults import RESET_MARGIN, USAGE_LIMIT
     from ralph_dev.core.model import Pause
 

@@ -27,8 +27,8 @@ from swarm_kit import REPO_ROOT, Swarm, wait_for
 
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
-from ralph_dev.control.daemon_services import DaemonServices
-from ralph_dev.control.status import load_schema
+from ralph_dev.control.daemon.services import DaemonServices
+from ralph_dev.control.state.status import load_schema
 from ralph_dev.core.config import load_project
 
 TOKEN = "test-token-0123456789abcdef"
@@ -331,7 +331,7 @@ async def test_a_login_link_works_once_and_leaves_an_httponly_cookie(services_en
                                                                      ) -> None:
     import time
 
-    from ralph_dev.control.web.access import LOGIN_KEY_FILE, LOGIN_TTL, login_url, mint_login
+    from ralph_dev.control.daemon.web.access import LOGIN_KEY_FILE, LOGIN_TTL, login_url, mint_login
 
     services = await _services(services_env)
     paths = services.store.paths
@@ -444,7 +444,7 @@ def test_the_token_file_is_hidden_from_workers_wherever_it_lies(services_env: Sw
 
 
 def test_a_readable_token_file_is_refused(tmp_path: Path) -> None:
-    from ralph_dev.control.web.server import WebError, read_token
+    from ralph_dev.control.daemon.web.server import WebError, read_token
     from ralph_dev.core.config import WebSettings
 
     token_file = tmp_path / "token"

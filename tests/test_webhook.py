@@ -35,7 +35,7 @@ from ralph_dev.adapters.webhook import (
     secret_from_env,
     signature,
 )
-from ralph_dev.control.loop import run_with_webhooks
+from ralph_dev.control.loop.run import run_with_webhooks
 
 SECRET = "whsec-test-5f1c9a0e77d24b3e"
 NOW = 1_790_000_000.0

@@ -732,7 +732,7 @@ def test_a_write_the_tracker_refuses_for_good_goes_to_a_person_not_to_a_retry_lo
     told "Nothing is lost" and nobody was told anything. Now the worker hears the truth,
     the write is not retried, status says what to fix (NEEDS YOU) and a person is
     notified (`relay_refused`); once the config is read again it is tried again."""
-    from ralph_dev.control.status import snapshot
+    from ralph_dev.control.state.status import snapshot
 
     project = make_project(xdg, jj_bin)
     project.tracker = RefusingTracker(project.settings.paths.tracker_db, "DEMO")

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from swarm_kit import Swarm, leftovers, wait_for
 
-from ralph_dev.control.controller import Controller, TickResult
-from ralph_dev.control.wiring import controller_for
+from ralph_dev.control.loop.controller import Controller, TickResult
+from ralph_dev.control.loop.wiring import controller_for
 from ralph_dev.core.actions import EndPause
 from ralph_dev.core.config import load_project
 

@@ -226,7 +226,7 @@ def init(
 ) -> None:
     """Add PROJECT to the config (refuses to replace one without --force)."""
     from ralph_dev.adapters.config_file import check_can_write, write_project
-    from ralph_dev.control.repo_setup import prepare_repo
+    from ralph_dev.control.checks.repo_setup import prepare_repo
     from ralph_dev.core.config import build_project
 
     check_project_name(project)

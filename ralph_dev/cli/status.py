@@ -43,10 +43,10 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
            interval: float) -> None:
     """What needs you, then daemon, controller, trunk, issues, workers and recent events
     (all projects by default). Times are local, with the zone shown."""
-    from ralph_dev.control.status import SCHEMA_VERSION, snapshot, tracker_ttl
-    from ralph_dev.control.status_sources import StateSources
-    from ralph_dev.control.status_text import render
-    from ralph_dev.control.web.access import login_url
+    from ralph_dev.control.daemon.web.access import login_url
+    from ralph_dev.control.state.sources import StateSources
+    from ralph_dev.control.state.status import SCHEMA_VERSION, snapshot, tracker_ttl
+    from ralph_dev.control.state.text import render
 
     if watch and as_json:
         raise click.UsageError("--watch redraws the terminal view; use --json without it")
@@ -155,7 +155,7 @@ def _cluster_worker(settings: ProjectSettings, store: StateStore, issue: str
     record = store.load_record(issue)
     if record is None or not record.cluster_attempt:
         return None
-    from ralph_dev.control.wiring import plane_for
+    from ralph_dev.control.loop.wiring import plane_for
 
     return plane_for(settings, store=store)[1]
 
@@ -189,7 +189,7 @@ def _watch_screen(cluster: Cluster, issue: str, host: str, typed: TextIO | None 
 @pass_ctx
 def attach(cli: CliContext, issue: str | None, project: str | None) -> None:
     """Attach to the project's tmux session (at ISSUE's window if given)."""
-    from ralph_dev.control.wiring import tmux_for
+    from ralph_dev.control.loop.wiring import tmux_for
 
     if issue:
         check_identifier(issue)
@@ -247,7 +247,7 @@ def events(cli: CliContext, project: str, issue: str | None, since: str | None,
     import json
 
     from ralph_dev.adapters.store import from_iso
-    from ralph_dev.control.status_text import format_event
+    from ralph_dev.control.state.text import format_event
 
     settings = cli.project(project)
     store = StateStore(settings.paths)
@@ -307,7 +307,7 @@ def _known_issue(settings: ProjectSettings, issue: str, store: StateStore) -> No
 @pass_ctx
 def doctor(cli: CliContext, project: str | None) -> None:
     """Check tmux, jj, git, claude, config and tracker access; say what to fix."""
-    from ralph_dev.control.doctor import run_checks
+    from ralph_dev.control.checks.doctor import run_checks
 
     problems = 0
     for check in run(run_checks(cli.config_path, project, cli.project)):

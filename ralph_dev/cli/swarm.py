@@ -28,8 +28,8 @@ def controller(cli: CliContext, project: str, once: bool) -> None:
     import structlog
 
     from ralph_dev.adapters import logs
-    from ralph_dev.control.loop import controller_lock, run_with_webhooks
-    from ralph_dev.control.wiring import controller_for
+    from ralph_dev.control.loop.run import controller_lock, run_with_webhooks
+    from ralph_dev.control.loop.wiring import controller_for
 
     settings = cli.project_when_valid(project)
     logs.configure("INFO", json_file=settings.paths.logs_dir / "controller.jsonl")
@@ -49,7 +49,7 @@ def reload(cli: CliContext, project: str) -> None:
     from ralph_dev.adapters.processes import lock_holder
     from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.wake import poke
-    from ralph_dev.control.config_watch import request_reload
+    from ralph_dev.control.loop.config_watch import request_reload
 
     settings, error = cli.project_as_running(project)
     if error is not None:
@@ -74,8 +74,8 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
     """Start PROJECT: tmux session, controller window, health loop."""
     from ralph_dev.adapters.processes import start_background
     from ralph_dev.agent.probe import try_worker_sandbox
-    from ralph_dev.control.daemon import Daemon
-    from ralph_dev.control.wiring import jj_for, tmux_for
+    from ralph_dev.control.daemon.daemon import Daemon
+    from ralph_dev.control.loop.wiring import jj_for, tmux_for
 
     # a service's daemon waits for a fixed config; a person at `start` is told at once
     settings = cli.project_when_valid(project) if foreground else cli.project(project)
@@ -104,7 +104,7 @@ def _check_cluster(settings: ProjectSettings) -> None:
     """A cluster project's cluster, reachable and with slots, before its daemon starts."""
     if settings.cluster is None:
         return
-    from ralph_dev.control.doctor import cluster_checks
+    from ralph_dev.control.checks.doctor import cluster_checks
 
     failed = [f"{c.name}: {c.detail}" for c in cluster_checks(settings) if not c.ok]
     if failed:
@@ -118,7 +118,7 @@ the login link to ``status``."""
 
 def _dashboard_login(settings: ProjectSettings, pid: int) -> str:
     """The new daemon's one-time login link, once it serves the dashboard (or why not)."""
-    from ralph_dev.control.web.access import login_url, served
+    from ralph_dev.control.daemon.web.access import login_url, served
 
     deadline = time.monotonic() + DASHBOARD_WAIT
     while time.monotonic() < deadline:
@@ -143,7 +143,7 @@ def stop(cli: CliContext, project: str, workers: bool) -> None:
     from ralph_dev.adapters.processes import stop_controller_window, stop_daemon
     from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.systemd import stop_unit_if_active
-    from ralph_dev.control.wiring import jj_for, plane_for, tmux_for
+    from ralph_dev.control.loop.wiring import jj_for, plane_for, tmux_for
 
     settings = cli.project(project)
     if stop_unit_if_active(project):  # under systemd, Restart=always would undo a SIGTERM
@@ -185,8 +185,8 @@ async def preview(settings: ProjectSettings) -> tuple[Plan, list[str]]:
     """What decide would do now, observing but never acting."""
     from ralph_dev.adapters.store import StateStore, utcnow
     from ralph_dev.adapters.tracker import open_tracker
-    from ralph_dev.control.observe import observe
-    from ralph_dev.control.wiring import jj_for, tmux_for
+    from ralph_dev.control.loop.observe import observe
+    from ralph_dev.control.loop.wiring import jj_for, tmux_for
     from ralph_dev.core.decide import decide
 
     notes: list[str] = []

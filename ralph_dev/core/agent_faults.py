@@ -28,6 +28,8 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ralph_dev.core.policy import RetryPolicy
+
 USAGE_LIMIT = "usage-limit"
 RATE_LIMIT = "rate-limit"
 """An API key's rate limit whose end could not be read: a backoff, said as a limit."""
@@ -50,6 +52,14 @@ CLI_OWN_WAIT = timedelta(seconds=60)
 """Claude Code waits out a ``retry-after`` of up to a minute by itself; it gives up at
 once on a longer one. A 429 that ended the turn therefore asked for more than this."""
 UNKNOWN_RESET_WAIT = timedelta(minutes=30)
+
+
+def outage_retry(outage_wait: timedelta = OUTAGE_WAIT) -> RetryPolicy:
+    """An outage's probes (``timing.outage_wait``): the first after ``outage_wait``, each
+    next one after twice the last, up to ``OUTAGE_WAIT_CAP``. An outage is outside the
+    issue, so nothing is ever exhausted: ``max_attempts`` plays no part."""
+    return RetryPolicy(initial=outage_wait.total_seconds(), backoff=2.0,
+                       cap=OUTAGE_WAIT_CAP.total_seconds())
 
 _LIMIT = re.compile(r"hit your (?P<what>[\w -]*?)limit", re.IGNORECASE)
 _RESET = re.compile(
@@ -149,9 +159,9 @@ def classify_stop_failure(error: str, text: str, now: datetime, *,
     """The swarm-wide pause one ``StopFailure`` calls for. ``reset_at``: when the API said
     the limit lifts (its ``retry-after`` or reset headers, as the hook read them), the
     most exact source. An outage's wait doubles with each error in a row (``streak``),
-    up to ``OUTAGE_WAIT_CAP``."""
+    up to ``OUTAGE_WAIT_CAP`` (:func:`outage_retry`)."""
     shown = " ".join(text.split())[:200]
-    backoff = min(outage_wait * 2 ** min(max(streak, 1) - 1, 10), OUTAGE_WAIT_CAP)
+    backoff = timedelta(seconds=outage_retry(outage_wait).delay(max(streak, 1)))
     if error == "rate_limit" and reset_at is not None:
         return AgentFault(USAGE_LIMIT, f"the API's rate limit was reached (its reset read from "
                                        f"the API's answer): {shown}", _LIMIT_FIX,

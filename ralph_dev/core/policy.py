@@ -12,8 +12,10 @@ alone says what happens next:
 * **permanent** — a merge jj will never make, a write the tracker will never take.
   To a person at once, with the cause and the fix; retrying would only hide it.
 
-Like Temporal's ``RetryPolicy``, one value (:func:`retry_policy`, from the project's
-``timing``) times every retry: spawns, merges, write-backs and hooks alike.
+Like Temporal's ``RetryPolicy``, one value type times every retry: :func:`retry_policy`
+(from the project's ``timing``) spawns, merges, write-backs and hooks alike; the same
+type, with its own numbers, an API outage's probes (``core.agent_faults``), a tracker
+client's backoff (``adapters.tracker.linear.client``) and the cluster relay's.
 """
 
 from __future__ import annotations
@@ -48,16 +50,33 @@ class RetryPolicy:
     """No wait is longer than this."""
     max_attempts: int = 3
     """Tries of one thing (a worker, a merge) before a person is asked."""
+    jitter: float = 0.0
+    """Up to this fraction of each wait is taken off at random (0.5: somewhere between
+    half of it and all of it), so clients that failed together do not retry together.
+    0: every wait is exact. The random draw is the caller's (:meth:`delay`'s ``draw``):
+    this value reads no random source."""
 
-    def delay(self, failures: int) -> float:
-        """Seconds to wait after ``failures`` failures in a row: 0 before any."""
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError(f"RetryPolicy.jitter must be within 0..1, not {self.jitter!r}")
+
+    def delay(self, failures: int, *, draw: float = 1.0) -> float:
+        """Seconds to wait after ``failures`` failures in a row: 0 before any, then
+        ``initial``, multiplied by ``backoff`` with each next failure, never over ``cap``.
+
+        ``draw``: a uniform random number in [0, 1) the caller took (``random.random()``),
+        used only with ``jitter``: the wait is ``(1 - jitter + jitter * draw)`` of the
+        unjittered one. Its default 1.0 gives the longest wait (as if no jitter)."""
         if failures < 1:
             return 0.0
         exponent = min(failures - 1, _MAX_EXPONENT)
-        return float(min(self.cap, self.initial * self.backoff ** exponent))
+        wait = float(min(self.cap, self.initial * self.backoff ** exponent))
+        if self.jitter:
+            wait *= 1.0 - self.jitter + self.jitter * min(max(draw, 0.0), 1.0)
+        return wait
 
     def due(self, failures: int, failed_at: datetime | None, now: datetime) -> bool:
-        """Whether the next try may go now."""
+        """Whether the next try may go now (after the longest wait, if jittered)."""
         if failures < 1 or failed_at is None:
             return True
         return now >= _aware(failed_at) + timedelta(seconds=self.delay(failures))

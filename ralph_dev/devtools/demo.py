@@ -2,7 +2,9 @@
 
 Everything lives in one temporary directory with its own XDG dirs and a
 private tmux socket, so the demo never touches a person's real config,
-tracker or tmux server, and leaves nothing running. Workers are real Claude
+tracker or tmux server, and leaves nothing running: not at its end, not when
+stopped by Ctrl-C, SIGTERM or SIGHUP (a signal sets a flag the demo checks
+between its steps; the one teardown is in ``finally``). Workers are real Claude
 Code sessions against a scripted model on loopback when the ``claude`` CLI
 is available, otherwise the scripted demo agent.
 """
@@ -14,9 +16,11 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -79,6 +83,47 @@ priority = 4
 
 PROJECT = "demo"
 DEMO_KEY = "KV"
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that end the demo as Ctrl-C does: its swarm stopped, its files removed,
+exit status 128 + the signal. SIGHUP arrives when its terminal goes away."""
+
+
+class DemoStopped(Exception):
+    """A stop signal arrived: raised where the demo checks its flag (a stop, like
+    KeyboardInterrupt, not an error)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopFlag:
+    """Set by a stop signal's handler; the demo checks it between its steps."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def set(self, signum: int, _frame: object) -> None:
+        self.signum = signum
+
+    def check(self) -> None:
+        if self.signum is not None:
+            raise DemoStopped(self.signum)
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[StopFlag]:
+    """While the demo runs, STOP_SIGNALS only set the flag it yields (signal handlers
+    can only be set from the main thread: elsewhere the flag stays unset)."""
+    flag = StopFlag()
+    previous = ({sig: signal.signal(sig, flag.set) for sig in STOP_SIGNALS}
+                if threading.current_thread() is threading.main_thread() else {})
+    try:
+        yield flag
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -162,87 +207,108 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
     if use_claude and claude is None:
         echo("--claude was asked for, but no claude CLI was found (scripts/setup.sh installs it).")
         return 1
-    root = Path(tempfile.mkdtemp(prefix="ralph-dev-demo-"))
-    env = sandbox_env(root, os.environ)
-    socket = f"ralph-demo-{os.getpid()}"
-    env["RALPH_DEV_TMUX_SOCKET"] = socket
-    env["RALPH_DEV_JJ"] = jj_bin
-    # the demo's workers are small: a machine busy with other things (a build, a test
-    # run) must not keep the demo waiting for its load to drop
-    env["RALPH_DEV_LIMITS_MAX_LOAD_PER_CPU"] = "0"
-    env["JJ_USER"], env["JJ_EMAIL"] = "ralph-dev demo", "demo@ralph-dev.invalid"
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    with stop_signals() as stop:
+        root = Path(tempfile.mkdtemp(prefix="ralph-dev-demo-"))
+        socket = f"ralph-demo-{os.getpid()}"
+        env = sandbox_env(root, os.environ)
+        env["RALPH_DEV_TMUX_SOCKET"] = socket
+        env["RALPH_DEV_JJ"] = jj_bin
+        # the demo's workers are small: a machine busy with other things (a build, a test
+        # run) must not keep the demo waiting for its load to drop
+        env["RALPH_DEV_LIMITS_MAX_LOAD_PER_CPU"] = "0"
+        env["JJ_USER"], env["JJ_EMAIL"] = "ralph-dev demo", "demo@ralph-dev.invalid"
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        stack = contextlib.ExitStack()
+        try:
+            return _run_swarm(root, env, socket, claude, stack, stop,
+                              timeout=timeout, echo=echo, workers=workers, cluster=cluster)
+        except (KeyboardInterrupt, DemoStopped) as stopped:
+            signum = stopped.signum if isinstance(stopped, DemoStopped) else signal.SIGINT
+            with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+                echo(f"\nDemo stopped by {signal.Signals(signum).name}: ending its swarm"
+                     + ("." if keep else " and removing its files."))
+            return 128 + signum
+        finally:  # the one teardown: at the end, on an error, on Ctrl-C, SIGTERM, SIGHUP
+            _cli(env, "stop", PROJECT, "--workers", check=False)
+            Tmux(f"ralph-{PROJECT}", socket).kill_server()
+            stack.close()
+            if keep:
+                echo(f"Kept the demo files in {root}")
+            else:
+                shutil.rmtree(root, ignore_errors=True)
 
+
+def _run_swarm(root: Path, env: dict[str, str], socket: str, claude: str | None,
+               stack: contextlib.ExitStack, stop: StopFlag, *, timeout: float,
+               echo: Callable[[str], None], workers: int, cluster: int) -> int:
+    """The demo from an empty ``root`` to its swarm's end; ``run_demo`` tears it down.
+    ``stop`` is checked between steps: a stop signal raises ``DemoStopped`` there."""
     echo("=" * 72)
     echo(" ralph-dev DEMO — a throwaway project, a local tracker, a swarm of agents")
     echo(f" everything lives in {root}")
     echo(f" watch live:  tmux -L {socket} attach -t ralph-{PROJECT}")
     echo("=" * 72)
-    repo = JjCli(root / "repo", jj_bin=jj_bin, user=(env["JJ_USER"], env["JJ_EMAIL"]),
+    repo = JjCli(root / "repo", jj_bin=env["RALPH_DEV_JJ"], user=(env["JJ_USER"], env["JJ_EMAIL"]),
                  environ=env)
     _make_repo(repo)
     init = ["init", PROJECT, "--repo", str(repo.repo), "--key", DEMO_KEY,
             "--max-workers", str(workers), "--verify", "test -n \"$(ls)\""]
-    stack = contextlib.ExitStack()
-    try:
-        if claude:
-            echo(f" workers: real Claude Code ({claude}) against a scripted model on loopback")
-            env.update(stack.enter_context(scripted_model()))
-            env["RALPH_DEV_CLAUDE_BIN"] = claude
-            init += ["--agent", "claude"]
-        else:
-            echo(" workers: the scripted demo agent (no claude CLI found)")
-            agent = (f"{shlex.quote(sys.executable)} -m ralph_dev.devtools.demo_agent "
-                     "{issue} {role}")
-            init += ["--agent", "command", "--agent-command", agent]
-        _cli(env, *init)
-        config = root / "config/ralph-dev/config.toml"
-        if cluster:
-            slots = -(-workers // cluster)  # the same total, split over the nodes
-            echo(f" hosts: a Ray cluster on this machine, a head and {cluster} node(s) of "
-                 f"{slots} worker slot(s); code comes back through {root / 'remote.git'}")
-            address = stack.enter_context(local_cluster(cluster, slots, env)).address
-            remote = root / "remote.git"
-            subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
-            subprocess.run(["git", "-C", str(repo.repo), "remote", "add", "origin",
-                            str(remote)], check=True)
-            with config.open("a") as table:
-                table.write(f'\n[projects.{PROJECT}.cluster]\naddress = "{address}"\n'
-                            "snapshot_interval = 30\n")
-        config.write_text(config.read_text() + (
-            f"\n[projects.{PROJECT}.timing]\npoll_interval = 1.0\nhealth_interval = 5\n"
-            "retry_base = 2\nretry_cap = 10\nstall_timeout = 120\nrestart_timeout = 120\n"
-        ) + (f'\n[projects.{PROJECT}.agent]\nrunner = "claude"\nclaude_bin = "{claude}"\n'
-             'home = "isolated"\n' if claude else ""))
-        plan = root / "plan.toml"
-        plan.write_text(DEMO_PLAN)
-        created = _cli(env, "issue", "import", PROJECT, str(plan)).stdout
-        echo(f"\nImported the plan:\n{created}")
-        echo(_cli(env, "issue", "list", PROJECT).stdout)
-        _cli(env, "start", PROJECT)
-        echo("Swarm started. Progress:")
-        ok = _watch(env, timeout, echo)
-        _cli(env, "stop", PROJECT, "--workers", check=False)
-        echo("\nTrunk (main) now holds:")
-        echo(repo.log("::main ~ root()",
-                      'commit_id.short() ++ "  " ++ description.first_line() ++ "\\n"'))
-        echo(_cli(env, "status", PROJECT, check=False).stdout)
-        echo("Demo " + ("finished: every issue is Done." if ok else "stopped before the end."))
-        return 0 if ok else 1
-    finally:
-        _cli(env, "stop", PROJECT, "--workers", check=False)
-        Tmux(f"ralph-{PROJECT}", socket).kill_server()
-        stack.close()
-        if keep:
-            echo(f"Kept the demo files in {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+    if claude:
+        echo(f" workers: real Claude Code ({claude}) against a scripted model on loopback")
+        env.update(stack.enter_context(scripted_model()))
+        env["RALPH_DEV_CLAUDE_BIN"] = claude
+        init += ["--agent", "claude"]
+    else:
+        echo(" workers: the scripted demo agent (no claude CLI found)")
+        agent = (f"{shlex.quote(sys.executable)} -m ralph_dev.devtools.demo_agent "
+                 "{issue} {role}")
+        init += ["--agent", "command", "--agent-command", agent]
+    stop.check()
+    _cli(env, *init)
+    config = root / "config/ralph-dev/config.toml"
+    if cluster:
+        slots = -(-workers // cluster)  # the same total, split over the nodes
+        echo(f" hosts: a Ray cluster on this machine, a head and {cluster} node(s) of "
+             f"{slots} worker slot(s); code comes back through {root / 'remote.git'}")
+        address = stack.enter_context(local_cluster(cluster, slots, env)).address
+        stop.check()
+        remote = root / "remote.git"
+        subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+        subprocess.run(["git", "-C", str(repo.repo), "remote", "add", "origin",
+                        str(remote)], check=True)
+        with config.open("a") as table:
+            table.write(f'\n[projects.{PROJECT}.cluster]\naddress = "{address}"\n'
+                        "snapshot_interval = 30\n")
+    config.write_text(config.read_text() + (
+        f"\n[projects.{PROJECT}.timing]\npoll_interval = 1.0\nhealth_interval = 5\n"
+        "retry_base = 2\nretry_cap = 10\nstall_timeout = 120\nrestart_timeout = 120\n"
+    ) + (f'\n[projects.{PROJECT}.agent]\nrunner = "claude"\nclaude_bin = "{claude}"\n'
+         'home = "isolated"\n' if claude else ""))
+    plan = root / "plan.toml"
+    plan.write_text(DEMO_PLAN)
+    created = _cli(env, "issue", "import", PROJECT, str(plan)).stdout
+    echo(f"\nImported the plan:\n{created}")
+    echo(_cli(env, "issue", "list", PROJECT).stdout)
+    stop.check()
+    _cli(env, "start", PROJECT)
+    echo("Swarm started. Progress:")
+    ok = _watch(env, timeout, echo, stop)
+    stop.check()
+    _cli(env, "stop", PROJECT, "--workers", check=False)
+    echo("\nTrunk (main) now holds:")
+    echo(repo.log("::main ~ root()",
+                  'commit_id.short() ++ "  " ++ description.first_line() ++ "\\n"'))
+    echo(_cli(env, "status", PROJECT, check=False).stdout)
+    echo("Demo " + ("finished: every issue is Done." if ok else "stopped before the end."))
+    return 0 if ok else 1
 
 
-def _watch(env: dict[str, str], timeout: float, echo: Callable[[str], None]) -> bool:
+def _watch(env: dict[str, str], timeout: float, echo: Callable[[str], None],
+           stop: StopFlag) -> bool:
+    """Print the swarm's progress until every issue is Done (True), the timeout, or a stop."""
     deadline = time.monotonic() + timeout
     last = ""
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and stop.signum is None:
         proc = _cli(env, "status", PROJECT, "--json", "--events", "0", check=False)
         try:
             snap = json.loads(proc.stdout)

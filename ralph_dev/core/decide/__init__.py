@@ -7,8 +7,10 @@ gives a plan that does not repeat it. Nothing here does I/O, reads a clock or
 logs, so a test can build a world by hand and check every rule as data.
 
 The rules rely on the executor leaving the world exactly as the executor
-contract says (``core.contract.EXECUTOR_CONTRACT``, checked against the real
-controller by tests/test_executor_contract.py).
+contract says: ``EXECUTOR_CONTRACT`` in tests/contract.py, a specification of the
+actuator (``control.loop.act``) that no production code reads, played by the property
+tests (tests/test_decide_properties.py) and checked against the real controller by
+tests/test_executor_contract.py.
 
 Text from issues (titles, descriptions, comments) never appears in an action:
 reasons and nudges name issues only by their checked identifier.

@@ -48,6 +48,7 @@ from ralph_dev.core.errors import (
     TrackerError,
     TrackerInputError,
 )
+from ralph_dev.core.policy import RetryPolicy
 
 log = structlog.get_logger(__name__)
 
@@ -93,8 +94,10 @@ RATE_WAIT_CAP = 300.0
 """Longest pause after ``RATELIMITED`` (plus up to 10 % jitter). Linear's buckets refill
 continuously, so a reset header an hour away says when the bucket is FULL again, not
 when the next request fits: waiting for it stalled a controller for 612 s."""
-AUTH_BACKOFF = (60.0, 1800.0)
+AUTH_RETRY = RetryPolicy(initial=60.0, backoff=2.0, cap=1800.0)
 """A refused key is retried after 60 s, doubling up to 30 min, until it works again."""
+OUTAGE_JITTER = 0.5
+"""An outage's backoff is between half and all of its unjittered wait."""
 MAX_SPACING_SLEEP = 5.0
 """Longest the client sleeps to space requests out; a longer gap is refused at once
 (``LinearUnavailable``) so a controller's loop never blocks on it."""
@@ -155,8 +158,10 @@ class LinearClient:
         self.clock = clock
         self.sleep = sleep
         self.rng = rng
-        self.backoff_base = backoff_base
-        self.backoff_cap = backoff_cap
+        self.retry = RetryPolicy(initial=backoff_base, backoff=2.0, cap=backoff_cap,
+                                 jitter=OUTAGE_JITTER)
+        """The backoff after failures in a row (``backoff_base`` doubling up to
+        ``backoff_cap``, jittered with a draw from ``rng``)."""
         self.shared = SharedState(shared_state)
         self.instance = uuid.uuid4().hex[:12]
         self.failures = 0
@@ -173,6 +178,14 @@ class LinearClient:
 
     def __repr__(self) -> str:
         return f"LinearClient({self.url!r}, key from {self._key.source})"
+
+    @property
+    def backoff_base(self) -> float:
+        return self.retry.initial
+
+    @property
+    def backoff_cap(self) -> float:
+        return self.retry.cap
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._key.value, "***") if self._key.value else text
@@ -264,8 +277,7 @@ class LinearClient:
               ) -> LinearUnavailable:
         """Start (or extend) the backoff and return the error to raise."""
         self.failures += 1
-        delay = min(self.backoff_cap, self.backoff_base * 2 ** min(self.failures - 1, 30))
-        delay *= 0.5 + 0.5 * self.rng()
+        delay = self.retry.delay(self.failures, draw=self.rng())
         if at_least > 0:
             wait = min(at_least, RATE_WAIT_CAP)
             delay = max(delay, wait + 0.1 * wait * self.rng())
@@ -367,8 +379,7 @@ class LinearClient:
     def _auth_error(self) -> LinearAuthError:
         """Back off (60 s doubling to 30 min) and say so once until the key works."""
         self.auth_failures += 1
-        base, cap = AUTH_BACKOFF
-        delay = min(cap, base * 2 ** min(self.auth_failures - 1, 30))
+        delay = AUTH_RETRY.delay(self.auth_failures)
         self.backoff_until = self.clock() + timedelta(seconds=delay)
         self.backoff_kind = "auth"
         self.backoff_reason = "the API key was refused"

@@ -23,7 +23,7 @@ from ralph_dev.adapters import wake as wake_protocol
 from ralph_dev.adapters.files import pid_lock
 from ralph_dev.adapters.verify import kill_running
 from ralph_dev.adapters.webhook import WebhookError, WebhookListener, secret_from_env
-from ralph_dev.control.controller import Controller
+from ralph_dev.control.loop.controller import Controller
 from ralph_dev.core.errors import RalphError
 
 log = structlog.get_logger(__name__)

@@ -4,7 +4,7 @@ Routes:
 
 * ``GET /`` — the dashboard page (``static/``), which draws the state document
   and keeps itself current from the event stream;
-* ``GET /api/v1/state`` — the state document (``control/status.py``);
+* ``GET /api/v1/state`` — the state document (``control/state/status.py``);
 * ``GET /api/v1/events`` — server-sent events: ``state`` (the whole document,
   whenever it is refreshed) and ``ralph`` (each new events-log entry);
 * ``GET /api/v1/workers/ISSUE/pane?lines=N`` — a worker pane's last lines as plain
@@ -40,7 +40,7 @@ import structlog
 from aiohttp import web
 
 from ralph_dev.adapters.files import read_owner_only_file
-from ralph_dev.control.web.access import (
+from ralph_dev.control.daemon.web.access import (
     LoginLinks,
     cookie_name,
     offered_secret,
@@ -54,7 +54,7 @@ from ralph_dev.core.model import check_identifier
 from ralph_dev.core.text import strip_ansi
 
 if TYPE_CHECKING:
-    from ralph_dev.control.daemon_services import DaemonServices
+    from ralph_dev.control.daemon.services import DaemonServices
 
 log = structlog.get_logger(__name__)
 
@@ -132,8 +132,8 @@ class DashboardServer:
         self._loopback_only = is_loopback(settings.host) and not configured
         self._runner: web.AppRunner | None = None
         self.port = 0
-        self._static = {name: resources.files("ralph_dev.control.web").joinpath("static", name)
-                        .read_bytes() for name in STATIC}
+        static = resources.files("ralph_dev.control.daemon.web").joinpath("static")
+        self._static = {name: static.joinpath(name).read_bytes() for name in STATIC}
 
     # -- access ---------------------------------------------------------------------
 

@@ -26,10 +26,10 @@ from ralph_dev.adapters import host
 from ralph_dev.adapters.pattern_store import settle_safely
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.writebacks import WriteBackQueue
-from ralph_dev.control.costs import Spending
-from ralph_dev.control.merging import MergeLane
-from ralph_dev.control.tripwires import Tripwires
-from ralph_dev.control.worker_dirs import WorkerDirs
+from ralph_dev.control.loop.costs import Spending
+from ralph_dev.control.loop.merging import MergeLane
+from ralph_dev.control.loop.tripwires import Tripwires
+from ralph_dev.control.loop.worker_dirs import WorkerDirs
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide.swarm import REPO_PAUSE
 from ralph_dev.core.errors import RalphError, TrackerError

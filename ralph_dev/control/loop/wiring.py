@@ -14,7 +14,7 @@ from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker import open_tracker
 from ralph_dev.agent.launch import build_launch
 from ralph_dev.agent.probe import WorkerSetupCheck
-from ralph_dev.control.controller import Controller
+from ralph_dev.control.loop.controller import Controller
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.ports import Cluster, ProcessPlane, PullRequests
 

@@ -31,7 +31,7 @@ from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.verify import VerifyOutcome, run_verify
 from ralph_dev.agent.launch import verify_env
 from ralph_dev.agent.sandbox import verify_wrapper
-from ralph_dev.control.heartbeat import while_beating
+from ralph_dev.control.loop.heartbeat import while_beating
 from ralph_dev.core.actions import Merge
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError, SentBack

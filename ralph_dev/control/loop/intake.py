@@ -24,8 +24,8 @@ from ralph_dev.adapters import mailbox
 from ralph_dev.adapters.jj_workspaces import UnmergeableWork
 from ralph_dev.adapters.store import StateStore, from_iso, to_iso, utcnow
 from ralph_dev.adapters.writebacks import WriteBackItem, WriteBackQueue
-from ralph_dev.control import costs as spending
-from ralph_dev.control.worker_dirs import WorkerDirs
+from ralph_dev.control.loop import costs as spending
+from ralph_dev.control.loop.worker_dirs import WorkerDirs
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError, TrackerError
 from ralph_dev.core.groom import (

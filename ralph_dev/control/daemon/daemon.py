@@ -35,7 +35,7 @@ from ralph_dev.adapters.store import StateStore, from_iso, utcnow
 from ralph_dev.adapters.wake import poke
 from ralph_dev.agent.launch import launch_via_spec
 from ralph_dev.agent.supervisor import start_supervisor
-from ralph_dev.control.config_watch import ConfigWatch, request_reload
+from ralph_dev.control.loop.config_watch import ConfigWatch, request_reload
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import controller_environment, public_env
 from ralph_dev.core.model import CONTROLLER_WINDOW, Window
@@ -43,7 +43,7 @@ from ralph_dev.core.paths import config_file
 from ralph_dev.core.ports import Session
 
 if TYPE_CHECKING:
-    from ralph_dev.control.daemon_services import DaemonServices
+    from ralph_dev.control.daemon.services import DaemonServices
 
 log = structlog.get_logger(__name__)
 
@@ -260,8 +260,8 @@ class Daemon:
 
     async def spawn_supervisor(self, why: str) -> None:
         """Hand an unhealthy swarm to the supervisor agent, once per crash loop."""
-        from ralph_dev.control.status import snapshot
-        from ralph_dev.control.status_text import render
+        from ralph_dev.control.state.status import snapshot
+        from ralph_dev.control.state.text import render
 
         if self._supervisor is not None and self._supervisor.poll() is None:
             return  # one supervisor at a time
@@ -285,7 +285,7 @@ class Daemon:
             self.store.append_event("daemon_started", pid=os.getpid())
             scheduler = AsyncIOScheduler(job_defaults={"max_instances": 1, "coalesce": True})
             # dashboard, state API, metrics and notifications, beside the health loop
-            from ralph_dev.control.daemon_services import DaemonServices
+            from ralph_dev.control.daemon.services import DaemonServices
 
             self.services = services = DaemonServices(self.settings, self.store, self.tmux)
             try:

@@ -27,11 +27,11 @@ from ralph_dev.adapters.files import atomic_write_bytes
 from ralph_dev.adapters.pattern_store import remember_safely
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
 from ralph_dev.adapters.writebacks import WriteBackItem, WriteBackQueue
-from ralph_dev.control import workspace_hooks
-from ralph_dev.control.heartbeat import while_beating
-from ralph_dev.control.intake import Intake
-from ralph_dev.control.merging import MergeLane
-from ralph_dev.control.worker_dirs import WorkerDirs
+from ralph_dev.control.loop import workspace_hooks
+from ralph_dev.control.loop.heartbeat import while_beating
+from ralph_dev.control.loop.intake import Intake
+from ralph_dev.control.loop.merging import MergeLane
+from ralph_dev.control.loop.worker_dirs import WorkerDirs
 from ralph_dev.core import writeback as wb
 from ralph_dev.core.actions import (
     STOPPED,

@@ -27,16 +27,16 @@ from ralph_dev.adapters.config_file import remember_good
 from ralph_dev.adapters.mailbox_server import MailboxServer
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.writebacks import WriteBackQueue
-from ralph_dev.control.act import Actuator
-from ralph_dev.control.config_watch import ConfigWatch
-from ralph_dev.control.costs import Spending
-from ralph_dev.control.intake import Intake
-from ralph_dev.control.merging import MergeLane
-from ralph_dev.control.metrics import TickHistogram
-from ralph_dev.control.observe import Observer, SetupCheck
-from ralph_dev.control.tracker_outage import TrackerOutage
-from ralph_dev.control.tripwires import Tripwires
-from ralph_dev.control.worker_dirs import WorkerDirs
+from ralph_dev.control.daemon.metrics import TickHistogram
+from ralph_dev.control.loop.act import Actuator
+from ralph_dev.control.loop.config_watch import ConfigWatch
+from ralph_dev.control.loop.costs import Spending
+from ralph_dev.control.loop.intake import Intake
+from ralph_dev.control.loop.merging import MergeLane
+from ralph_dev.control.loop.observe import Observer, SetupCheck
+from ralph_dev.control.loop.tracker_outage import TrackerOutage
+from ralph_dev.control.loop.tripwires import Tripwires
+from ralph_dev.control.loop.worker_dirs import WorkerDirs
 from ralph_dev.core.actions import (
     Action,
     Complete,

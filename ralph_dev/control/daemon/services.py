@@ -23,15 +23,15 @@ import structlog
 
 from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.store import StateStore, utcnow
-from ralph_dev.control.metrics import EventCounts, render_metrics
-from ralph_dev.control.status import heartbeat_health, snapshot, tracker_ttl
-from ralph_dev.control.status_sources import StateSources
-from ralph_dev.control.web.access import (
+from ralph_dev.control.daemon.metrics import EventCounts, render_metrics
+from ralph_dev.control.daemon.web.access import (
     LoginLinks,
     forget_login_key,
     generated_token,
     write_login_key,
 )
+from ralph_dev.control.state.sources import StateSources
+from ralph_dev.control.state.status import heartbeat_health, snapshot, tracker_ttl
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.ports import Cluster
 
@@ -149,7 +149,12 @@ class DaemonServices:
         self._tasks.append(asyncio.ensure_future(loop()))
 
     async def _start_web(self) -> None:
-        from ralph_dev.control.web.server import DashboardServer, WebError, is_loopback, read_token
+        from ralph_dev.control.daemon.web.server import (
+            DashboardServer,
+            WebError,
+            is_loopback,
+            read_token,
+        )
 
         web_settings = self.settings.web
         if not web_settings.enabled:
@@ -184,7 +189,7 @@ class DaemonServices:
         self.store.append_event("web_listening", url=self.url, auth=auth)
 
     def _start_notifier(self) -> None:
-        from ralph_dev.control.notifier import Notifier
+        from ralph_dev.control.daemon.notifier import Notifier
 
         notify = self.settings.notify
         if not (notify.urls or notify.command):
@@ -251,7 +256,7 @@ class DaemonServices:
         return await asyncio.to_thread(self.tmux.capture, windows[0].pane_id, lines)
 
     def _cluster_screen(self, issue: str, lines: int) -> str | None:
-        from ralph_dev.control.wiring import plane_for
+        from ralph_dev.control.loop.wiring import plane_for
         from ralph_dev.core.errors import ClusterUnavailable
 
         if self._cluster is None:  # connected at the first look, and kept

@@ -31,7 +31,7 @@ import structlog
 from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.notify import Message
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
-from ralph_dev.control.pause_text import pause_headline
+from ralph_dev.control.state.pause_text import pause_headline
 from ralph_dev.core.config import NotifySettings, ProjectSettings
 from ralph_dev.core.text import for_terminal, terminal_line
 
@@ -231,7 +231,7 @@ class Notifier:
     async def _fields(self, cause: Cause, event: Mapping[str, Any]) -> dict[str, str]:
         """What a message may say: the event's plain fields, the project's names, and for
         an issue its title and (when held) the question, as clean text."""
-        from ralph_dev.control.status import dashboard, held_question, readable_text
+        from ralph_dev.control.state.status import dashboard, held_question, readable_text
 
         fields = {k: readable_text(str(v), 200) for k, v in event.items()
                   if isinstance(v, str | int | float) and not isinstance(v, bool)}

@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from ralph_dev.adapters.store import from_iso, utcnow
-from ralph_dev.control.disk import human_bytes
-from ralph_dev.control.status import ON_HOLD_SHOWN, age
-from ralph_dev.control.web.access import LOGIN_TTL
+from ralph_dev.control.daemon.web.access import LOGIN_TTL
+from ralph_dev.control.state.disk import human_bytes
+from ralph_dev.control.state.status import ON_HOLD_SHOWN, age
 from ralph_dev.core.text import for_terminal, terminal_line
 
 

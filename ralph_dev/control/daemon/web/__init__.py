@@ -2,7 +2,7 @@
 Prometheus ``/metrics`` and ``/healthz``.
 
 A package of its own, beside ``cli``: another way in for people and programs,
-over the same state document (``control/status.py``). Its page is plain
+over the same state document (``control/state/status.py``). Its page is plain
 HTML/CSS/JS in ``static/``, shipped in the wheel: no build step.
 """
 

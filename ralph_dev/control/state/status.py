@@ -29,10 +29,10 @@ from ralph_dev.adapters.processes import lock_holder
 from ralph_dev.adapters.store import StateStore, to_iso, utcnow
 from ralph_dev.adapters.terminal import last_words, render_tail
 from ralph_dev.adapters.writebacks import WriteBackQueue
-from ralph_dev.control import costs as spending
-from ralph_dev.control.disk import workspace_sizes
-from ralph_dev.control.pause_text import pause_entries
-from ralph_dev.control.status_sources import StateSources
+from ralph_dev.control.loop import costs as spending
+from ralph_dev.control.state.disk import workspace_sizes
+from ralph_dev.control.state.pause_text import pause_entries
+from ralph_dev.control.state.sources import StateSources
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import (
     CONTROLLER_WINDOW,
@@ -64,7 +64,7 @@ _ISSUE_PREFIX = re.compile(r"^([A-Z][A-Z0-9]{0,9}-[1-9][0-9]{0,8}):")
 
 def load_schema() -> dict[str, Any]:
     """The JSON Schema of the state document, as shipped in the package."""
-    text = resources.files("ralph_dev.control").joinpath("state.schema.json").read_text()
+    text = resources.files("ralph_dev.control.state").joinpath("state.schema.json").read_text()
     schema: dict[str, Any] = json.loads(text)
     return schema
 

@@ -33,7 +33,7 @@ class StateSources:
     def __init__(self, settings: ProjectSettings, *, tmux: Any = None, jj: Any = None,
                  issues_ttl: float = 0.0, trunk_ttl: float = 0.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        from ralph_dev.control.wiring import jj_for, tmux_for
+        from ralph_dev.control.loop.wiring import jj_for, tmux_for
 
         self.settings = settings
         self.store = StateStore(settings.paths)
