@@ -1,7 +1,7 @@
 """Cluster plane cost: one spawn and one observe over Ray, against this host's tmux.
 
 Both planes run the same trivial worker (``sleep 60``) through the same port
-(``core.ports.ProcessPlane``):
+(a window's ``open_window`` and ``list_windows``):
 
 * spawn: ``open_window`` until ``list_windows()`` shows the window alive with its
   command running. On Ray that is the whole attempt as the controller starts it:
@@ -189,8 +189,9 @@ def bench_ray(root: Path, project: str, remote: Path, args: argparse.Namespace,
     from ray.cluster_utils import Cluster
 
     from ralph_dev.adapters.jj_cli import child_path
-    from ralph_dev.adapters.ray_plane import RayPlane
     from ralph_dev.core import cluster
+    from ralph_dev.core.environment import ATTEMPT_VAR
+    from ralph_dev.hosts.ray.plane import RayPlane
 
     started = time.perf_counter()
     made = Cluster(initialize_head=True, head_node_args={
@@ -211,7 +212,7 @@ def bench_ray(root: Path, project: str, remote: Path, args: argparse.Namespace,
         slots = float(args.nodes * args.slots)
 
         def environment(i: int) -> dict[str, str]:
-            return {"PATH": child_path(), cluster.CLUSTER_ATTEMPT_VAR: str(i)}
+            return {"PATH": child_path(), ATTEMPT_VAR: str(i)}
 
         def end_round(targets: list[str]) -> None:
             assert plane is not None
@@ -261,8 +262,9 @@ class ShippingPlane:
 
     def open_window(self, name: str, *, cwd: Path, command: list[str],
                     environment: dict[str, str]) -> Any:
-        from ralph_dev.adapters.launch_bundle import pack
         from ralph_dev.core import cluster
+        from ralph_dev.core.environment import ATTEMPT_VAR
+        from ralph_dev.hosts.bundle import pack
 
         worker = self.controller / name
         for sub in ("home/.claude", "run/outbox", "run/answers", "tmp"):
@@ -270,11 +272,11 @@ class ShippingPlane:
         (worker / "home/.claude/settings.json").write_text('{"hooks": {}}\n' * 40)
         (worker / "filter.bpf").write_bytes(os.urandom(4096))
         (worker / "prompt.md").write_text("x" * 10_240)
-        attempt = cluster.attempt_of(environment)
+        attempt = int(environment[ATTEMPT_VAR])
         self.plane.place(name, attempt)
-        self.plane.ask(cluster.actor_name(self.plane.project, name, attempt), "receive",
-                       pack({"worker": worker}, trees=[worker]))
-        return self.plane.open_window(name, cwd=cwd, command=command, environment={
+        self.plane.attempt(cluster.actor_name(self.plane.project, name, attempt)).receive(
+            pack({"worker": worker}, trees=[worker]))
+        return self.plane.open_window(name, attempt, command=command, environment={
             **environment, "HOME": str(worker / "home"), "RALPH_DEV_RUN_DIR": str(worker / "run")})
 
 

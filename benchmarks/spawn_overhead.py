@@ -39,6 +39,7 @@ def main() -> None:
     from ralph_dev.adapters.tracker import open_tracker
     from ralph_dev.agent.launch import build_launch
     from ralph_dev.control.loop.controller import Controller
+    from ralph_dev.control.loop.wiring import host_for
     from ralph_dev.core.actions import Spawn
     from ralph_dev.core.config import build_project
     from ralph_dev.core.model import NewIssue, Role
@@ -64,7 +65,7 @@ def main() -> None:
         jj = JjRepository.from_settings(settings)
         tracker = open_tracker(settings)
         tmux.ensure_session(repo, {"PATH": os.environ["PATH"]})
-        ctl = Controller(settings, tracker=tracker, tmux=tmux, jj=jj,
+        ctl = Controller(settings, tracker=tracker, host=host_for(settings, jj), jj=jj,
                          launcher=build_launch,
                          pull_requests=Gh(settings.merge.gh_bin, settings.repo),
                          store=StateStore(settings.paths))

@@ -401,8 +401,10 @@ def controller_ticks(world: World, settings: Any) -> Callable[[], Any]:
     from ralph_dev.adapters.gh import Gh
     from ralph_dev.agent.launch import build_launch
     from ralph_dev.control.loop.controller import Controller
+    from ralph_dev.control.loop.wiring import host_for
 
-    ctl = Controller(settings, tracker=world.tracker, tmux=world.tmux, jj=world.jj,
+    ctl = Controller(settings, tracker=world.tracker,
+                     host=host_for(settings, world.jj, world.store), jj=world.jj,
                      launcher=build_launch, pull_requests=Gh("gh", settings.repo),
                      store=world.store)
     return lambda: asyncio.run(ctl.tick())

@@ -87,13 +87,14 @@ import importlib, pkgutil, sys
 from pathlib import Path
 import ralph_dev
 for module in pkgutil.walk_packages(ralph_dev.__path__, "ralph_dev."):
-    if module.name != "ralph_dev.adapters.ray_plane" and not module.name.endswith("__main__"):
+    if not module.name.startswith("ralph_dev.hosts.ray.") \
+            and not module.name.endswith("__main__"):
         importlib.import_module(module.name)
-from ralph_dev.adapters.tmux import Tmux
-from ralph_dev.control.loop.wiring import plane_for
+from ralph_dev.control.loop.wiring import host_for
 from ralph_dev.core.config import ProjectSettings
-plane, cluster = plane_for(ProjectSettings(name="app", repo=Path("/srv/app")))
-assert isinstance(plane, Tmux) and cluster is None
+from ralph_dev.hosts.local import LocalHost
+host = host_for(ProjectSettings(name="app", repo=Path("/srv/app")))
+assert isinstance(host, LocalHost)
 print(sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.")))
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -128,9 +129,6 @@ def test_actor_names_carry_project_issue_and_attempt() -> None:
     assert cluster.parse_actor_name(name, "other") is None
     assert cluster.parse_actor_name("app:not an issue#1", "app") is None
     assert cluster.parse_actor_name("someone-elses-actor", "app") is None
-    assert cluster.attempt_of({"RALPH_DEV_CLUSTER_ATTEMPT": "2"}) == 2
-    with pytest.raises(ValueError, match="RALPH_DEV_CLUSTER_ATTEMPT"):
-        cluster.attempt_of({})
 
 
 def test_only_the_current_attempts_push_is_mergeable() -> None:

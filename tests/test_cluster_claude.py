@@ -54,12 +54,12 @@ def cluster_ticks(world: World) -> tuple[Callable[[], Any], Callable[[], None]]:
     from ralph_dev.adapters.gh import Gh
     from ralph_dev.agent.launch import build_launch
     from ralph_dev.control.loop.controller import Controller
-    from ralph_dev.control.loop.wiring import plane_for
+    from ralph_dev.control.loop.wiring import ray_host_for
 
-    plane, cluster = plane_for(world.settings, world.jj, world.store)
-    ctl = Controller(world.settings, tracker=world.tracker, tmux=plane, jj=world.jj,
+    host = ray_host_for(world.settings, world.jj, world.store)
+    ctl = Controller(world.settings, tracker=world.tracker, host=host, jj=world.jj,
                      launcher=build_launch, pull_requests=Gh("gh", world.settings.repo),
-                     store=world.store, cluster=cluster)
+                     store=world.store)
     loop = asyncio.new_event_loop()  # one loop: the relay's tasks live across ticks
 
     def close() -> None:
@@ -68,7 +68,7 @@ def cluster_ticks(world: World) -> tuple[Callable[[], Any], Callable[[], None]]:
         # the connection shuts down never returns
         loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
-        plane.close()  # type: ignore[attr-defined]  # the RayPlane's
+        host.plane.close()
 
     return (lambda: loop.run_until_complete(ctl.tick())), close
 
@@ -91,7 +91,7 @@ def test_an_agent_killed_on_its_host_resumes_its_session_in_the_next_attempt(
             retry_until(lambda: (tick(), world.store.load_record(issue).session_id)[1], 30,
                         what="the session id, relayed from the host")
             first = world.store.load_record(issue)
-            assert first.node and first.transcript and first.cluster_attempt == 1
+            assert first.node and first.transcript and first.host_attempt == 1
             worker_file = world.settings.paths.worker_dir(issue) / "run" / "worker.json"
             workspace = Path(json.loads(worker_file.read_text())["workspace"])  # on its host
             crashed["yet"] = True
@@ -104,7 +104,7 @@ def test_an_agent_killed_on_its_host_resumes_its_session_in_the_next_attempt(
             close()
         events = list(world.store.iter_events())
         starts = [e for e in events if e["event"] in ("spawn", "restart")]
-        assert [e["cluster_attempt"] for e in starts] == [1, 2], starts
+        assert [e["host_attempt"] for e in starts] == [1, 2], starts
         assert not [e for e in events if e["event"] == "session_fresh"], events
         later = [m for m in api.main_messages()[2:] if "SessionStart:resume" in json.dumps(m)]
         assert later, "the next attempt did not resume the session"

@@ -114,7 +114,7 @@ def test_a_swarm_on_three_nodes_loses_one_and_still_merges_everything_once(
     again = [e for e in spawns(swarm) if e["issue"] == lost_issue]
     assert len(again) >= 2, again
     assert again[-1]["node"] != lost_node
-    assert again[-1]["cluster_attempt"] > again[0]["cluster_attempt"]
+    assert again[-1]["host_attempt"] > again[0]["host_attempt"]
     assert "no attempt charged" in again[-1]["reason"], again[-1]
     assert [e["node"] for e in spawns(swarm)].count(lost_node) <= 2
     assert {e["issue"] for e in events if e["event"] == "cluster_work_fetched"} == set(idents)

@@ -112,14 +112,15 @@ def test_an_unknown_environment_variable_names_the_closest(xdg: Path) -> None:
 
 def test_every_ralph_dev_variable_ralph_dev_uses_is_accepted(xdg: Path) -> None:
     """ralph-dev sets RALPH_DEV_* variables of its own (for workers, hooks, the tests): each
-    one named anywhere in the code, scripts, tests or README loads a project untouched."""
+    one named anywhere in the code, scripts, tests, README or docs loads a project untouched."""
     import re
 
     from ralph_dev.core.config import OWN_PREFIXES, _env_overrides
 
     root = Path(__file__).resolve().parent.parent
     files = [*root.glob("ralph_dev/**/*.py"), *root.glob("ralph_dev/**/*.md"),
-             *root.glob("tests/*.py"), *root.glob("scripts/*"), root / "README.md"]
+             *root.glob("tests/*.py"), *root.glob("scripts/*"), root / "README.md",
+             *root.glob("docs/*.md")]
     named = {m for f in files if f.is_file()
              for m in re.findall(r"RALPH_DEV_[A-Z0-9_]*[A-Z0-9]", f.read_text(errors="replace"))}
     named -= {TYPO, "RALPH_DEV_NOPE_AT_ALL"}  # this file's deliberate mistakes

@@ -24,6 +24,7 @@ from ralph_dev.adapters.tracker import open_tracker
 from ralph_dev.agent.launch import build_launch
 from ralph_dev.control.loop.controller import Controller
 from ralph_dev.control.loop.run import controller_lock
+from ralph_dev.control.loop.wiring import host_for
 from ralph_dev.core.config import load_project
 from ralph_dev.core.errors import TrackerUnavailable
 from ralph_dev.core.model import Issue
@@ -63,7 +64,8 @@ def in_process(swarm: Swarm, monkeypatch: pytest.MonkeyPatch):
     tmux = Tmux.from_settings(settings)
     tmux.ensure_session(swarm.repo, {"PATH": os.environ["PATH"]})
     tracker = FlakyTracker(open_tracker(settings))
-    ctl = Controller(settings, tracker=tracker, tmux=tmux, jj=JjRepository.from_settings(settings),
+    jj = JjRepository.from_settings(settings)
+    ctl = Controller(settings, tracker=tracker, host=host_for(settings, jj), jj=jj,
                      launcher=build_launch,
                      pull_requests=Gh(settings.merge.gh_bin, settings.repo),
                      store=StateStore(settings.paths))

@@ -403,7 +403,7 @@ def test_dead_pane_is_reaped_with_its_exit_status_and_not_respawned_in_the_same_
 def test_a_cluster_worker_whose_host_was_lost_starts_again_free(windows: list[Window]) -> None:
     """A lost host is no failure of the issue's: the worker starts again at once, as the
     same attempt, on another host (the cluster attempt, the fence, still counts up)."""
-    running = rec("DEMO-4", attempts=3, node="n1", host="h1", cluster_attempt=3)
+    running = rec("DEMO-4", attempts=3, node="n1", host="h1", host_attempt=3)
     obs = world(issues=[issue(4, "started")], windows=windows, records=[running])
     [reap] = run(obs).actions
     assert isinstance(reap, Reap) and not reap.charged and "lost the host" in reap.reason
@@ -425,7 +425,7 @@ def test_done_work_lost_with_its_host_is_done_again_by_a_new_attempt_free() -> N
     from ralph_dev.core.actions import Merge
     from ralph_dev.core.policy import Blame, Failure, verdict
 
-    done = rec("DEMO-4", done=True, attempts=3, node="n1", cluster_attempt=2)
+    done = rec("DEMO-4", done=True, attempts=3, node="n1", host_attempt=2)
     judged = verdict(Failure(Merge("DEMO-4", "merging"), "its host was lost", True,
                              outside=True), done, settings(), NOW)
     assert judged.blame is Blame.OUTSIDE and "hold_reason" not in judged.record
@@ -653,11 +653,12 @@ def test_one_merge_per_plan_when_trunk_is_verified_after_each() -> None:
                 records=[rec(f"DEMO-{n}", done=True) for n in done])
     verified = settings(merge=MergeSettings(verify_trunk=True))
     assert steps(run(obs, verified)) == [("merge", "DEMO-9"), ("forget", "DEMO-9")]
-    # Windows of the waiting ones close now; their merges come on later ticks.
+    # Windows of the waiting ones close now; their merges come on later ticks. The
+    # issue being merged goes last (a merge takes a while), its own chain in order.
     with_windows = dataclasses.replace(obs, windows=tuple(win(f"DEMO-{n}") for n in done))
     assert steps(run(with_windows, verified)) == [
-        ("kill", "DEMO-9"), ("merge", "DEMO-9"), ("forget", "DEMO-9"),
         ("kill", "DEMO-10"), ("kill", "DEMO-12"),
+        ("kill", "DEMO-9"), ("merge", "DEMO-9"), ("forget", "DEMO-9"),
     ]
 
 

@@ -31,6 +31,7 @@ from ralph_dev.adapters.writebacks import WriteBackItem
 from ralph_dev.agent.launch import build_launch
 from ralph_dev.control.loop.controller import Controller
 from ralph_dev.control.loop.observe import observe
+from ralph_dev.control.loop.wiring import host_for
 from ralph_dev.core.actions import (
     SWARM,
     Action,
@@ -46,6 +47,7 @@ from ralph_dev.core.actions import (
     OpenGroom,
     PauseSwarm,
     Reap,
+    Redo,
     RelayFeedback,
     Restart,
     Resume,
@@ -57,6 +59,7 @@ from ralph_dev.core.actions import (
     WriteBack,
 )
 from ralph_dev.core.config import load_project
+from ralph_dev.core.decide.orders import fill
 from ralph_dev.core.model import NewIssue, Observed, Role, StateType
 
 pytestmark = pytest.mark.slow
@@ -80,7 +83,9 @@ class World:
     def act(self, action: Action) -> None:
         observed = self.observe()
         issue = next((i for i in observed.issues if i.identifier == action.issue), None)
-        asyncio.run(self.ctl.actuator.act(action, issue, observed))
+        # as ``decide`` hands it over: with how it is carried out filled in
+        [filled] = fill((action,), observed, self.ctl.settings)
+        asyncio.run(self.ctl.actuator.act(filled, issue, observed))
 
     def live(self, ident: str) -> list:
         return [w for w in self.tmux.list_windows() if w.name == ident and w.alive]
@@ -99,7 +104,8 @@ def world(xdg: Path, jj_bin: str, tmux_socket: str) -> Iterator[World]:
     settings = load_project("demo", path=xdg / "config" / "ralph-dev" / "config.toml")
     tmux = Tmux.from_settings(settings)
     tmux.ensure_session(project.jj.cli.repo, {"PATH": os.environ["PATH"]})
-    ctl = Controller(settings, tracker=project.tracker, tmux=tmux, jj=project.jj,
+    ctl = Controller(settings, tracker=project.tracker,
+                     host=host_for(settings, project.jj, project.store), jj=project.jj,
                      launcher=build_launch,
                      pull_requests=Gh(settings.merge.gh_bin, settings.repo),
                      store=project.store, clock=lambda: NOW)
@@ -256,6 +262,12 @@ def waited(w: World, ident: str) -> Action:
     return Waited(ident, "the pause is over")
 
 
+def redo(w: World, ident: str) -> Action:
+    w.spawned(ident)
+    w.project.store.update_record(ident, done=True)
+    return Redo(ident, "its host was lost before its final push came back")
+
+
 def adopt(w: World, ident: str) -> Action:
     w.spawned(ident)
     shutil.rmtree(w.ctl.dirs.worker_dir(ident))  # a worker from before the mailbox
@@ -291,7 +303,7 @@ def open_groom(w: World, ident: str) -> Action:
 SCENARIOS: dict[type[Action], Callable[[World, str], Action]] = {
     Spawn: spawn, Restart: restart, Nudge: nudge, Reap: reap, Kill: kill, Stop: stop, Merge: merge,
     Forget: forget, Hold: hold, Complete: complete, RelayFeedback: relay_feedback,
-    Resume: resume, Tell: tell, Continue: continue_, Waited: waited, Adopt: adopt,
+    Resume: resume, Tell: tell, Continue: continue_, Waited: waited, Redo: redo, Adopt: adopt,
     WriteBack: write_back, PauseSwarm: pause_swarm, EndPause: end_pause, VerifyTrunk: verify_trunk,
     OpenGroom: open_groom,
 }

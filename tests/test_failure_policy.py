@@ -31,6 +31,7 @@ from ralph_dev.adapters.tracker import open_tracker
 from ralph_dev.adapters.tracker.linear.errors import LinearAuthError
 from ralph_dev.agent.launch import build_launch, check_agent
 from ralph_dev.control.loop.controller import Controller
+from ralph_dev.control.loop.wiring import host_for
 from ralph_dev.core.config import ProjectSettings, load_project
 from ralph_dev.core.errors import TrackerUnavailable
 
@@ -51,8 +52,9 @@ def in_process(swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> Controller:
     settings: ProjectSettings = load_project(swarm.project)
     tmux = Tmux.from_settings(settings)
     tmux.ensure_session(swarm.repo, {"PATH": os.environ["PATH"]})
-    return Controller(settings, tracker=open_tracker(settings), tmux=tmux,
-                      jj=JjRepository.from_settings(settings), launcher=build_launch,
+    jj = JjRepository.from_settings(settings)
+    return Controller(settings, tracker=open_tracker(settings), host=host_for(settings, jj),
+                      jj=jj, launcher=build_launch,
                       pull_requests=Gh(settings.merge.gh_bin, settings.repo),
                       store=StateStore(settings.paths),
                       agent_check=check_agent)

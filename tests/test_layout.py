@@ -23,9 +23,10 @@ LAYERS = {
     "adapters": {"core"},
     "agent": {"core", "adapters"},
     "inpane": {"core", "adapters", "agent"},
-    "control": {"core", "adapters", "agent"},
-    "cli": {"core", "adapters", "agent", "inpane", "control", "devtools"},
-    "devtools": {"core", "adapters", "agent", "inpane", "control"},
+    "hosts": {"core", "adapters", "agent"},
+    "control": {"core", "adapters", "agent", "hosts"},
+    "cli": {"core", "adapters", "agent", "inpane", "hosts", "control", "devtools"},
+    "devtools": {"core", "adapters", "agent", "inpane", "hosts", "control"},
 }
 """Which layers each layer may import from (besides itself)."""
 
@@ -152,9 +153,21 @@ def test_one_actuator_writes_to_the_tracker_and_kills_windows() -> None:
     carried out in one place; adapters (which implement these calls) and the CLI (a
     person's own hands) aside."""
     acting = {rel(path) for path in modules()
-              if rel(path).split("/")[0] not in ("adapters", "cli")
+              if rel(path).split("/")[0] not in ("adapters", "hosts", "cli")
               and called_methods(path) & (TRACKER_WRITES | WINDOW_KILLS)}
     assert acting <= {ACTUATOR}, f"outside the actuator: {sorted(acting - {ACTUATOR})}"
+
+
+def test_the_actuator_never_asks_where_workers_run() -> None:
+    """Issue 33: the cluster went in as a switch in the actuator (``self.cluster`` tested
+    twelve times). It acts through the one worker-host port: nothing in it names a
+    cluster, Ray or tmux, nor branches on which host it has."""
+    text = (PACKAGE / ACTUATOR).read_text().lower()
+    named = sorted({word for word in ("cluster", "ray", "tmux", "panes", "isinstance(self.host")
+                    if re.search(rf"\b{re.escape(word)}", text)})
+    assert not named, f"{ACTUATOR} names {named}"
+    assert {"hosts"} & {n.split(".")[1] for n in imported(PACKAGE / ACTUATOR)
+                         if n.startswith("ralph_dev.")} == set()
 
 
 CHAIN_SCOPES = ("",)

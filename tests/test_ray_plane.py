@@ -20,11 +20,11 @@ from conftest import make_jj_repo, retry_until, running
 from ray_kit import NAMESPACE, bare_remote, local_cluster
 
 from ralph_dev.adapters.jj_cli import JjCli, child_path
-from ralph_dev.adapters.pushed_work import PushedWork
 from ralph_dev.core import cluster
-from ralph_dev.core.errors import ClusterUnavailable
+from ralph_dev.core.environment import ATTEMPT_VAR
+from ralph_dev.core.errors import HostUnavailable
 from ralph_dev.core.model import Window
-from ralph_dev.core.ports import ProcessPlane
+from ralph_dev.hosts.ray.work import PushedWork
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'ralph-dev[ray]')")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -67,7 +67,7 @@ def _controller_clone(tmp_path: Path, remote: Path, jj_bin: str) -> JjCli:
 
 def _environment(issue: str, attempt: int) -> dict[str, str]:
     return {"PATH": child_path(), "JJ_USER": "worker", "JJ_EMAIL": "worker@example.com",
-            "RALPH_DEV_ISSUE": issue, cluster.CLUSTER_ATTEMPT_VAR: str(attempt)}
+            "RALPH_DEV_ISSUE": issue, ATTEMPT_VAR: str(attempt)}
 
 
 def _ended(plane: Any, issues: set[str]) -> list[Window] | None:
@@ -91,15 +91,14 @@ def _fetched(controller: JjCli, bookmark: str, path: str) -> str:
 
 def test_workers_placed_by_ray_push_their_work_back(ray_cluster: Any, remote: Path,
                                                    tmp_path: Path, jj_bin: str) -> None:
-    from ralph_dev.adapters.ray_plane import RayPlane
+    from ralph_dev.hosts.ray.plane import RayPlane
 
     plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
                      root=str(tmp_path / "hosts"), namespace=NAMESPACE)
-    checked: ProcessPlane = plane  # the same port as this host's tmux
     issues = {"APP-1", "APP-2"}
     started = time.monotonic()
     for issue in sorted(issues):
-        opened = checked.open_window(issue, cwd=tmp_path, command=WORKER,
+        opened = plane.open_window(issue, 1, command=WORKER,
                                      environment=_environment(issue, 1))
         assert opened.pane_id == cluster.actor_name(PROJECT, issue, 1)
     print(f"two workers placed and started in {time.monotonic() - started:.1f}s")
@@ -108,12 +107,12 @@ def test_workers_placed_by_ray_push_their_work_back(ray_cluster: Any, remote: Pa
                         what="both scripted workers to finish")
     assert isinstance(ended, list)
     assert {w.exit_status for w in ended} == {0}, ended
-    places = {w.name: plane.where(w.pane_id) for w in ended}
+    places = {w.name: plane.attempt(w.pane_id).where() for w in ended}
     assert len({p.node for p in places.values()}) == 2, places  # SPREAD: one per node
     # each node keeps a clone of its own
     assert len(list((tmp_path / "hosts").glob(f"*/clones/{PROJECT}/.jj"))) == 2
 
-    pushed = {w.name: plane.push(w.pane_id) for w in ended}
+    pushed = {w.name: plane.attempt(w.pane_id).push() for w in ended}
     assert pushed == {issue: cluster.attempt_bookmark(issue, 1) for issue in issues}
 
     controller = _controller_clone(tmp_path, remote, jj_bin)
@@ -131,16 +130,16 @@ def test_workers_placed_by_ray_push_their_work_back(ray_cluster: Any, remote: Pa
 
 def test_one_attempt_is_never_placed_twice(ray_cluster: Any, remote: Path,
                                            tmp_path: Path) -> None:
-    from ralph_dev.adapters.ray_plane import RayPlane
+    from ralph_dev.hosts.ray.plane import RayPlane
 
     plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
                      root=str(tmp_path / "hosts"), namespace=NAMESPACE)
     waiting = ["sleep", "600"]
-    first = plane.open_window("APP-3", cwd=tmp_path, command=waiting,
+    first = plane.open_window("APP-3", 1, command=waiting,
                               environment=_environment("APP-3", 1))
     try:
-        with pytest.raises(ClusterUnavailable, match=r"already started on .*never runs twice"):
-            plane.open_window("APP-3", cwd=tmp_path, command=waiting,
+        with pytest.raises(HostUnavailable, match=r"already started on .*never runs twice"):
+            plane.open_window("APP-3", 1, command=waiting,
                               environment=_environment("APP-3", 1))
         def observed() -> Window | None:  # `env -- PATH=… sleep` shows as env until it execs
             [seen] = [w for w in plane.list_windows() if w.name == "APP-3"]
@@ -155,9 +154,9 @@ def test_one_attempt_is_never_placed_twice(ray_cluster: Any, remote: Path,
 
 
 def test_doctor_checks_the_cluster_and_each_node(ray_cluster: Any, remote: Path) -> None:
-    from ralph_dev.adapters.ray_plane import ClusterError, check_reachable
     from ralph_dev.control.checks.doctor import cluster_checks
     from ralph_dev.core.config import AgentSettings, ClusterSettings, ProjectSettings
+    from ralph_dev.hosts.ray.plane import ClusterError, check_reachable
 
     settings = ProjectSettings(name=PROJECT, repo=remote, cluster=ClusterSettings(
         address=ray_cluster[0].address, remote=str(remote)),
@@ -185,12 +184,12 @@ def test_a_new_attempt_resumes_from_the_last_snapshot_and_only_it_can_land(
     """Attempt 1 is cut off (still running and pushing snapshots, as behind a network
     partition); attempt 2 starts from its last snapshot, and only attempt 2's push is
     the issue's mergeable work."""
-    from ralph_dev.adapters.ray_plane import RayPlane
+    from ralph_dev.hosts.ray.plane import RayPlane
 
     plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
                      root=str(tmp_path / "hosts"), snapshot_interval=1.0, namespace=NAMESPACE)
     pushed = PushedWork(_controller_clone(tmp_path, remote, jj_bin))
-    first = plane.open_window("APP-4", cwd=tmp_path, environment=_environment("APP-4", 1),
+    first = plane.open_window("APP-4", 1, environment=_environment("APP-4", 1),
                               command=["sh", "-c", "echo 'a1 was here' > notes.txt; sleep 600"])
     try:
         a1 = cluster.attempt_bookmark("APP-4", 1)
@@ -200,7 +199,7 @@ def test_a_new_attempt_resumes_from_the_last_snapshot_and_only_it_can_land(
         assert _mergeable(pushed, "APP-4", 1) == pushed.fetch()[a1]
 
         second = plane.open_window(
-            "APP-4", cwd=tmp_path, environment=_environment("APP-4", 2),
+            "APP-4", 2, environment=_environment("APP-4", 2),
             command=["sh", "-c", "echo 'a2 was here' >> notes.txt && jj commit -m 'APP-4: done'"])
         a2 = cluster.attempt_bookmark("APP-4", 2)
         landed = retry_until(lambda: _mergeable(pushed, "APP-4", 2), timeout=60,
@@ -220,7 +219,7 @@ def test_a_dead_node_ends_its_worker_and_the_next_attempt_resumes_elsewhere(
     """A host fails mid-work: its worker is seen dead within seconds, its agent's
     processes end with it (never two live agents), and the next attempt starts on
     another node from the last snapshot the lost one pushed."""
-    from ralph_dev.adapters.ray_plane import RayPlane
+    from ralph_dev.hosts.ray.plane import RayPlane
 
     made, _nodes = ray_cluster
     made.add_node(num_cpus=1, resources={cluster.SLOT_RESOURCE: 2})  # two nodes stay
@@ -229,13 +228,13 @@ def test_a_dead_node_ends_its_worker_and_the_next_attempt_resumes_elsewhere(
                      root=str(tmp_path / "hosts"), snapshot_interval=1.0, call_timeout=10.0,
                      namespace=NAMESPACE)
     pushed = PushedWork(_controller_clone(tmp_path, remote, jj_bin))
-    first = plane.open_window("APP-6", cwd=tmp_path, environment=_environment("APP-6", 1),
+    first = plane.open_window("APP-6", 1, environment=_environment("APP-6", 1),
                               command=["sh", "-c", "echo 'a1 was here' > notes.txt; sleep 600"])
     a1 = cluster.attempt_bookmark("APP-6", 1)
     retry_until(lambda: a1 in pushed.fetch(), timeout=60, what="attempt 1's first snapshot")
     [seen] = [w for w in plane.list_windows() if w.pane_id == first.pane_id]
     assert seen.alive and seen.pid is not None
-    lost = plane.where(first.pane_id).node
+    lost = plane.attempt(first.pane_id).where().node
     [doomed] = [n for n in made.worker_nodes if n.node_id == lost]
 
     made.remove_node(doomed, allow_graceful=False)
@@ -248,9 +247,9 @@ def test_a_dead_node_ends_its_worker_and_the_next_attempt_resumes_elsewhere(
                 what="the lost worker's agent process to end with its node")
 
     second = plane.open_window(
-        "APP-6", cwd=tmp_path, environment=_environment("APP-6", 2),
+        "APP-6", 2, environment=_environment("APP-6", 2),
         command=["sh", "-c", "echo 'a2 was here' >> notes.txt && jj commit -m 'APP-6: done'"])
-    assert plane.where(second.pane_id).node != lost
+    assert plane.attempt(second.pane_id).where().node != lost
     retry_until(lambda: _mergeable(pushed, "APP-6", 2), timeout=60,
                 what="attempt 2's push")
     assert _fetched(pushed.jj, cluster.attempt_bookmark("APP-6", 2), "notes.txt") \
@@ -264,9 +263,9 @@ def test_a_launch_travels_to_its_host_and_its_session_comes_back(
     """A host sees nothing of the controller's directories: the worker's own directory
     travels with its start, its paths moved to the copy there, and the transcript it
     resumes lies where Claude Code looks for that workspace; its session comes back."""
-    from ralph_dev.adapters.launch_bundle import pack
-    from ralph_dev.adapters.ray_plane import RayPlane
     from ralph_dev.core.cluster import session_folder
+    from ralph_dev.hosts.bundle import pack
+    from ralph_dev.hosts.ray.plane import RayPlane
 
     plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
                      root=str(tmp_path / "hosts"), namespace=NAMESPACE)
@@ -276,10 +275,10 @@ def test_a_launch_travels_to_its_host_and_its_session_comes_back(
         (worker / sub).mkdir(parents=True)
     (worker / "sessions" / "sess-0001-abcd.jsonl").write_text('{"type": "user"}\n')
     workspace = plane.place("APP-7", 1)
-    plane.ask(target, "receive", pack({"worker": worker}, trees=[worker]))
+    plane.attempt(target).receive(pack({"worker": worker}, trees=[worker]))
     environment = {**_environment("APP-7", 1), "HOME": str(worker / "home"),
                    "RALPH_DEV_RUN_DIR": str(worker / "run")}
-    plane.open_window("APP-7", cwd=tmp_path, command=[
+    plane.open_window("APP-7", 1, command=[
         "sh", "-c", 'echo "$HOME" > "$RALPH_DEV_RUN_DIR/seen" && '
                     'for f in "$HOME"/.claude/projects/*/sess-0001-abcd.jsonl; '
                     'do echo more >> "$f"; done'],
@@ -288,8 +287,8 @@ def test_a_launch_travels_to_its_host_and_its_session_comes_back(
 
     [copy] = (tmp_path / "hosts").glob(f"*/runs/{PROJECT}/APP-7-a1/worker")
     assert (copy / "run" / "seen").read_text() == f"{copy / 'home'}\n"
-    assert plane.ask(target, "transcript", "sess-0001-abcd") == b'{"type": "user"}\nmore\n'
-    assert plane.ask(target, "transcript", "../../etc/passwd") is None
+    assert plane.attempt(target).transcript("sess-0001-abcd") == b'{"type": "user"}\nmore\n'
+    assert plane.attempt(target).transcript("../../etc/passwd") is None
     folder = session_folder(workspace)
     assert folder is not None
     assert (copy / "home/.claude/projects" / folder / "sess-0001-abcd.jsonl").is_file()

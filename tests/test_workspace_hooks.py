@@ -16,7 +16,7 @@ import pytest
 from swarm_kit import Swarm, leftovers, wait_for
 
 from ralph_dev.control.loop.controller import Controller, TickResult
-from ralph_dev.control.loop.wiring import controller_for
+from ralph_dev.control.loop.wiring import controller_for, tmux_for
 from ralph_dev.core.actions import EndPause
 from ralph_dev.core.config import load_project
 
@@ -43,8 +43,9 @@ def set_hooks(swarm: Swarm, **hooks: str) -> Controller:
     lines = [f"\n[projects.{swarm.project}.hooks]"]
     lines += [f"{key} = {json.dumps(value)}" for key, value in hooks.items()]
     config.write_text(config.read_text() + "\n".join(lines) + "\n")
-    ctl = controller_for(load_project(swarm.project))
-    ctl.tmux.ensure_session(swarm.repo, {"PATH": os.environ["PATH"]})
+    settings = load_project(swarm.project)
+    ctl = controller_for(settings)
+    tmux_for(settings).ensure_session(swarm.repo, {"PATH": os.environ["PATH"]})
     return ctl
 
 

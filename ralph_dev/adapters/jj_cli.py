@@ -209,6 +209,14 @@ class JjCli:
         person's git index."""
         return self.run("--ignore-working-copy", *args).check()
 
+    def push_bookmark(self, bookmark: str, revision: str, remote: str, cwd: Path) -> None:
+        """Point ``bookmark`` at ``revision`` (backwards too) and push it to ``remote``:
+        how a change leaves this repository (a pull request's head, a cluster host's
+        work, the trunk hosts start from). Run in ralph-dev's workspace ``cwd``."""
+        self.run("bookmark", "set", "--allow-backwards", bookmark, "-r", revision,
+                 cwd=cwd).check()
+        self.run("git", "push", "--remote", remote, "--bookmark", bookmark, cwd=cwd).check()
+
     def count(self, revset: str, cwd: Path | None = None) -> int:
         """How many commits ``revset`` holds, asked in workspace ``cwd`` (snapshotting
         it) or, with None, from the repo root without touching any working copy."""

@@ -210,10 +210,7 @@ class JjPublisher:
         if isinstance(head, MergeResult):
             return head
         bookmark = work_bookmark(name)
-        self.cli.run("bookmark", "set", "--allow-backwards", bookmark, "-r", head,
-                     cwd=path).check()
-        self.cli.run("git", "push", "--remote", remote, "--bookmark", bookmark,
-                     cwd=path).check()
+        self.cli.push_bookmark(bookmark, head, remote, path)
         self.home.intents.clear(name)
         log.info("jj_published", workspace=name, commit=head[:12], remote=remote)
         return MergeResult(

@@ -80,6 +80,8 @@ def record_from_json(data: Mapping[str, Any]) -> WorkerRecord:
     """Build a record from JSON, tolerating unknown/missing/mistyped fields."""
     issue = check_identifier(str(data.get("issue", "")))
     kwargs: dict[str, Any] = {"issue": issue}
+    if "cluster_attempt" in data and "host_attempt" not in data:  # its name before 0.x
+        data = {**data, "host_attempt": data["cluster_attempt"]}
     defaults = WorkerRecord(issue=issue)
     for f in dataclasses.fields(WorkerRecord):
         if f.name == "issue" or f.name not in data:

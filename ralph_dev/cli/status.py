@@ -15,9 +15,9 @@ import click
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, run
 from ralph_dev.core.config import ProjectSettings, project_names
-from ralph_dev.core.errors import ClusterUnavailable, ConfigError, RalphError
+from ralph_dev.core.errors import ConfigError, HostUnavailable, RalphError
 from ralph_dev.core.model import check_identifier
-from ralph_dev.core.ports import Cluster
+from ralph_dev.core.ports import RemoteWorkers
 from ralph_dev.core.text import for_terminal, terminal_line
 
 LOG_REPLAY_BYTES = 4 * 2**20
@@ -120,7 +120,7 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
 
     def read(position: int) -> tuple[bytes, int]:
         if cluster is not None:  # its pane prints on its host: read through its actor
-            with contextlib.suppress(ClusterUnavailable):  # ended: the copy kept here
+            with contextlib.suppress(HostUnavailable):  # ended: the copy kept here
                 return cluster.read_log(issue, position, LOG_REPLAY_BYTES)
         try:
             with path.open("rb") as handle:
@@ -148,19 +148,19 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
 
 
 def _cluster_worker(settings: ProjectSettings, store: StateStore, issue: str
-                    ) -> Cluster | None:
-    """The cluster an issue's worker was placed on (None: it runs, or ran, here)."""
+                    ) -> RemoteWorkers | None:
+    """The other hosts an issue's worker was placed on (None: it runs, or ran, here)."""
     if settings.cluster is None or issue == "controller":
         return None
     record = store.load_record(issue)
-    if record is None or not record.cluster_attempt:
+    if record is None or not record.node:
         return None
-    from ralph_dev.control.loop.wiring import plane_for
+    from ralph_dev.control.loop.wiring import remote_workers_for
 
-    return plane_for(settings, store=store)[1]
+    return remote_workers_for(settings, store)
 
 
-def _watch_screen(cluster: Cluster, issue: str, host: str, typed: TextIO | None = None
+def _watch_screen(cluster: RemoteWorkers, issue: str, host: str, typed: TextIO | None = None
                   ) -> None:
     """A cluster worker's live screen, and each line typed sent into its session: its
     host's tmux is not this one's, so a person types a line at a time (sent on Enter,

@@ -83,7 +83,9 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
     if not foreground:
         # a person is here to read why: every worker would fail the same way. (A service
         # starts anyway; its controller pauses dispatch and says so until it is fixed.)
-        try_worker_sandbox(settings)
+        # Nothing here waits on the agent: the command runner's is never run, and Claude
+        # Code's `--version` is left to the controller, which runs it beside its loop.
+        try_worker_sandbox(settings, run_agent=False)
         _check_cluster(settings)
         pid = start_background(settings)
         click.echo(f"ralph-dev started for {project} (daemon pid {pid}).")
@@ -143,7 +145,7 @@ def stop(cli: CliContext, project: str, workers: bool) -> None:
     from ralph_dev.adapters.processes import stop_controller_window, stop_daemon
     from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.systemd import stop_unit_if_active
-    from ralph_dev.control.loop.wiring import jj_for, plane_for, tmux_for
+    from ralph_dev.control.loop.wiring import host_for, tmux_for
 
     settings = cli.project(project)
     if stop_unit_if_active(project):  # under systemd, Restart=always would undo a SIGTERM
@@ -152,18 +154,18 @@ def stop(cli: CliContext, project: str, workers: bool) -> None:
     stop_controller_window(tmux_for(settings))
     click.echo(f"stopped daemon pid {pid}" if pid else "no daemon was running")
     if workers:
-        jj = jj_for(settings)
         store = StateStore(settings.paths)
-        plane, cluster = plane_for(settings, jj, store)
-        for window in worker_windows(plane.list_windows()):
-            try:  # what it did is kept: recorded here, or pushed from its host
-                if cluster is None:
-                    jj.workspaces.snapshot(window.name)
-                else:
-                    cluster.save(window.name)
+        host = host_for(settings, store=store)
+        for window in worker_windows(host.list_windows()):
+            record = store.load_record(window.name)
+            try:  # what it did is kept: recorded here, or pushed from its host as it ends
+                host.changes.snapshot(window.name)
+                host.end(window.name, record.host_attempt if record else 0,
+                         [window.window_id], bring_in=False,
+                         session=record.session_id if record else None)
             except RalphError as exc:
                 click.echo(f"warning: could not keep what {window.name} did: {exc}", err=True)
-            plane.kill_window(window.window_id)
+                host.end(window.name, 0, [window.window_id], bring_in=False, session=None)
             store.append_event("worker_stopped", issue=window.name,
                                reason="ralph-dev stop --workers")
             click.echo(f"stopped worker {window.name}")

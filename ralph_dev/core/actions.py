@@ -62,6 +62,13 @@ class Spawn(Action):
     role: Role = Role.EXECUTE
     attempt: int = 1
     model: str | None = None
+    resume: str | None = None
+    """The agent session this start continues (``decide``: the last one of the same role
+    whose transcript is kept); None: a fresh session."""
+    fresh_why: str = ""
+    """Why an earlier session of the same role is not resumed (said as an event)."""
+    start_issue: bool = False
+    """Move the issue to its started state (it was not started yet)."""
 
     def record_changes(self, now: datetime) -> dict[str, Any]:
         return _started(self.role, self.attempt, now)
@@ -79,6 +86,16 @@ class Restart(Action):
     charged: bool = True
     hangs: int | None = None
     """A restart for a hung model call: the worker's count of those, this one included."""
+    resume: str | None = None
+    """The agent session this start continues (``decide``: the last one of the same role
+    whose transcript is kept); None: a fresh session."""
+    fresh_why: str = ""
+    """Why an earlier session of the same role is not resumed (said as an event)."""
+    start_issue: bool = False
+    """Move the issue to its started state (it was not started yet)."""
+    bring_in: bool = False
+    """Its done work comes into the issue's workspace here once its window ends (a
+    worker on another host): what ``decide`` weighs next is that workspace."""
 
     def record_changes(self, now: datetime) -> dict[str, Any]:
         failure = {"last_failure_at": now, "last_failure": self.reason} if self.charged else {}
@@ -107,6 +124,10 @@ class Nudge(Action):
 class Kill(Action):
     """Kill the issue's window (a zombie, after a merge, a worker a person stopped)."""
 
+    bring_in: bool = False
+    """Its done work comes into the issue's workspace here once its window ends (a
+    worker on another host): what ``decide`` weighs next is that workspace."""
+
 
 @dataclass(frozen=True)
 class Stop(Action):
@@ -118,6 +139,9 @@ class Stop(Action):
     cause: str = ""
     """What stopped it, in one word: ``hold``, ``state``, ``budget``, ``tripwire``."""
     why: str = ""
+    bring_in: bool = False
+    """Its done work comes into the issue's workspace here once its window ends (a
+    worker on another host): what ``decide`` weighs next is that workspace."""
 
     def record_changes(self, now: datetime) -> dict[str, Any]:
         return {"lost": f"{STOPPED}{self.why}"[:500], "lost_at": now, "nudged_at": None}
@@ -134,6 +158,9 @@ class Reap(Action):
     for a worker that asked a person and was answered, nor one whose host was lost."""
     lost: str = ""
     """Why the worker was lost for a cause outside the issue: its next start is free."""
+    bring_in: bool = False
+    """Its done work comes into the issue's workspace here once its window ends (a
+    worker on another host): what ``decide`` weighs next is that workspace."""
 
     def record_changes(self, now: datetime) -> dict[str, Any]:
         if self.lost:
@@ -150,8 +177,21 @@ class Complete(Action):
 class Merge(Action):
     """Merge the issue's workspace change into trunk (or open its pull request)."""
 
+    fetch_attempt: int = 0
+    """The attempt whose pushed work comes into the workspace first (a worker on another
+    host, whose final push came back); 0: the work is in the workspace already."""
+
     def record_changes(self, now: datetime) -> dict[str, Any]:
         return {"merged_at": now}
+
+
+@dataclass(frozen=True)
+class Redo(Action):
+    """The issue's done work never came back from the host it ran on (lost before its
+    final push): a new attempt does it again from its last pushed snapshot, free."""
+
+    def record_changes(self, now: datetime) -> dict[str, Any]:
+        return {"done": False, "lost": self.reason[:500], "lost_at": now}
 
 
 @dataclass(frozen=True)
@@ -159,7 +199,10 @@ class Forget(Action):
     """Forget the workspace and remove its directory (its change is safe)."""
 
     keep_bookmark: bool = False
-    """True for a canceled issue: its change stays reachable under a bookmark."""
+    """Its change stays reachable under its bookmark: a canceled issue's, and in pull
+    request mode every issue's (the pull request's head)."""
+    keep_newest_push: bool = False
+    """A canceled issue's newest work pushed from another host is taken in first."""
 
     record_deleted: ClassVar[bool] = True
 

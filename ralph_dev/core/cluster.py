@@ -10,10 +10,9 @@ the current one's (the fence). Pure: the adapters and the controller share it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import PurePath
 
-from ralph_dev.core.environment import CLUSTER_ATTEMPT_VAR
 from ralph_dev.core.model import IDENTIFIER_RE
 from ralph_dev.core.ports import WORK_BOOKMARK_PREFIX
 
@@ -44,16 +43,6 @@ def parse_actor_name(name: str, project: str) -> tuple[str, int] | None:
             or not IDENTIFIER_RE.fullmatch(found["issue"]):
         return None
     return found["issue"], int(found["attempt"])
-
-
-def attempt_of(environment: Mapping[str, str]) -> int:
-    """The attempt a window's environment says it runs; a launch without one is a bug
-    of the caller, said as such (a cluster cannot name the worker without it)."""
-    try:
-        return int(environment[CLUSTER_ATTEMPT_VAR])
-    except (KeyError, ValueError):
-        raise ValueError(f"a cluster worker's environment needs {CLUSTER_ATTEMPT_VAR} (its "
-                         "attempt): launch it through agent.launch") from None
 
 
 def attempt_bookmark(issue: str, attempt: int) -> str:

@@ -124,15 +124,16 @@ RUN_DIR_VAR = "RALPH_DEV_RUN_DIR"
 """Where an UNconfined worker (``agent.sandbox = "off"``) finds its run directory."""
 
 
-CLUSTER_ATTEMPT_VAR = "RALPH_DEV_CLUSTER_ATTEMPT"
-"""Which cluster attempt a window runs, in the environment the controller opens it with:
-the plane names the attempt's actor by it. A cluster attempt counts every start of the
-issue's worker, charged or not (``WorkerRecord.cluster_attempt``): a restart for a lost
-host charges nothing, yet it must never share a name with the attempt it replaces."""
+ATTEMPT_VAR = "RALPH_DEV_ATTEMPT"
+"""Which attempt a window runs, in the environment the controller opens it with: the
+worker's identity on its host (a cluster names the attempt's actor and pushes by it).
+An attempt counts every start of the issue's worker, charged or not
+(``WorkerRecord.host_attempt``): a restart for a lost host charges nothing, yet it must
+never share a name with the attempt it replaces."""
 
 OWN_VARIABLES = frozenset({
     # who a worker is and where its things are (set for workers, hooks and panes)
-    "RALPH_DEV_PROJECT", *WORKER_IDENTITY, RUN_DIR_VAR, "RALPH_DEV_REPO", CLUSTER_ATTEMPT_VAR,
+    "RALPH_DEV_PROJECT", *WORKER_IDENTITY, RUN_DIR_VAR, "RALPH_DEV_REPO", ATTEMPT_VAR,
     # read by the command line, the daemon and the adapters
     "RALPH_DEV_CONFIG", "RALPH_DEV_LOG_LEVEL", "RALPH_DEV_JJ", WEB_TOKEN,
     "RALPH_DEV_LINEAR_URL", "RALPH_DEV_LINEAR_WEBHOOK_SECRET",

@@ -69,7 +69,7 @@ class WorkspaceHookFailed(RalphError):
         self.retryable = retryable
 
 
-class ClusterUnavailable(RalphError):
+class HostUnavailable(RalphError):
     """The cluster cannot place or reach a worker now (no free slot, a node lost, the
     cluster away): a cause outside the issue, so no attempt is charged for it."""
 

@@ -191,6 +191,25 @@ class NodeSlots:
 
 
 @dataclass(frozen=True)
+class HostSlots:
+    """A cluster's worker slots as one tick sees them: free now, and its live nodes."""
+
+    free: int
+    nodes: tuple[NodeSlots, ...] = ()
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What ending a worker's attempt brought back, for its record."""
+
+    came_back: bool
+    """Its work is where the merge lane takes it (a cluster worker's final push came
+    back; on this host it never left)."""
+    transcript: Path | None = None
+    """Its agent's transcript, kept here for the issue's next attempt to resume."""
+
+
+@dataclass(frozen=True)
 class Window:
     """One tmux window as seen in a single ``list-panes`` call."""
 
@@ -295,8 +314,8 @@ class WorkerRecord:
     hold_reason: str | None = None
     """A failure only a person can fix, or a hold whose tracker write failed: ``decide``
     holds the issue with this comment (once the hold is written, it is cleared)."""
-    cluster_attempt: int = 0
-    """On a cluster: the last start of this issue's worker, counting every start, charged
+    host_attempt: int = 0
+    """The last start of this issue's worker, counting every start, charged
     or not. It names the attempt's actor and its pushes (``core.cluster``), the fence."""
     final_push: int = 0
     """On a cluster: the attempt whose last push came back after its processes ended (the
@@ -385,6 +404,9 @@ class Observed:
     """What the host has free now (None: not sampled)."""
     cluster_slots: int | None = None
     """Free worker slots on the project's cluster now (None: workers run on this host)."""
+    sessions_kept: frozenset[str] = frozenset()
+    """Issues whose record's agent session can be resumed: its transcript is kept here
+    (on another host's worker, only once its end brought it back)."""
     spent_today: float = 0.0
     """Estimated dollars the agents spent this UTC day."""
     over_budget: Mapping[str, str] = field(default_factory=dict)

@@ -10,12 +10,14 @@ there is no optional method that is probed for at run time. The adapters in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import (
+    Ended,
+    HostSlots,
     Issue,
     Launch,
     MergeResult,
@@ -58,13 +60,6 @@ class Panes(WindowLister, Protocol):
         ...
 
 
-class ProcessPlane(Panes, Protocol):
-    """Where workers' processes run: this host's tmux (``adapters.tmux``), or a cluster
-    that places each worker attempt on some host (``adapters.ray_plane``). A window is
-    named by its issue; the attempt it runs is the worker's own identity
-    (``RALPH_DEV_CLUSTER_ATTEMPT`` in its environment), which a cluster names its actor by."""
-
-
 class WorkerChanges(Protocol):
     """A worker's change where the worker works (this host's workspace, or its host's on
     a cluster): what its reports record, check and show it."""
@@ -78,41 +73,109 @@ class WorkerChanges(Protocol):
     def conflicted_files(self, name: str) -> list[str]: ...
 
 
-class Cluster(WorkerChanges, Protocol):
-    """The controller's side of workers on other hosts (``adapters.pushed_work``): where
-    an attempt is placed, and its change back through the cluster's git remote. Every
-    jj write runs in ``path``, the issue's workspace on the controller's host."""
+class WorkerMailboxes(Protocol):
+    """Where workers' reports reach the controller: their sockets on this host
+    (``adapters.mailbox_server``), or a carrier to each cluster host
+    (``hosts.ray.carrier``)."""
 
-    def place(self, issue: str, attempt: int, path: Path, *, rebase: bool = False) -> Path:
-        """Place the attempt on a host; its workspace there (``rebase``: its start
-        rebased onto trunk, so a resolve worker meets the conflicts)."""
+    wake: Callable[[], None]
+
+    async def listen(self, names: Iterable[str]) -> None: ...
+
+    async def stop(self, name: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+Hear = Callable[[str, str], Awaitable[Any]]
+"""The controller's ear for a worker's report: (issue, report id) → its answer."""
+
+
+class WorkerHost(WindowLister, Protocol):
+    """Where one project's workers run: this host (``hosts.local``) or the hosts of a Ray
+    cluster (``hosts.ray``). Every step of a worker's life that differs between the two
+    is one method here, so the actuator, the controller and the observer are handed a
+    host and never ask which.
+
+    A worker is known by its issue and its attempt (the record's ``host_attempt``,
+    counted on every start): a cluster names an attempt's actor and pushes by it, and
+    fences a stale attempt's work out by it. Windows are named by issue; a window's
+    ``pane_id`` is the target the methods that type or read take."""
+
+    @property
+    def changes(self) -> WorkerChanges:
+        """The change where its worker works, as its reports see it."""
         ...
 
-    def where(self, issue: str, attempt: int) -> Placement: ...
-
-    def push(self, issue: str, attempt: int) -> None:
-        """The attempt's work pushed now (before its processes end)."""
+    def mailboxes(self, run_dir: Callable[[str], Path], hear: Hear,
+                  attempt_of: Callable[[str], int]) -> WorkerMailboxes:
+        """How workers' reports reach the controller from where they run."""
         ...
 
-    def save(self, issue: str) -> None:
-        """The issue's current attempt's work pushed now (a person stops the swarm)."""
+    def make_workspace(self, issue: str, attempt: int, *, rebase: bool = False) -> Path:
+        """The attempt's workspace where its agent works, made with the project's
+        ``after_create`` hook run in it there (``rebase``: a resolve worker's, its
+        earlier work rebased onto trunk so it meets the conflicts)."""
         ...
 
-    def bring_in(self, issue: str, attempt: int, path: Path) -> str | None:
-        """The attempt's push as the workspace's work; its commit (None: nothing pushed)."""
+    def sessions_found_in(self, workspace: Path) -> bool:
+        """Whether the agent finds a resumed session in this workspace (Claude Code keys
+        its sessions by the workspace's path, which has a length limit)."""
         ...
 
-    def keep(self, issue: str, path: Path) -> str | None: ...
-
-    def discard(self, issue: str, path: Path) -> None: ...
-
-    def free_slots(self) -> int:
-        """Worker slots free on the cluster's hosts now."""
+    def ship(self, issue: str, attempt: int, launch: Launch, worker_dir: Path,
+             session: str | None = None) -> bool:
+        """The launch's files and the worker's own directory to where the worker runs,
+        with the kept transcript of ``session`` when the launch resumes it. True when
+        they were carried (the host's copy is then the launcher's to read and delete)."""
         ...
 
-    def nodes(self) -> list[NodeSlots]:
-        """The cluster's live nodes with worker slots."""
+    def open_window(self, issue: str, attempt: int, *, cwd: Path, command: Sequence[str],
+                    environment: Mapping[str, str], log_file: Path) -> Window: ...
+
+    def placement(self, issue: str, attempt: int) -> Placement | None:
+        """The node and host an attempt runs on (None: this host)."""
         ...
+
+    def send_text(self, target: str, text: str) -> None: ...
+
+    def dismiss(self, target: str) -> None:
+        """Press Escape: close a menu the agent's UI opened (Claude Code's rate-limit
+        options) before text is typed."""
+        ...
+
+    def capture(self, target: str, lines: int = 40) -> str: ...
+
+    def end(self, issue: str, attempt: int, targets: Sequence[str], *, bring_in: bool,
+            session: str | None) -> Ended:
+        """End the attempt's windows, its work kept first (a cluster worker's final push,
+        its log and its agent's transcript of ``session`` copied here); with
+        ``bring_in``, its work into the issue's workspace here, where the merge lane
+        takes it."""
+        ...
+
+    def bring_in(self, issue: str, attempt: int) -> str | None:
+        """The attempt's done work into the issue's workspace here (fetched once per
+        attempt); its commit, None when it never left this host."""
+        ...
+
+    def forget(self, issue: str, *, keep_bookmark: bool, keep_newest_push: bool) -> None:
+        """The issue's workspace goes, its work safe: its change stays under its
+        bookmark (``keep_bookmark``: a canceled issue's, a pull request's head); a
+        canceled issue's newest work pushed from another host is taken in first
+        (``keep_newest_push``), a merged one's copies elsewhere are deleted. The
+        project's ``before_remove`` hook runs in it first."""
+        ...
+
+    def slots(self) -> HostSlots | None:
+        """Worker slots free where workers run, beyond this host's own admission
+        (None: workers run on this host only)."""
+        ...
+
+
+class RemoteWorkers(Protocol):
+    """What a person's commands reach of workers on other hosts (``logs``, ``attach``,
+    the dashboard)."""
 
     def screen(self, issue: str, lines: int = 200) -> str:
         """The last ``lines`` of the issue's worker's screen now, from its host."""
@@ -127,37 +190,9 @@ class Cluster(WorkerChanges, Protocol):
         ``attach``)."""
         ...
 
-    def ship(self, issue: str, attempt: int, launch: Launch, worker_dir: Path,
-             session: str | None = None) -> None:
-        """The launch's files and the worker's own directory to the attempt's host, with
-        the kept transcript of ``session`` when the launch resumes it."""
+    def nodes(self) -> list[NodeSlots]:
+        """The cluster's live nodes with worker slots."""
         ...
-
-    def exchange(self, issue: str, attempt: int, files: dict[str, bytes],
-                 answers: dict[str, bytes], taken: list[str], wait: float
-                 ) -> dict[str, bytes]:
-        """One round of the worker's mailbox relay: the controller's files and answers
-        there, the worker's reports (by id) back."""
-        ...
-
-    def keep_transcript(self, issue: str, attempt: int, session: str, to: Path
-                        ) -> Path | None:
-        """The attempt's agent transcript copied from its host to ``to``; None: none."""
-        ...
-
-
-class WorkerMailboxes(Protocol):
-    """Where workers' reports reach the controller: their sockets on this host
-    (``adapters.mailbox_server``), or a relay to each cluster host
-    (``adapters.cluster_relay``)."""
-
-    wake: Callable[[], None]
-
-    async def listen(self, names: Iterable[str]) -> None: ...
-
-    async def stop(self, name: str) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 class Session(Panes, Protocol):

@@ -123,7 +123,7 @@ def cluster_checks(settings: ProjectSettings) -> list[Check]:
     worker slots having what a worker runs with (asked on the node)."""
     name = f"cluster {settings.name}"
     try:
-        from ralph_dev.adapters.ray_plane import RayPlane  # Ray only for a cluster
+        from ralph_dev.hosts.ray.plane import RayPlane  # Ray only for a cluster
     except ImportError as exc:
         return [Check(name, False, f"Ray cannot be imported ({exc}): "
                                    "pip install 'ralph-dev[ray]'")]
@@ -192,8 +192,11 @@ def _worker_check(settings: ProjectSettings) -> Check:
     except RalphError as exc:
         return Check(name, False, str(exc))
     where = "in their sandbox" if settings.agent.sandbox == "bwrap" else "unconfined"
-    return Check(name, True, f"ralph-dev's hooks, worker commands and the agent run {where}"
-                             + (f" (agent: {version})" if version else ""))
+    if version:
+        return Check(name, True, f"ralph-dev's hooks, worker commands and the agent run "
+                                 f"{where} (agent: {version})")
+    return Check(name, True, f"ralph-dev's hooks and worker commands run {where}, and the "
+                             "agent can be started there (checked without running it)")
 
 
 def _git_reads_repo(settings: ProjectSettings) -> list[Check]:

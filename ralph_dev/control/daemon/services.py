@@ -33,7 +33,7 @@ from ralph_dev.control.daemon.web.access import (
 from ralph_dev.control.state.sources import StateSources
 from ralph_dev.control.state.status import heartbeat_health, snapshot, tracker_ttl
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.ports import Cluster
+from ralph_dev.core.ports import RemoteWorkers
 
 log = structlog.get_logger(__name__)
 
@@ -94,7 +94,7 @@ class DaemonServices:
         self._document: tuple[float, dict[str, Any]] | None = None
         self._document_lock = asyncio.Lock()
         self._stop = asyncio.Event()
-        self._cluster: Cluster | None = None
+        self._cluster: RemoteWorkers | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.web: Any = None
         self.notifier: Any = None
@@ -256,14 +256,14 @@ class DaemonServices:
         return await asyncio.to_thread(self.tmux.capture, windows[0].pane_id, lines)
 
     def _cluster_screen(self, issue: str, lines: int) -> str | None:
-        from ralph_dev.control.loop.wiring import plane_for
-        from ralph_dev.core.errors import ClusterUnavailable
+        from ralph_dev.control.loop.wiring import remote_workers_for
+        from ralph_dev.core.errors import HostUnavailable
 
         if self._cluster is None:  # connected at the first look, and kept
-            self._cluster = plane_for(self.settings, store=self.store)[1]
+            self._cluster = remote_workers_for(self.settings, self.store)
         try:
             return self._cluster.screen(issue, lines) if self._cluster else None
-        except ClusterUnavailable:
+        except HostUnavailable:
             return None
 
     async def lookup_issue(self, identifier: str) -> Any:

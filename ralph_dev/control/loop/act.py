@@ -23,11 +23,9 @@ from typing import Any
 
 import structlog
 
-from ralph_dev.adapters.files import atomic_write_bytes
 from ralph_dev.adapters.pattern_store import remember_safely
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
 from ralph_dev.adapters.writebacks import WriteBackItem, WriteBackQueue
-from ralph_dev.control.loop import workspace_hooks
 from ralph_dev.control.loop.heartbeat import while_beating
 from ralph_dev.control.loop.intake import Intake
 from ralph_dev.control.loop.merging import MergeLane
@@ -49,6 +47,7 @@ from ralph_dev.core.actions import (
     PauseSwarm,
     Plan,
     Reap,
+    Redo,
     RelayFeedback,
     Restart,
     Resume,
@@ -59,11 +58,10 @@ from ralph_dev.core.actions import (
     Waited,
     WriteBack,
 )
-from ralph_dev.core.cluster import session_folder
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.environment import CLUSTER_ATTEMPT_VAR
+from ralph_dev.core.environment import ATTEMPT_VAR
 from ralph_dev.core.errors import (
-    ClusterUnavailable,
+    HostUnavailable,
     RalphError,
     SentBack,
     TrackerError,
@@ -82,19 +80,16 @@ from ralph_dev.core.model import (
 )
 from ralph_dev.core.patterns import plan_text
 from ralph_dev.core.policy import Blame, Failure, verdict
+from ralph_dev.core.policy import blame as blame_for
 from ralph_dev.core.ports import (
     AgentLauncher,
-    Cluster,
-    Panes,
     Repository,
     Tracker,
+    WorkerHost,
     WorkerMailboxes,
 )
 
 log = structlog.get_logger(__name__)
-
-LOG_COPY_BYTES = 4 * 2**20
-"""How much of a cluster worker's log its end keeps on the controller's host."""
 
 SPAWN_UNFINISHED = "its start did not finish (the controller stopped mid-spawn)"
 
@@ -131,16 +126,16 @@ def event_details(action: Action) -> dict[str, object]:
 class Actuator:
     """Carries out one project's actions through its ports."""
 
-    def __init__(self, settings: ProjectSettings, *, tracker: Tracker, panes: Panes,
+    def __init__(self, settings: ProjectSettings, *, tracker: Tracker, host: WorkerHost,
                  jj: Repository, launcher: AgentLauncher, store: StateStore,
                  dirs: WorkerDirs, intake: Intake, server: WorkerMailboxes,
                  merges: MergeLane, writebacks: WriteBackQueue,
                  clock: Callable[[], datetime], beat: Callable[[str], None],
-                 acted_on: Callable[[str], None] = lambda issue: None,
-                 cluster: Cluster | None = None) -> None:
+                 acted_on: Callable[[str], None] = lambda issue: None) -> None:
         self.settings = settings
         self.tracker = tracker
-        self.panes = panes
+        self.host = host
+        """Where workers run (this host, or others): the actuator never asks which."""
         self.jj = jj
         self.launcher = launcher
         self.store = store
@@ -153,11 +148,6 @@ class Actuator:
         self.beat = beat
         self.acted_on = acted_on
         """Told before each action on an issue (the tripwires see its workspace afresh)."""
-        self.cluster = cluster
-        """Where workers run when they run on other hosts (None: on this one)."""
-        self._brought: dict[str, int] = {}
-        """Issue → the cluster attempt whose done work this controller brought into its
-        workspace: its merge, in the same plan, need not fetch it again."""
         self.writer = WriteBackWriter(settings, tracker=tracker, store=store,
                                       writebacks=writebacks, clock=clock)
 
@@ -167,24 +157,18 @@ class Actuator:
                         stopping: Callable[[], bool] = lambda: False,
                         before: Callable[[Action], None] = lambda action: None,
                         ) -> list[tuple[Action, str]]:
-        """Actions in plan order, except that issues being merged go last: a merge takes
-        jj a while, and new workers should not wait for it (merging holds no slot). An
-        issue's own chain keeps its order and stops at its first failing action. Returns
-        the actions that failed, with why."""
+        """Actions in plan order (``decide`` puts them in the order they go). An issue's
+        own chain stops at its first failing action. Returns the actions that failed,
+        with why."""
         failures: list[tuple[Action, str]] = []
         failed_issues: set[str] = set()
         by_id = {issue.identifier: issue for issue in observed.issues}
-        merging = {a.issue for a in plan.actions if isinstance(a, Merge)}
-        ordered = sorted(plan.actions, key=lambda a: a.issue in merging)  # stable
         no_starts = False  # a failure this plan showed every start would fail the same way
-        for action in ordered:
+        for action in plan.actions:
             if stopping():
                 break
             if action.issue in failed_issues or (no_starts and isinstance(action, Spawn | Restart)):
                 continue  # the rest of this issue's chain waits for a later tick
-            if isinstance(action, Merge) and self.merges.trunk_red():
-                failed_issues.add(action.issue)  # a merge earlier this plan turned trunk red
-                continue
             before(action)
             try:
                 await self.act(action, by_id.get(action.issue), observed)
@@ -211,26 +195,26 @@ class Actuator:
 
     async def _do(self, action: Action, issue: Issue | None, observed: Observed
                   ) -> dict[str, object]:
-        """Carry out the action; what it learned that its event should say (the node a
-        cluster placed a worker on)."""
+        """Carry out the action; what it learned that its event should say (the node its
+        host placed a worker on)."""
         labels = self.settings.labels
         match action:
             case Spawn() | Restart():
                 if isinstance(action, Restart):
-                    await self._end_windows(action.issue, observed)
+                    await self._end_windows(action, observed)
                 return await self._spawn(action, issue)
             case Nudge():
                 for window in self._windows(action.issue, observed, alive=True):
-                    await asyncio.to_thread(self.panes.send_text, window.pane_id, action.message)
+                    await asyncio.to_thread(self.host.send_text, window.pane_id, action.message)
             case Reap() | Kill():
-                await self._end_windows(action.issue, observed)
+                await self._end_windows(action, observed)
             case Stop():
                 with contextlib.suppress(RalphError):  # what its agent wrote is recorded
-                    await asyncio.to_thread(self.jj.workspaces.snapshot, action.issue)
-                await self._end_windows(action.issue, observed)
+                    await asyncio.to_thread(self.host.changes.snapshot, action.issue)
+                await self._end_windows(action, observed)
             case Merge():
-                if self.cluster is not None:
-                    await self._bring_in(action.issue, again=False)
+                if action.fetch_attempt:
+                    await self._bring_in(action.issue, action.fetch_attempt)
                 outcome = await self.merges.merge(action, issue)
                 for comment in outcome.comments:
                     with contextlib.suppress(TrackerError):
@@ -238,19 +222,12 @@ class Actuator:
                 if outcome.error is not None:
                     raise outcome.error
             case Forget():
-                # in PR mode the change lives on under its pushed bookmark, not in trunk
-                keep = action.keep_bookmark or self.settings.merge.mode == "pr"
                 await self.intake.accept(action.issue)  # what its outbox still holds
-                if self.cluster is not None:
-                    self._brought.pop(action.issue, None)  # a reopened issue counts from 1
-                    await self._cluster_forget(action.issue, keep=action.keep_bookmark)
                 await self.server.stop(action.issue)
                 self.dirs.discard(action.issue)
-                await while_beating(
-                    self.beat, "forget", self.jj.workspaces.forget, action.issue,
-                    keep_bookmark=keep,
-                    before_remove=workspace_hooks.before_remove(self.settings, self.store,
-                                                                action.issue))
+                await while_beating(self.beat, "forget", self.host.forget, action.issue,
+                                    keep_bookmark=action.keep_bookmark,
+                                    keep_newest_push=action.keep_newest_push)
             case Hold():
                 await self.tracker.add_labels(action.issue, [labels.user_input_needed])
                 await self.tracker.comment(action.issue, action.comment or action.reason)
@@ -258,7 +235,7 @@ class Actuator:
                 await self.tracker.set_state(action.issue, type=StateType.COMPLETED)
             case RelayFeedback():
                 for window in self._windows(action.issue, observed, alive=True):
-                    await asyncio.to_thread(self.panes.send_text, window.pane_id,
+                    await asyncio.to_thread(self.host.send_text, window.pane_id,
                                             FEEDBACK_MESSAGE.format(issue=action.issue))
                 await self.tracker.remove_labels(
                     action.issue, [labels.user_feedback_given, labels.user_input_needed])
@@ -270,8 +247,8 @@ class Actuator:
                     await self.tracker.comment(action.issue, action.comment)
             case Continue():
                 await self._continue(action, observed)
-            case Waited():
-                pass  # only its record changes: the worker's stall clock starts again
+            case Waited() | Redo():
+                pass  # only its record changes (the stall clock again; the work to redo)
             case Adopt():
                 await self._adopt(action, issue, observed)
             case WriteBack():
@@ -307,7 +284,7 @@ class Actuator:
         judged = verdict(Failure(action, str(exc), retryable,
                                  tracker=isinstance(exc, TrackerError),
                                  setup=isinstance(exc, WorkspaceHookFailed),
-                                 outside=isinstance(exc, ClusterUnavailable)),
+                                 outside=isinstance(exc, HostUnavailable)),
                          record, self.settings, self.clock())
         if judged.record:
             self.store.update_record(action.issue, **judged.record)
@@ -320,157 +297,81 @@ class Actuator:
         return [w for w in observed.windows
                 if w.name == name and (alive is None or w.alive == alive)]
 
-    async def _end_windows(self, name: str, observed: Observed) -> None:
-        """Close the issue's windows. On a cluster the current attempt pushes its work
-        first: a worker's change comes back only through the remote, and once its
-        processes end nothing more can be pushed (``final_push`` says it came back)."""
-        windows = self._windows(name, observed)
-        pushed = self.cluster is not None and bool(windows) and await self._final_push(name)
-        for window in windows:
-            await asyncio.to_thread(self.panes.kill_window, window.window_id)
-        record = self.store.load_record(name)
-        if pushed and record is not None and record.done and record.role.may_edit:
-            # what ``decide`` weighs next (a conflict a resolve worker just resolved) is
-            # the workspace here: it holds the done work from now on
-            await self._bring_in(name)
-
-    async def _final_push(self, name: str) -> bool:
-        """Ask the current attempt to push; whether its push came back."""
-        assert self.cluster is not None
-        record = self.store.load_record(name)
-        if record is None or not record.cluster_attempt:
-            return False
-        attempt = record.cluster_attempt
-        try:
-            await while_beating(self.beat, "push", self.cluster.push, name, attempt)
-        except RalphError as exc:  # its host is gone or cut off: its last snapshot stands
-            self.store.append_event("final_push_failed", issue=name, attempt=attempt,
-                                    node=record.node, host=record.host, error=str(exc))
-            return False
-        self.store.update_record(name, final_push=attempt)
-        with contextlib.suppress(RalphError, OSError):  # `logs` reads it once the host is gone
-            data, _ = await asyncio.to_thread(self.cluster.read_log, name, 0, LOG_COPY_BYTES)
-            atomic_write_bytes(self.store.log_path(name), data)
-        if record.session_id:
-            await self._keep_transcript(name, attempt, record.session_id)
-        return True
-
-    async def _keep_transcript(self, name: str, attempt: int, session: str) -> None:
-        """The agent's transcript from its host, kept here: the issue's next attempt,
-        on whichever host, resumes its session from it."""
-        assert self.cluster is not None
-        try:
-            kept = await asyncio.to_thread(self.cluster.keep_transcript, name, attempt,
-                                           session, self.dirs.kept_transcript(name, session))
-        except (RalphError, OSError) as exc:
-            self.store.append_event("transcript_not_kept", issue=name, attempt=attempt,
-                                    error=str(exc))
+    async def _end_windows(self, action: Restart | Reap | Kill | Stop, observed: Observed
+                           ) -> None:
+        """Close the issue's windows where they run, its work kept first (on another
+        host, its current attempt's final push: once its processes end nothing more can
+        be pushed). What came back is the record's: ``final_push`` says the attempt's
+        work did, and its agent's transcript is kept for the next attempt."""
+        name = action.issue
+        targets = [w.window_id for w in self._windows(name, observed)]
+        if not targets:
             return
-        if kept:
-            self.store.update_record(name, transcript=str(kept))
-
-    async def _bring_in(self, name: str, *, again: bool = True) -> None:
-        """The current attempt's pushed change into the issue's workspace here, where the
-        merge lane takes it. Only a push that came back after the attempt's processes
-        ended is its done work: anything else would merge a snapshot of half of it.
-        ``again`` False: not if this controller brought that attempt's work in already."""
-        assert self.cluster is not None
         record = self.store.load_record(name)
-        if record is None or not record.cluster_attempt:
-            return  # started on this host before the project had a cluster
-        attempt = record.cluster_attempt
-        if record.final_push != attempt:
-            raise ClusterUnavailable(
-                f"attempt {attempt} on {record.host or 'its host'} reported done, but its "
-                "host was lost before its final push came back; its last snapshot (bookmark "
-                f"ralph/{name}/a{attempt}, if it pushed one) may hold only part of its work, "
-                "so a new attempt starts from it")
-        if not again and self._brought.get(name) == attempt:
+        attempt = record.host_attempt if record is not None else 0
+        ended = await while_beating(self.beat, "end", self.host.end, name, attempt, targets,
+                                    bring_in=action.bring_in,
+                                    session=record.session_id if record else None)
+        if record is None:
             return
-        path = self.jj.workspaces.workspace_path(name)
-        commit = await while_beating(self.beat, "fetch", self.cluster.bring_in, name,
-                                     attempt, path)
-        self._brought[name] = attempt
-        self.store.append_event("cluster_work_fetched", issue=name, attempt=attempt,
-                                commit=commit[:12] if commit else None)
+        changes: dict[str, object] = {}
+        if ended.came_back:
+            changes["final_push"] = attempt
+        if ended.transcript is not None:
+            changes["transcript"] = str(ended.transcript)
+        if changes:
+            self.store.update_record(name, **changes)
 
-    async def _cluster_forget(self, name: str, *, keep: bool) -> None:
-        """A canceled issue keeps its newest push here, under its bookmark; a merged
-        one's pushes leave the remote."""
-        assert self.cluster is not None
-        path = self.jj.workspaces.workspace_path(name)
-        if not path.is_dir():
-            return
-        if keep:
-            await while_beating(self.beat, "fetch", self.cluster.keep, name, path)
-        else:
-            await while_beating(self.beat, "discard", self.cluster.discard, name, path)
+    async def _bring_in(self, name: str, attempt: int) -> None:
+        """The attempt's pushed work into the issue's workspace here, where the merge
+        lane takes it (``decide`` asks only once its final push came back)."""
+        await while_beating(self.beat, "fetch", self.host.bring_in, name, attempt)
 
     async def _continue(self, action: Continue, observed: Observed) -> None:
-        panes = [w.pane_id for w in self._windows(action.issue, observed, alive=True)]
-        if not action.typed or not panes:
+        targets = [w.pane_id for w in self._windows(action.issue, observed, alive=True)]
+        if not action.typed or not targets:
             return
-        for pane in panes:
-            self.panes.dismiss(pane)  # Claude Code's rate-limit menu
+        for target in targets:
+            self.host.dismiss(target)  # Claude Code's rate-limit menu
         await asyncio.sleep(DISMISS_SETTLE_S)
-        for pane in panes:
-            self.panes.send_text(pane, CONTINUE)
+        for target in targets:
+            self.host.send_text(target, CONTINUE)
         self.store.append_event("worker_continued", issue=action.issue, after=action.after)
 
     # -- starting a worker ----------------------------------------------------------------------
 
-    def _resumable(self, action: Spawn | Restart) -> str | None:
-        """The agent session a new start of this issue's worker continues: the last one of
-        the same role whose transcript is still there (else a fresh start, said)."""
-        record = self.store.load_record(action.issue)
-        if record is None or record.session_id is None or record.role is not action.role:
-            return None
-        # on a cluster, only a transcript its host sent back (``_keep_transcript``) travels
-        kept = self.dirs.kept_transcript(action.issue, record.session_id) \
-            if self.cluster is not None else None
-        if record.transcript is None or not Path(record.transcript).is_file() \
-                or (kept is not None and Path(record.transcript) != kept):
-            why = "the earlier session's transcript is gone" if kept is None else (
-                f"the earlier session's transcript did not come back from "
-                f"{record.host or 'its host'} (lost before its attempt ended)")
-            self.store.append_event("session_fresh", issue=action.issue, why=why)
-            return None
-        return record.session_id
-
     async def _spawn(self, action: Spawn | Restart, issue: Issue | None) -> dict[str, object]:
+        """Start the issue's worker as ``decide`` said (which session it resumes, whether
+        the issue moves to its started state) on the worker host: its workspace made
+        there, its launch built here and shipped there, its window opened there."""
         if issue is None:
             raise TrackerError(f"{action.issue}: not in the tracker's answer this tick")
-        resume = self._resumable(action)
+        if action.fresh_why:
+            self.store.append_event("session_fresh", issue=action.issue, why=action.fresh_why)
         before = self.store.load_record(action.issue)
         stopped = before.lost.removeprefix(STOPPED) if before is not None and before.lost \
             and before.lost.startswith(STOPPED) else None
+        # a new attempt's number before anything is placed by it: never two of one name
+        attempt = (before.host_attempt if before else 0) + 1
+        self.store.update_record(action.issue, host_attempt=attempt, final_push=0)
         workspace: Path = await while_beating(
-            self.beat, "spawn", self.jj.workspaces.add_workspace, action.issue,
-            after_create=workspace_hooks.after_create(self.settings, self.store, action.issue))
-        placed = {"cluster_attempt": (before.cluster_attempt if before else 0) + 1,
-                  "final_push": 0} if self.cluster is not None else {}
+            self.beat, "spawn", self.host.make_workspace, action.issue, attempt,
+            rebase=action.role is Role.RESOLVE)
         record = self.store.update_record(
-            action.issue, **{**action.record_changes(self.clock()), **placed,
+            action.issue, **{**action.record_changes(self.clock()),
                              # until its window is open: a controller stopped (killed,
                              # frozen) mid-spawn is a cause outside the issue, and the next
                              # start charges nothing for it
                              "lost": SPAWN_UNFINISHED})
-        if issue.state_type in (StateType.UNSTARTED, StateType.BACKLOG, StateType.TRIAGE):
+        if action.start_issue:
             await self.tracker.set_state(action.issue, type=StateType.STARTED)
-        extra_env: dict[str, str] = {}
-        if self.cluster is not None:
-            # the worker works in the workspace its host made; the one here is where its
-            # pushed change comes back to be merged
-            workspace = await while_beating(self.beat, "place", self.cluster.place,
-                                            action.issue, record.cluster_attempt, workspace,
-                                            rebase=action.role is Role.RESOLVE)
-            extra_env = {CLUSTER_ATTEMPT_VAR: str(record.cluster_attempt)}
-            if resume and session_folder(workspace) is None:
-                self.store.append_event(
-                    "session_fresh", issue=action.issue,
-                    why=f"its workspace on its host ({workspace}) has a path too long for "
-                        "Claude Code to find the session in")
-                resume = None
+        resume = action.resume
+        if resume and not self.host.sessions_found_in(workspace):
+            self.store.append_event(
+                "session_fresh", issue=action.issue,
+                why=f"its workspace on its host ({workspace}) has a path too long for "
+                    "Claude Code to find the session in")
+            resume = None
         worker_dir = self.dirs.prepare(issue, action.role, workspace, action.attempt)
         await self.server.listen(self.dirs.names())
         launch = self.launcher(self.settings, issue, action.role, workspace,
@@ -480,25 +381,25 @@ class Actuator:
                                sent_back=record.sent_back if action.role.may_edit else None,
                                stopped=stopped)
         try:
-            if self.cluster is not None:  # its host sees none of the files here
-                await while_beating(self.beat, "ship", self.cluster.ship, action.issue,
-                                    record.cluster_attempt, launch, worker_dir, resume)
-            # beating: on a cluster, a host lost mid-start takes a while to say so
+            shipped = await while_beating(self.beat, "ship", self.host.ship, action.issue,
+                                          attempt, launch, worker_dir, resume)
+            # beating: a host lost mid-start takes a while to say so
             await while_beating(
-                self.beat, "spawn", self.panes.open_window, action.issue, cwd=launch.cwd,
-                command=launch.argv, environment={**launch.env, **extra_env},
+                self.beat, "spawn", self.host.open_window, action.issue, attempt,
+                cwd=launch.cwd, command=launch.argv,
+                environment={**launch.env, ATTEMPT_VAR: str(attempt)},
                 log_file=self.store.log_path(action.issue))
         except BaseException:
             launch.discard_secrets()
             raise
+        if shipped:
+            launch.discard_secrets()  # its host's copy is the launcher's to read and delete
         log.info("spawned", issue=action.issue, role=record.role.value, attempt=record.attempts)
-        if self.cluster is None:
+        where = await asyncio.to_thread(self.host.placement, action.issue, attempt)
+        if where is None:
             return {}
-        launch.discard_secrets()  # its host's copy is the launcher's to read and delete
-        where = await asyncio.to_thread(self.cluster.where, action.issue, record.cluster_attempt)
         self.store.update_record(action.issue, node=where.node, host=where.host)
-        return {"node": where.node, "host": where.host,
-                "cluster_attempt": record.cluster_attempt}
+        return {"node": where.node, "host": where.host, "host_attempt": attempt}
 
     async def _adopt(self, action: Adopt, issue: Issue | None, observed: Observed) -> None:
         record = self.store.load_record(action.issue)
@@ -551,9 +452,8 @@ class WriteBackWriter:
         try:
             details = await self._write(item)
         except TrackerError as exc:
-            outage = isinstance(exc, TrackerUnavailable)  # unreachable: nobody's failure
-            blame = Blame.OUTSIDE if outage else (Blame.OWN if exc.retryable
-                                                  else Blame.PERMANENT)
+            blame = blame_for(retryable=exc.retryable,  # unreachable: nobody's failure
+                              outside=isinstance(exc, TrackerUnavailable))
             if blame is not Blame.OUTSIDE:
                 item.failures += 1
                 item.failed_at = self.clock()

@@ -22,9 +22,7 @@ from typing import Any
 
 import structlog
 
-from ralph_dev.adapters.cluster_relay import ClusterRelay
 from ralph_dev.adapters.config_file import remember_good
-from ralph_dev.adapters.mailbox_server import MailboxServer
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.writebacks import WriteBackQueue
 from ralph_dev.control.daemon.metrics import TickHistogram
@@ -58,11 +56,10 @@ from ralph_dev.core.model import Observed, worker_windows
 from ralph_dev.core.paths import config_file
 from ralph_dev.core.ports import (
     AgentLauncher,
-    Cluster,
-    Panes,
     PullRequests,
     Repository,
     Tracker,
+    WorkerHost,
     WorkerMailboxes,
 )
 
@@ -97,18 +94,17 @@ class Controller:
         settings: ProjectSettings,
         *,
         tracker: Tracker,
-        tmux: Panes,
+        host: WorkerHost,
         jj: Repository,
         launcher: AgentLauncher,
         pull_requests: PullRequests,
         store: StateStore | None = None,
         clock: Callable[[], datetime] = utcnow,
         agent_check: SetupCheck | None = None,
-        cluster: Cluster | None = None,
     ) -> None:
         self.settings = settings
         self.tracker = tracker
-        self.tmux = tmux
+        self.host = host
         self.jj = jj
         self.store = store or StateStore(settings.paths)
         self.clock = clock
@@ -116,33 +112,31 @@ class Controller:
         self.stopping = False
         self.tick_seconds = TickHistogram()  # published in the heartbeat for /metrics
         self.writebacks = WriteBackQueue(settings.paths.relay_dir)
-        changes = cluster if cluster is not None else jj.workspaces  # where workers work
-        self.dirs = WorkerDirs(settings, store=self.store, jj=changes)
+        self.dirs = WorkerDirs(settings, store=self.store, jj=host.changes)
         self.intake = Intake(settings, store=self.store, dirs=self.dirs,
-                             writebacks=self.writebacks, jj=changes, tracker=tracker)
-        self.server: WorkerMailboxes = MailboxServer(self.dirs.run_dir, self.intake.hear) \
-            if cluster is None else ClusterRelay(self.dirs.run_dir, self.intake.hear,
-                                                 cluster.exchange, self._cluster_attempt)
+                             writebacks=self.writebacks, jj=host.changes, tracker=tracker)
+        self.server: WorkerMailboxes = host.mailboxes(self.dirs.run_dir, self.intake.hear,
+                                                      self._host_attempt)
         self.merges = MergeLane(settings, jj=jj, store=self.store,
                                 pull_requests=pull_requests, beat=self._beat_while)
         self.tripwires = Tripwires(settings, self.store, config=config_file(), clock=clock)
         self.outage = TrackerOutage(self.store, self.clock)
-        self.observer = Observer(settings, tracker=tracker, panes=tmux, jj=jj, store=self.store,
+        self.observer = Observer(settings, tracker=tracker, host=host, jj=jj, store=self.store,
                                  writebacks=self.writebacks, dirs=self.dirs, merges=self.merges,
                                  tripwires=self.tripwires, spending=Spending(settings, clock),
-                                 setup_check=agent_check, clock=clock, cluster=cluster)
-        self.actuator = Actuator(settings, tracker=tracker, panes=tmux, jj=jj, launcher=launcher,
+                                 setup_check=agent_check, clock=clock)
+        self.actuator = Actuator(settings, tracker=tracker, host=host, jj=jj, launcher=launcher,
                                  store=self.store, dirs=self.dirs, intake=self.intake,
                                  server=self.server, merges=self.merges,
                                  writebacks=self.writebacks, clock=clock, beat=self._beat_while,
-                                 acted_on=self.tripwires.controller_acted, cluster=cluster)
+                                 acted_on=self.tripwires.controller_acted)
         self.intake.write_now = self._write_now
         self.config = ConfigWatch(settings.name, config_file(), self.store)
         self._waits: dict[str, Any] | None = None
 
-    def _cluster_attempt(self, name: str) -> int:
+    def _host_attempt(self, name: str) -> int:
         record = self.store.load_record(name)
-        return record.cluster_attempt if record is not None else 0
+        return record.host_attempt if record is not None else 0
 
     def apply_settings(self, settings: ProjectSettings) -> None:
         """Run with ``settings`` from now on: every part reads them from the next tick."""

@@ -42,11 +42,10 @@ from ralph_dev.core.model import (
     worker_windows,
 )
 from ralph_dev.core.ports import (
-    Cluster,
-    Panes,
     Repository,
     TrackerReader,
     WindowLister,
+    WorkerHost,
     WorkspaceLister,
 )
 from ralph_dev.core.renumber import keep_local_names, local_aliases
@@ -56,8 +55,9 @@ log = structlog.get_logger(__name__)
 
 SetupCheck = Callable[[ProjectSettings], None]
 """Raises a :class:`RalphError` naming the problem and its fix when workers cannot start
-(``agent.probe.WorkerSetupCheck``: the agent program, and a real probe in a worker's
-sandbox)."""
+(``agent.probe.WorkerSetupCheck``: the agent program, checked on the spot, and the last
+answer of a real probe in a worker's sandbox, which runs beside the loop). It must
+return at once: the tick never waits for a probe."""
 
 
 def _mtime(path: Path) -> datetime | None:
@@ -157,13 +157,13 @@ class Observer:
     """The controller's look at the world and at everything its rules weigh."""
 
     def __init__(self, settings: ProjectSettings, *, tracker: TrackerReader,
-                 panes: Panes, jj: Repository, store: StateStore,
+                 host: WorkerHost, jj: Repository, store: StateStore,
                  writebacks: WriteBackQueue, dirs: WorkerDirs, merges: MergeLane,
                  tripwires: Tripwires, spending: Spending, setup_check: SetupCheck | None,
-                 clock: Callable[[], datetime], cluster: Cluster | None = None) -> None:
+                 clock: Callable[[], datetime]) -> None:
         self.settings = settings
         self.tracker = tracker
-        self.panes = panes
+        self.host = host
         self.jj = jj
         self.store = store
         self.writebacks = writebacks
@@ -173,7 +173,6 @@ class Observer:
         self.spending = spending
         self.setup_check = setup_check
         self.clock = clock
-        self.cluster = cluster
         self.config_loaded_at = clock()
         """When this controller read its config."""
 
@@ -186,7 +185,7 @@ class Observer:
                 and (error := self._repository_error()) is not None:
             return dataclasses.replace(blind, repository_error=error)
         try:
-            observed, _ = await observe(self.tracker, self.panes, self.jj.workspaces, self.store,
+            observed, _ = await observe(self.tracker, self.host, self.jj.workspaces, self.store,
                                         agent_aware=self.settings.agent.runner == "claude")
         except RalphError:  # jj could not list the workspaces: is it the repository?
             if (error := self._repository_error()) is not None:
@@ -209,16 +208,31 @@ class Observer:
             retrying=await asyncio.to_thread(self._retrying, observed),
             trunk_head=trunk_head, trunk_red_at=red_at,
             unadopted=self._unadopted(observed),
-            cluster_slots=await self._cluster_slots(observed))
+            cluster_slots=await self._cluster_slots(observed),
+            sessions_kept=self._sessions_kept(observed))
 
     async def _cluster_slots(self, observed: Observed) -> int | None:
-        """The cluster's free worker slots, with what it runs kept for ``status``."""
-        if self.cluster is None:
+        """Free worker slots where workers run beyond this host, with what runs there
+        kept for ``status`` (None: on this host only)."""
+        slots = await asyncio.to_thread(self.host.slots)
+        if slots is None:
             return None
-        free = await asyncio.to_thread(self.cluster.free_slots)
-        nodes = await asyncio.to_thread(self.cluster.nodes)
-        self.store.write_cluster(observed.windows, free, nodes)
-        return free
+        self.store.write_cluster(observed.windows, slots.free, list(slots.nodes))
+        return slots.free
+
+    def _sessions_kept(self, observed: Observed) -> frozenset[str]:
+        """Issues whose agent session a new start can resume: its transcript is here (a
+        worker on another host's only once its end brought it back: the kept copy)."""
+        kept = set()
+        for name, record in observed.records.items():
+            if record.session_id is None or record.transcript is None:
+                continue
+            transcript = Path(record.transcript)
+            if record.node and transcript != self.dirs.kept_transcript(name, record.session_id):
+                continue
+            if transcript.is_file():
+                kept.add(name)
+        return frozenset(kept)
 
     def _retrying(self, observed: Observed) -> dict[str, str]:
         """Claude Code workers silent in a model call for longer than ``hang_timeout``
@@ -237,7 +251,7 @@ class Observer:
                     or changed.replace(tzinfo=changed.tzinfo or UTC) > quiet_since:
                 continue
             try:
-                said = retry_said(self.panes.capture(window.pane_id, RETRY_LINES))
+                said = retry_said(self.host.capture(window.pane_id, RETRY_LINES))
             except RalphError:
                 continue  # the window went away meanwhile: nothing to read
             if said is not None:

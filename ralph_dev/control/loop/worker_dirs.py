@@ -20,13 +20,13 @@ from typing import Any
 
 from ralph_dev.adapters import mailbox
 from ralph_dev.adapters.files import atomic_write_text, private_dir
-from ralph_dev.adapters.launch_bundle import SESSIONS
 from ralph_dev.adapters.store import StateStore, to_iso
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
 from ralph_dev.core.model import Issue, Role
 from ralph_dev.core.ports import WorkerChanges
 from ralph_dev.core.text import strip_ansi
+from ralph_dev.hosts.bundle import kept_transcript
 
 EVENTS_SHOWN = 60
 FINISHED_SHOWN = 40
@@ -96,8 +96,7 @@ class WorkerDirs:
         return self.worker_dir(issue) / "run"
 
     def kept_transcript(self, issue: str, session: str) -> Path:
-        """Where a cluster worker's agent transcript is kept once its host sent it back."""
-        return self.worker_dir(issue) / SESSIONS / f"{session}.jsonl"
+        return kept_transcript(self.worker_dir(issue), session)
 
     def names(self) -> list[str]:
         try:

@@ -23,6 +23,7 @@ from datetime import datetime
 from ralph_dev.core.actions import SWARM, Continue, OpenGroom, Plan, Waited
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide.issues import Decider
+from ralph_dev.core.decide.orders import fill
 from ralph_dev.core.decide.swarm import SwarmRules, stops
 from ralph_dev.core.decide.views import (
     COLUMNS,
@@ -69,7 +70,8 @@ def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan
     swarm = SwarmRules(world, now)
     actions = swarm.run()
     if observed.repository_error is not None:
-        return Plan(tuple(actions))  # jj cannot see the workspaces: act on nothing else
+        # jj cannot see the workspaces: act on nothing else
+        return Plan(fill(actions, observed, settings))
     stopped = stops(world)
     waited = frozenset(a.issue for a in actions if isinstance(a, Continue | Waited))
     decider = Decider(world, now, pauses=tuple(swarm.pauses.values()), waited=waited)
@@ -82,4 +84,4 @@ def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan
     why = decider.groom_due()
     if why:
         decider.emit(OpenGroom(SWARM, f"opening a groom run: {why}"))
-    return Plan((*actions, *decider.actions), waits=decider.waits)
+    return Plan(fill((*actions, *decider.actions), observed, settings), waits=decider.waits)

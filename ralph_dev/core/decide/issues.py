@@ -19,6 +19,7 @@ from ralph_dev.core.actions import (
     Merge,
     Nudge,
     Reap,
+    Redo,
     RelayFeedback,
     Restart,
     Resume,
@@ -266,6 +267,19 @@ class Decider:
         if has_window:
             self.emit(Kill(ident, f"{why}: closing its window"))
         rec = self.world.records.get(ident)
+        if rec is not None and rec.node and rec.role.may_edit:
+            if has_window:  # the fence: only work its final push brought back is merged
+                self.wait(ident, "merge", "done; its work comes back from its host as its "
+                                          "window closes, and is merged next")
+                return
+            if rec.final_push != rec.host_attempt and not rec.merged_at:
+                self.emit(Redo(ident, f"{ident}: attempt {rec.host_attempt} on "
+                                      f"{rec.host or 'its host'} reported done, but its host "
+                                      "was lost before its final push came back; its last "
+                                      f"snapshot (bookmark ralph/{ident}/a{rec.host_attempt}, "
+                                      "if it pushed one) may hold only part of its work, so a "
+                                      "new attempt starts from it, no attempt charged"))
+                return
         if rec is not None and not rec.role.may_edit:
             # review, research, plan and groom workers change no code: whatever their
             # workspace holds (Bash can write files) never reaches trunk; it stays
@@ -535,7 +549,7 @@ class Decider:
             return  # started but blocked again: wait for the blocker like dispatch does
         rec = w.records.get(ident)
         if rec is not None and rec.running and rec.node and not rec.lost \
-                and rec.final_push != rec.cluster_attempt:
+                and rec.final_push != rec.host_attempt:
             # a cluster worker's actor outlives its agent, until the controller ends it
             # (after its final push); one gone otherwise died with its host (Ray released
             # the name of a lost node's actor)

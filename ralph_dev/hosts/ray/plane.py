@@ -27,7 +27,7 @@ import contextlib
 import dataclasses
 import logging
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,11 +38,13 @@ from ray.util import list_named_actors
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ralph_dev.adapters.git import git_remote_url
-from ralph_dev.adapters.node_worker import AttemptRunning, NodeWorker, WorkerSpec, host_tools
 from ralph_dev.core import cluster
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.errors import ClusterUnavailable, ConfigError, RalphError
+from ralph_dev.core.errors import ConfigError, HostUnavailable, RalphError
 from ralph_dev.core.model import NodeSlots, Placement, Window
+from ralph_dev.hosts.bundle import Bundle
+from ralph_dev.hosts.hooks import Hooks
+from ralph_dev.hosts.node.worker import AttemptRunning, NodeWorker, WorkerSpec, host_tools
 
 NAMESPACE = "ralph-dev"
 START_TIMEOUT = 180.0
@@ -62,7 +64,7 @@ CALL_TIMEOUT = 20.0
 """Seconds for any other call; a node that died fails its calls within ~3 s."""
 
 
-class ClusterError(ClusterUnavailable):
+class ClusterError(HostUnavailable):
     """A cluster call failed; the next tick looks again."""
 
 
@@ -104,6 +106,61 @@ class HostReport:
     @property
     def missing(self) -> list[str]:
         return [name for name, where in self.tools.items() if where is None]
+
+
+class AttemptCalls:
+    """One attempt's actor (``hosts.node.worker.NodeWorker`` on its host), each of its
+    calls a typed method: what a call sends and answers is checked here, not left to a
+    method's name in a string."""
+
+    def __init__(self, actor: Any, get: Callable[[Any], Any]) -> None:
+        self._actor = actor
+        self._get = get
+
+    def where(self) -> Placement:
+        placed: Placement = self._get(self._actor.where.remote())
+        return placed
+
+    def push(self) -> str:
+        """The attempt's change pushed to the remote as ``ralph/ISSUE/aN``: the bookmark."""
+        return str(self._get(self._actor.push.remote()))
+
+    def send_text(self, text: str) -> None:
+        self._get(self._actor.send_text.remote(text))
+
+    def dismiss(self) -> None:
+        self._get(self._actor.dismiss.remote())
+
+    def capture(self, lines: int) -> str:
+        return str(self._get(self._actor.capture.remote(lines)))
+
+    def read_log(self, position: int, limit: int) -> tuple[bytes, int]:
+        data, end = self._get(self._actor.read_log.remote(position, limit))
+        return bytes(data), int(end)
+
+    def snapshot(self) -> list[str]:
+        return list(self._get(self._actor.snapshot.remote()))
+
+    def describe(self, message: str, require_change: bool) -> None:
+        self._get(self._actor.describe.remote(message, require_change))
+
+    def change_diff(self) -> str:
+        return str(self._get(self._actor.change_diff.remote()))
+
+    def conflicted_files(self) -> list[str]:
+        return list(self._get(self._actor.conflicted_files.remote()))
+
+    def receive(self, bundle: Bundle) -> None:
+        self._get(self._actor.receive.remote(bundle))
+
+    def exchange(self, files: dict[str, bytes], answers: dict[str, bytes], taken: list[str],
+                 wait: float) -> dict[str, bytes]:
+        got = self._get(self._actor.exchange.remote(files, answers, taken, wait))
+        return {str(k): bytes(v) for k, v in dict(got).items()}
+
+    def transcript(self, session: str) -> bytes | None:
+        data = self._get(self._actor.transcript.remote(session))
+        return None if data is None else bytes(data)
 
 
 class RayPlane:
@@ -164,17 +221,19 @@ class RayPlane:
         except ValueError:
             raise ClusterError(f"{target}: no such worker on the cluster") from None
 
-    def _call(self, target: str, method: str, *args: Any) -> Any:
-        return self._get(getattr(self._actor(target), method).remote(*args))
+    def attempt(self, target: str) -> AttemptCalls:
+        """The attempt's actor, asked through its typed calls."""
+        return AttemptCalls(self._actor(target), self._get)
 
     # -- the port ---------------------------------------------------------------------------
 
-    def place(self, name: str, attempt: int, *, rebase: bool = False) -> Path:
+    def place(self, name: str, attempt: int, *, rebase: bool = False,
+              hooks: Hooks | None = None) -> Path:
         """Place attempt ``attempt`` of issue ``name`` on a host with a free slot, and
         make its workspace there (clone or fetch first; ``rebase``: its start rebased
         onto trunk, for a resolve worker): the workspace's path on that host, for the
         worker's launch."""
-        actor = self._placed(name, attempt, rebase=rebase)
+        actor = self._placed(name, attempt, rebase=rebase, hooks=hooks)
         try:
             try:  # an actor no host has a slot for waits, unplaced, for ever
                 self._get(actor.where.remote(), PLACE_TIMEOUT)
@@ -183,17 +242,16 @@ class RayPlane:
                     f"{cluster.actor_name(self.project, name, attempt)}: no host took it "
                     f"within {PLACE_TIMEOUT:g}s (no free {cluster.SLOT_RESOURCE} slot); "
                     "tried again when one is free") from None
-            return Path(self._get(actor.prepare.remote(), self.start_timeout))
+            hook_time = hooks.config.timeout if hooks and hooks.config.after_create else 0.0
+            return Path(self._get(actor.prepare.remote(), self.start_timeout + hook_time))
         except BaseException:
             self._end(actor)
             raise
 
-    def open_window(self, name: str, *, cwd: Path, command: Sequence[str],
-                    environment: Mapping[str, str], log_file: Path | None = None) -> Window:
-        """Start ``command`` for attempt ``RALPH_DEV_CLUSTER_ATTEMPT`` of issue ``name`` in
-        its workspace on the host it was placed on (placed now, if ``place`` was not
-        asked). ``cwd`` and ``log_file`` name this host's, and stay unused."""
-        attempt = cluster.attempt_of(environment)
+    def open_window(self, name: str, attempt: int, *, command: Sequence[str],
+                    environment: Mapping[str, str]) -> Window:
+        """Start ``command`` for attempt ``attempt`` of issue ``name`` in its workspace on
+        the host it was placed on (placed now, if ``place`` was not asked)."""
         actor = self._placed(name, attempt)
         target = cluster.actor_name(self.project, name, attempt)
         try:
@@ -206,7 +264,8 @@ class RayPlane:
             raise
         return dataclasses.replace(window, pane_id=target, window_id=target)
 
-    def _placed(self, name: str, attempt: int, *, rebase: bool = False) -> Any:
+    def _placed(self, name: str, attempt: int, *, rebase: bool = False,
+                hooks: Hooks | None = None) -> Any:
         """The attempt's actor: the one placed already, else a new one."""
         target = cluster.actor_name(self.project, name, attempt)
         self._connect()
@@ -214,7 +273,8 @@ class RayPlane:
             return ray.get_actor(target, namespace=self.namespace)
         spec = WorkerSpec(project=self.project, issue=name, attempt=attempt,
                           remote=self.remote, trunk=self.trunk, root=self.root,
-                          snapshot_interval=self.snapshot_interval, rebase=rebase)
+                          snapshot_interval=self.snapshot_interval, rebase=rebase,
+                          hooks=hooks)
         try:
             return _RemoteWorker.options(
                 name=target, namespace=self.namespace, lifetime="detached", max_restarts=0,
@@ -260,35 +320,18 @@ class RayPlane:
         return gone if window is None else dataclasses.replace(window, pane_id=target,
                                                                window_id=target)
 
-    def kill_window(self, target: str) -> None:
-        """End the attempt's processes and its actor; already gone is fine."""
+    def kill_window(self, target: str, *, remove: bool = False) -> None:
+        """End the attempt's processes and its actor; already gone is fine. ``remove``:
+        its work came back, so its workspace on its host goes too."""
         try:
             actor = self._actor(target)
         except ClusterError:
             return
         with contextlib.suppress(RayError):
-            ray.get(actor.stop.remote(), timeout=self.call_timeout)
+            ray.get(actor.stop.remote(remove=remove), timeout=self.call_timeout)
         ray.kill(actor, no_restart=True)
 
-    def send_text(self, target: str, text: str) -> None:
-        self._call(target, "send_text", text)
-
-    def dismiss(self, target: str) -> None:
-        self._call(target, "dismiss")
-
-    def capture(self, target: str, lines: int = 40) -> str:
-        return str(self._call(target, "capture", lines))
-
-    def ask(self, target: str, method: str, *args: Any) -> Any:
-        """One of the attempt's own answers about its change (``NodeWorker.snapshot``,
-        ``describe``, ``change_diff``, ``conflicted_files``)."""
-        return self._call(target, method, *args)
-
     # -- beyond one host ----------------------------------------------------------------------
-
-    def push(self, target: str) -> str:
-        """The attempt's change pushed to the remote as ``ralph/ISSUE/aN``: the bookmark."""
-        return str(self._call(target, "push"))
 
     def free_slots(self) -> int:
         """Slots free on the cluster's live nodes, as Ray last heard (a placement takes
@@ -314,11 +357,6 @@ class RayPlane:
             raise ClusterError(f"the cluster did not list its nodes: {exc}") from exc
         return [n for n in listed
                 if n.get("Alive") and n.get("Resources", {}).get(cluster.SLOT_RESOURCE)]
-
-    def where(self, target: str) -> Placement:
-        """The node and host an attempt runs on."""
-        placed: Placement = self._call(target, "where")
-        return placed
 
     def hosts(self, agent: str | None = None) -> list[HostReport]:
         """Each live node with worker slots: its slots and what it has of what a worker

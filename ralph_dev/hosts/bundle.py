@@ -72,6 +72,12 @@ path under one of them that is not the launch's own names the host's. Tools (und
 cache directory, say) are where each host installed them: the same paths."""
 
 
+def kept_transcript(worker_dir: Path, session: str) -> Path:
+    """Where a worker's agent transcript is kept on the controller's host once its host
+    sent it back: the issue's next attempt, on whichever host, resumes from it."""
+    return worker_dir / SESSIONS / f"{session}.jsonl"
+
+
 def xdg_homes() -> dict[str, str]:
     """This host's :data:`MOVED_HOMES`, as ralph-dev here finds them."""
     return {var: os.environ.get(var) or str(Path.home() / default)

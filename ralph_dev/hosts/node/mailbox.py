@@ -1,11 +1,11 @@
-"""A cluster worker's run directory on its own host, and its half of the relay.
+"""A cluster worker's run directory on its own host, and its half of the carrier.
 
 On one host a worker and its controller share the run directory
 (``adapters.mailbox``): the worker writes a report into ``outbox/``, pokes
 ``ctl.sock`` and reads the answer the controller writes. A cluster host shares
 nothing with the controller but the git remote, so the attempt's actor keeps the
 run directory on its host and stands in for the controller at the socket. The
-controller's relay (``adapters.cluster_relay``) calls :meth:`NodeMailbox.exchange`
+controller's carrier (``hosts.ray.carrier``) calls :meth:`NodeMailbox.exchange`
 over and over: each call brings the controller's answers and files (``worker.json``,
 ``issue.json``, ``change.diff``, ``backlog.json``) and takes the reports the worker
 wrote since. The worker's commands cannot tell the two apart.
@@ -35,7 +35,7 @@ log = structlog.get_logger(__name__)
 
 CONTROLLER_FILES = frozenset({mailbox.WORKER_FILE, mailbox.ISSUE_FILE, mailbox.BACKLOG_FILE,
                               mailbox.DIFF_FILE})
-"""The run directory's files the controller writes, and so the relay carries here."""
+"""The run directory's files the controller writes, and so the carrier brings here."""
 
 LOOK_AGAIN = 1.0
 """Seconds between looks at the outbox while an exchange waits: a report written
@@ -78,7 +78,7 @@ class NodeMailbox:
             self._news.notify_all()
 
     def answer_for(self, report_id: str, connection: socket.socket) -> bytes | None:
-        """The answer to ``report_id`` once the relay brought it; None when the worker
+        """The answer to ``report_id`` once the carrier brought it; None when the worker
         hung up first (a hook's news waits half a second) or none came in time."""
         if not mailbox.report_id_ok(report_id):
             return None
@@ -94,7 +94,7 @@ class NodeMailbox:
                 self._news.wait(0.5)
         return None
 
-    # -- the controller's side: the relay's calls ------------------------------------------
+    # -- the controller's side: the carrier's calls ------------------------------------------
 
     def exchange(self, files: Mapping[str, bytes], answers: Mapping[str, bytes],
                  taken: Iterable[str], wait: float) -> dict[str, bytes]:

@@ -8,7 +8,7 @@ runs the worker's command in a tmux server of its own, and sends its change back
 as bookmark ``ralph/ISSUE/aN`` — a name that carries the attempt, so the controller
 can tell the current attempt's push from a stale one's (``core.cluster``).
 
-This module knows nothing of Ray: ``adapters.ray_plane`` makes it an actor, and
+This module knows nothing of Ray: ``hosts.ray.plane`` makes it an actor, and
 tests drive it as a plain object. Each method is one call the controller makes
 through the plane; none is started by anything an issue says.
 """
@@ -16,6 +16,7 @@ through the plane; none is started by anything an issue says.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import os
 import shutil
@@ -27,20 +28,21 @@ from pathlib import Path
 
 import structlog
 
-from ralph_dev.adapters import launch_bundle
 from ralph_dev.adapters.files import atomic_write_bytes, private_dir
 from ralph_dev.adapters.jj_cli import JjCli, child_path, find_jj, quote_revset
 from ralph_dev.adapters.jj_home import JjHome
 from ralph_dev.adapters.jj_workspaces import JjWorkspaces
-from ralph_dev.adapters.launch_bundle import SESSIONS, SHIPPED_ROOT, Bundle
-from ralph_dev.adapters.node_mailbox import NodeMailbox
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.core import cluster
 from ralph_dev.core.cluster import session_folder
 from ralph_dev.core.environment import RUN_DIR_VAR, is_secret_name
-from ralph_dev.core.errors import ClusterUnavailable, RalphError
+from ralph_dev.core.errors import HostUnavailable, RalphError
 from ralph_dev.core.model import SESSION_ID_RE, Placement, Window
 from ralph_dev.core.paths import data_home
+from ralph_dev.hosts import bundle as launch_bundle
+from ralph_dev.hosts.bundle import SESSIONS, SHIPPED_ROOT, Bundle
+from ralph_dev.hosts.hooks import Hooks
+from ralph_dev.hosts.node.mailbox import NodeMailbox
 
 log = structlog.get_logger(__name__)
 
@@ -48,7 +50,7 @@ REMOTE = "origin"
 """What a node's clone calls the cluster's remote (``jj git clone`` names it so)."""
 
 
-class AttemptRunning(ClusterUnavailable):
+class AttemptRunning(HostUnavailable):
     """A start asked of an attempt that runs already: refused, and the attempt left as
     it is."""
 
@@ -72,6 +74,9 @@ class WorkerSpec:
     rebase: bool = False
     """Start from the earlier push rebased onto trunk: a resolve worker meets the
     conflicts the controller's merge met, in its own workspace."""
+    hooks: Hooks | None = None
+    """The project's workspace hooks, run here in the attempt's workspace (their output
+    goes to the attempt's log on this host)."""
 
     @property
     def bookmark(self) -> str:
@@ -124,6 +129,8 @@ class NodeWorker:
         self._bundle: Bundle | None = None
         self._mailbox: NodeMailbox | None = None
         self._agent_home: Path | None = None
+        self._fresh = False
+        """The workspace was made by this attempt and its ``after_create`` has not run."""
 
     def where(self) -> Placement:
         return self.placement
@@ -183,7 +190,9 @@ class NodeWorker:
 
     def _make_workspace(self) -> str:
         """The attempt's workspace, from the last earlier attempt's push when there is
-        one (a lost host's snapshot), else from trunk; the revision it started from."""
+        one (a lost host's snapshot), else from trunk, prepared by the project's
+        ``after_create`` hook; the revision it started from. A hook that fails takes the
+        workspace away again, as on one host."""
         spec = self.spec
         base = cluster.resume_point(spec.issue, spec.attempt, self._bookmarks()) or spec.trunk
         if not self.workspace.is_dir():
@@ -194,7 +203,36 @@ class NodeWorker:
                         touch_checkout=True).check()
             if base != spec.trunk:
                 self._folded_into_one(rebase=spec.rebase)
+            self._fresh = True
         return base
+
+    def _prepared_by_hook(self) -> None:
+        """The project's ``after_create`` in a workspace this attempt made (outside the
+        clone's lock: an `npm ci` must not hold up the node's other attempts). A hook
+        that fails takes the workspace away again, as on one host."""
+        prepare = self._hooks.after_create() if self._hooks is not None else None
+        if not self._fresh or prepare is None:
+            return
+        try:
+            prepare(self.workspace)
+        except BaseException:
+            with self._clone_locked():
+                self._remove_workspace()
+            raise
+        finally:
+            self._fresh = False
+
+    @property
+    def _hooks(self) -> Hooks | None:
+        """The project's hooks, their output in this attempt's log here."""
+        if self.spec.hooks is None:
+            return None
+        return dataclasses.replace(self.spec.hooks, log_path=self.log_file)
+
+    def _remove_workspace(self) -> None:
+        with contextlib.suppress(RalphError):
+            self.jj.run("workspace", "forget", self.spec.workspace_name).check()
+        shutil.rmtree(self.workspace, ignore_errors=True)
 
     def _folded_into_one(self, *, rebase: bool) -> None:
         """The earlier attempt's work folded into the working copy, so what the issue
@@ -220,6 +258,7 @@ class NodeWorker:
         with self._clone_locked():
             self._fetched_clone()
             base = self._make_workspace()
+        self._prepared_by_hook()
         log.info("cluster_worker_placed", issue=self.spec.issue, attempt=self.spec.attempt,
                  host=self.placement.host, started_from=base)
         return str(self.workspace)
@@ -246,7 +285,7 @@ class NodeWorker:
     def _started(self, command: Sequence[str], environment: Mapping[str, str]) -> Window:
         run_dir = environment.get(RUN_DIR_VAR)
         if run_dir is not None and not Path(run_dir).is_dir():  # this host's setup
-            raise ClusterUnavailable(
+            raise HostUnavailable(
                 f"{self.spec.issue}: host {self.placement.host} has no run directory "
                 f"{run_dir}, and the controller sent no launch files to make one: start "
                 "cluster workers through the controller, which sends them")
@@ -308,7 +347,7 @@ class NodeWorker:
 
     def exchange(self, files: Mapping[str, bytes], answers: Mapping[str, bytes],
                  taken: list[str], wait: float) -> dict[str, bytes]:
-        """The relay's call (``adapters.node_mailbox``); nothing before the window
+        """The carrier's call (``hosts.node.mailbox``); nothing before the window
         started."""
         if self._mailbox is None:
             self._stopped.wait(min(wait, 1.0))
@@ -378,9 +417,10 @@ class NodeWorker:
             raise LookupError(f"{self.spec.issue}: its window on {self.placement.host} is gone")
         return window.pane_id
 
-    def stop(self) -> None:
-        """End the attempt's processes; its workspace stays (what it did is pushed, or
-        a snapshot push of what is left is the controller's to ask for first)."""
+    def stop(self, *, remove: bool = False) -> None:
+        """End the attempt's processes. ``remove``: its work came back (its final push),
+        so its workspace here goes too, after the project's ``before_remove`` hook;
+        otherwise it stays (its work may be only there)."""
         self._stopped.set()
         self.tmux.kill_server()
         if self._server is not None:
@@ -389,6 +429,16 @@ class NodeWorker:
         if self._mailbox is not None:
             self._mailbox.close()
         self._discard_secrets()
+        if remove and self.workspace.is_dir():
+            tidy = self._hooks.before_remove(self._hook_failed) if self._hooks else None
+            with self._clone_locked():
+                if tidy is not None:
+                    tidy(self.workspace)
+                self._remove_workspace()
+
+    def _hook_failed(self, issue: str, exit_code: int, log_path: Path) -> None:
+        log.warning("workspace_hook_failed", issue=issue, hook="before_remove",
+                    exit_code=exit_code, log=str(log_path))
 
     def _discard_secrets(self) -> None:
         """The launch's secrets file, if its launcher did not read (and delete) it."""
@@ -415,8 +465,5 @@ class NodeWorker:
                 self.jj.run("describe", "-r", revision, "-m",
                             f"{spec.issue}: work in progress (attempt {spec.attempt})",
                             cwd=self.workspace).check()
-            self.jj.run("bookmark", "set", spec.bookmark, "-r", revision,
-                        "--allow-backwards", cwd=self.workspace).check()
-            self.jj.run("git", "push", "--remote", REMOTE, "--bookmark", spec.bookmark,
-                        cwd=self.workspace).check()
+            self.jj.push_bookmark(spec.bookmark, revision, REMOTE, self.workspace)
         return spec.bookmark

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from ralph_dev.adapters import mailbox
-from ralph_dev.adapters.cluster_relay import ClusterRelay
-from ralph_dev.adapters.launch_bundle import Bundle, BundleError, moved, pack, unpack
-from ralph_dev.adapters.node_mailbox import NodeMailbox
 from ralph_dev.core.cluster import session_folder
+from ralph_dev.hosts.bundle import Bundle, BundleError, moved, pack, unpack
+from ralph_dev.hosts.node.mailbox import NodeMailbox
+from ralph_dev.hosts.ray.carrier import MailboxCarrier
 
 
 def _worker_dir(root: Path) -> Path:
@@ -117,7 +117,7 @@ def test_a_bundle_that_names_a_path_outside_its_roots_is_refused(tmp_path: Path)
 
 def test_a_bundle_over_its_limit_says_what_to_remove(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("ralph_dev.adapters.launch_bundle.BUNDLE_LIMIT", 1000)
+    monkeypatch.setattr("ralph_dev.hosts.bundle.BUNDLE_LIMIT", 1000)
     root = tmp_path / "w"
     root.mkdir()
     (root / "big").write_bytes(b"x" * 2000)
@@ -176,7 +176,7 @@ def test_a_workers_report_on_its_host_is_answered_through_the_relay(tmp_path: Pa
         return there.exchange(files, answers, taken, wait)
 
     async def scenario() -> tuple[mailbox.Report, mailbox.Answer | None]:
-        relay = ClusterRelay(lambda name: here, controller.hear, exchange, lambda name: 3)
+        relay = MailboxCarrier(lambda name: here, controller.hear, exchange, lambda name: 3)
         await relay.listen(["APP-1"])
         try:
             deadline = time.monotonic() + 20
@@ -283,7 +283,7 @@ def test_a_relay_that_fails_unexpectedly_is_said_and_started_again(tmp_path: Pat
         raise TypeError("a bug")
 
     async def scenario() -> None:
-        relay = ClusterRelay(lambda name: here, _Controller(here).hear, exchange,
+        relay = MailboxCarrier(lambda name: here, _Controller(here).hear, exchange,
                              lambda name: 1)
         await relay.listen(["APP-1"])
         deadline = time.monotonic() + 10
@@ -295,4 +295,5 @@ def test_a_relay_that_fails_unexpectedly_is_said_and_started_again(tmp_path: Pat
 
     with structlog.testing.capture_logs() as logs:
         asyncio.run(scenario())
-    assert [e["error"] for e in logs if e["event"] == "relay_failed"][:1] == ["TypeError('a bug')"]
+    failed = [e["error"] for e in logs if e["event"] == "carrier_failed"]
+    assert failed[:1] == ["TypeError('a bug')"]

@@ -1,17 +1,17 @@
 """The controller's end of cluster workers' mailboxes: what ``MailboxServer`` is on one host.
 
 A worker on another host writes its reports into a run directory on that host
-(``adapters.node_mailbox``). For each worker the relay keeps one call to its
-actor going (:meth:`Cluster.exchange`): it carries the controller's answers and
+(``hosts.node.mailbox``). For each worker the carrier keeps one call to its
+actor going (``AttemptCalls.exchange``): it carries the controller's answers and
 files there, and brings the worker's reports back into the run directory here,
 where the controller reads every report, from any host, the same way
 (``control.intake``). Then it asks the controller to hear them, as a worker's poke
 does on one host.
 
 A report is kept here first and only then said taken, so a controller stopped in
-between takes it again from the host the next time. The relay knows nothing of what
+between takes it again from the host the next time. The carrier knows nothing of what
 reports mean. When the host does not answer, it tries again with the project's kind
-of backoff and says nothing louder than a debug line: the observer, not the relay,
+of backoff and says nothing louder than a debug line: the observer, not the carrier,
 says when a worker's host is lost.
 """
 
@@ -27,17 +27,17 @@ import structlog
 
 from ralph_dev.adapters import mailbox
 from ralph_dev.adapters.files import atomic_write_bytes, read_bytes
-from ralph_dev.adapters.node_mailbox import CONTROLLER_FILES
 from ralph_dev.core.errors import RalphError
 from ralph_dev.core.policy import RetryPolicy
+from ralph_dev.hosts.node.mailbox import CONTROLLER_FILES
 
 log = structlog.get_logger(__name__)
 
-RELAY_WAIT = 3.0
+CARRY_WAIT = 3.0
 """Seconds one exchange waits on the host for a report: short, so a controller that
 stops waits no longer than this for its last call."""
 
-RELAY_RETRY = RetryPolicy(initial=1.0, backoff=2.0, cap=30.0)
+CARRY_RETRY = RetryPolicy(initial=1.0, backoff=2.0, cap=30.0)
 """The wait before the next exchange after ones that failed in a row (a host that
 does not answer, an attempt not started yet, one that ended)."""
 
@@ -50,7 +50,7 @@ class Exchange(Protocol):
                  ) -> dict[str, bytes]: ...
 
 
-class ClusterRelay:
+class MailboxCarrier:
     def __init__(self, run_dir: Callable[[str], Path], hear: Hear, exchange: Exchange,
                  attempt_of: Callable[[str], int], wake: Callable[[], None] = lambda: None
                  ) -> None:
@@ -58,21 +58,21 @@ class ClusterRelay:
         self.hear = hear
         self.exchange = exchange
         self.attempt_of = attempt_of
-        """The issue's current cluster attempt: the only one the relay talks to."""
+        """The issue's current cluster attempt: the only one the carrier talks to."""
         self.wake = wake
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     async def listen(self, names: Iterable[str]) -> None:
-        """A relay for every worker in ``names``; none for any other."""
+        """A carrier for every worker in ``names``; none for any other."""
         names = set(names)
         for name, task in list(self._tasks.items()):
             if task.done() and not task.cancelled() and task.exception() is not None:
                 # a bug, not the host (that is retried inside): said, and started again
-                log.warning("relay_failed", issue=name, error=repr(task.exception()))
+                log.warning("carrier_failed", issue=name, error=repr(task.exception()))
             if name not in names or task.done():
                 await self.stop(name)
         for name in names - set(self._tasks):
-            self._tasks[name] = asyncio.create_task(self._relay(name), name=f"relay-{name}")
+            self._tasks[name] = asyncio.create_task(self._carry(name), name=f"carry-{name}")
 
     async def stop(self, name: str) -> None:
         task = self._tasks.pop(name, None)
@@ -85,7 +85,7 @@ class ClusterRelay:
         for name in list(self._tasks):
             await self.stop(name)
 
-    async def _relay(self, name: str) -> None:
+    async def _carry(self, name: str) -> None:
         attempt, failures = 0, 0
         sent: dict[str, tuple[int, int, int]] = {}
         answered: set[str] = set()
@@ -106,11 +106,11 @@ class ClusterRelay:
                 if attempt < 1:
                     raise RalphError(f"{name}: no cluster attempt yet")
                 got = await asyncio.to_thread(self.exchange, name, attempt, files, answers,
-                                              taken, RELAY_WAIT)
+                                              taken, CARRY_WAIT)
             except RalphError as exc:
                 failures += 1
-                log.debug("relay_waits", issue=name, attempt=attempt, error=str(exc))
-                await self._pause(name, attempt, RELAY_RETRY.delay(failures))
+                log.debug("carrier_waits", issue=name, attempt=attempt, error=str(exc))
+                await self._pause(name, attempt, CARRY_RETRY.delay(failures))
                 continue
             failures = 0
             sent.update({f: changed[f] for f in files})
@@ -131,7 +131,7 @@ class ClusterRelay:
         try:
             await self.hear(name, report_id)
         except (RalphError, OSError) as exc:  # the reports stay; the tick reads them
-            log.warning("relay_hear_failed", issue=name, error=str(exc))
+            log.warning("carrier_hear_failed", issue=name, error=str(exc))
         self.wake()
 
 

@@ -1,0 +1,85 @@
+"""Workers on this host: each a window of the project's tmux session, in a jj workspace
+of the project's repository here.
+
+Nothing travels: the workspace the agent works in is the one the merge lane merges
+from, the launch's files are already where the launcher reads them, and an ended
+worker's work never left. So most of the port's steps are the tmux or jj call
+itself, or nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from ralph_dev.adapters.mailbox_server import MailboxServer
+from ralph_dev.core.model import Ended, HostSlots, Launch, Placement, Window
+from ralph_dev.core.ports import Hear, Panes, WorkerChanges, WorkerMailboxes, Workspaces
+from ralph_dev.hosts.hooks import HookFailed, Hooks
+
+
+class LocalHost:
+    """This host's tmux and jj, as the one worker-host port."""
+
+    def __init__(self, panes: Panes, workspaces: Workspaces, *,
+                 hooks: Callable[[str], Hooks], hook_failed: HookFailed) -> None:
+        self.panes = panes
+        self.workspaces = workspaces
+        self.hooks = hooks
+        """The project's hooks for an issue, as the settings in force now say them."""
+        self.hook_failed = hook_failed
+
+    @property
+    def changes(self) -> WorkerChanges:
+        return self.workspaces
+
+    def mailboxes(self, run_dir: Callable[[str], Path], hear: Hear,
+                  attempt_of: Callable[[str], int]) -> WorkerMailboxes:
+        return MailboxServer(run_dir, hear)
+
+    def list_windows(self) -> list[Window]:
+        return self.panes.list_windows()
+
+    def make_workspace(self, issue: str, attempt: int, *, rebase: bool = False) -> Path:
+        # a resolve worker meets its conflicts in the workspace the merge left them in
+        return self.workspaces.add_workspace(issue, after_create=self.hooks(issue).after_create())
+
+    def sessions_found_in(self, workspace: Path) -> bool:
+        return True  # a session here is found where its agent left it
+
+    def ship(self, issue: str, attempt: int, launch: Launch, worker_dir: Path,
+             session: str | None = None) -> bool:
+        return False  # the launch's files are here already
+
+    def open_window(self, issue: str, attempt: int, *, cwd: Path, command: Sequence[str],
+                    environment: Mapping[str, str], log_file: Path) -> Window:
+        return self.panes.open_window(issue, cwd=cwd, command=command,
+                                      environment=environment, log_file=log_file)
+
+    def placement(self, issue: str, attempt: int) -> Placement | None:
+        return None
+
+    def send_text(self, target: str, text: str) -> None:
+        self.panes.send_text(target, text)
+
+    def dismiss(self, target: str) -> None:
+        self.panes.dismiss(target)
+
+    def capture(self, target: str, lines: int = 40) -> str:
+        return self.panes.capture(target, lines)
+
+    def end(self, issue: str, attempt: int, targets: Sequence[str], *, bring_in: bool,
+            session: str | None) -> Ended:
+        for target in targets:
+            self.panes.kill_window(target)
+        return Ended(came_back=True)  # it never left
+
+    def bring_in(self, issue: str, attempt: int) -> str | None:
+        return None
+
+    def forget(self, issue: str, *, keep_bookmark: bool, keep_newest_push: bool) -> None:
+        self.workspaces.forget(issue, keep_bookmark=keep_bookmark,
+                               before_remove=self.hooks(issue).before_remove(self.hook_failed))
+
+    def slots(self) -> HostSlots | None:
+        return None
