@@ -284,6 +284,15 @@ class Swarm:
             config.write(f'\n[projects.{self.project}.cluster]\naddress = "{address}"\n'
                          f"snapshot_interval = {snapshot_interval}\n")
 
+    def commit_file(self, name: str, text: str) -> None:
+        """``name`` committed on trunk as a person would, before the swarm starts (the
+        project's own files: a .gitignore, a build script)."""
+        (self.repo / name).write_text(text)
+        env = {**self.env, "JJ_USER": "Test", "JJ_EMAIL": "test@example.com"}
+        for args in (["commit", "-m", f"add {name}"], ["bookmark", "set", "main", "-r", "@-"]):
+            subprocess.run([self.jj, *args], cwd=self.repo, env=env, check=True,
+                           capture_output=True)
+
     def set_timing(self, timing: dict[str, float]) -> None:
         config = self.config_file
         lines = [f"\n[projects.{self.project}.timing]"]

@@ -38,11 +38,18 @@ def cluster_swarm(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, jj_b
         swarm = Swarm.create(tmp_path / "swarm", jj_bin, tmux_socket, max_workers=4,
                              agent_seconds=4, timing={"max_attempts": 4, "heartbeat_stale": 30})
         swarm.use_cluster(made.address, tmp_path / "remote.git")
+        # the project's workspace hook prepares each workspace where its agent works
+        # (on its host, not in the controller's copy), in a file the project ignores
+        swarm.commit_file(".gitignore", f"{PREPARED}\n")
+        with swarm.config_file.open("a") as config:
+            config.write(f'\n[projects.demo.hooks]\nafter_create = "{HOOK}"\n')
         # the two urgent issues, started together, change one file: the second to merge
         # conflicts, and a resolve worker on a host meets the conflict in its workspace
         swarm.script.update({"DEMO-3": "conflict:shared.txt", "DEMO-6": "conflict:shared.txt",
                              # the next two, one on each node, work long enough to lose one
-                             **dict.fromkeys(LONG, "work:10")})
+                             **dict.fromkeys(LONG, "work:10"),
+                             # the others copy what the hook left them into their change
+                             "*": f"prepared:{PREPARED}"})
         swarm.write_script()
         locks = swarm.shared / "locks"
         locks.mkdir()
@@ -54,6 +61,8 @@ def cluster_swarm(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, jj_b
 
 
 LONG = ("DEMO-1", "DEMO-4")
+PREPARED = ".prepared"
+HOOK = f"echo prepared in $RALPH_DEV_WORKSPACE > {PREPARED}"
 
 
 def spawns(swarm: Swarm) -> list[dict[str, Any]]:
@@ -121,6 +130,12 @@ def test_a_swarm_on_three_nodes_loses_one_and_still_merges_everything_once(
     resolves = [e for e in spawns(swarm) if e.get("role") == "resolve"]
     assert resolves and {e["issue"] for e in resolves} <= {"DEMO-3", "DEMO-6"}, resolves
     assert "shared.txt" in swarm.trunk_files()
+    # the after_create hook ran on each worker's host, in the workspace its agent used
+    for ident in sorted(set(idents) - set(LONG) - {"DEMO-3", "DEMO-6"}):
+        change = swarm.jj_out("file", "show", "-r", "main", f"changes/{ident}.txt")
+        said = change.splitlines()[-1]
+        assert said.startswith(f"prepared in {made.hosts_data}/nodes/"), (ident, change)
+        assert f"/workspaces/demo/{ident}-a" in said, (ident, change)
     # merged work leaves the remote: only what hosts start from stays
     refs = subprocess.run(["git", "ls-remote", str(swarm.root.parent / "remote.git")],
                           capture_output=True, text=True, check=True).stdout

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,11 +26,7 @@ pytestmark = pytest.mark.slow
 def swarm(tmp_path: Path, jj_bin: str, tmux_socket: str,
           monkeypatch: pytest.MonkeyPatch) -> Iterator[Swarm]:
     s = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=2)
-    # the project ignores its build outputs, as real ones do
-    (s.repo / ".gitignore").write_text("node_modules/\ntarget/\n")
-    env = {**s.env, "JJ_USER": "Test", "JJ_EMAIL": "test@example.com"}
-    for args in (["commit", "-m", "ignore build outputs"], ["bookmark", "set", "main", "-r", "@-"]):
-        subprocess.run([jj_bin, *args], cwd=s.repo, env=env, check=True, capture_output=True)
+    s.commit_file(".gitignore", "node_modules/\ntarget/\n")  # as real projects do
     for key, value in s.env.items():
         monkeypatch.setenv(key, value)
     yield s

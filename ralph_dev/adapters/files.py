@@ -132,3 +132,17 @@ def read_lines_from(path: Path, offset: int, max_bytes: int) -> tuple[list[bytes
     if end == 0 and len(chunk) == max_bytes:
         return [], offset + len(chunk)
     return chunk[:end].splitlines(), offset + end
+
+
+def read_tail(path: Path, position: int = 0, limit: int = 65536) -> tuple[bytes, int]:
+    """What a growing file holds from ``position`` on, at most its last ``limit`` bytes
+    (from the start again when it is shorter than ``position``: rotated), and where it
+    ends now; a missing file reads as nothing. The one reader of a log's or a
+    transcript's end (``logs``, a cluster host's log, a verify's output, a question)."""
+    try:
+        with path.open("rb") as handle:
+            end = handle.seek(0, os.SEEK_END)
+            handle.seek(max(position if position <= end else 0, end - limit))
+            return handle.read(), end
+    except OSError:
+        return b"", 0

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ralph_dev.adapters.files import read_tail
 from ralph_dev.adapters.store import utcnow
 from ralph_dev.core.environment import public_env
-from ralph_dev.core.text import file_tail
 
 TAIL_LINES = 40
 _RUNNING: set[int] = set()
@@ -93,7 +93,8 @@ def run_verify(
             code, output = _wait(proc, timeout)
             if log_path is not None:
                 sink.flush()
-                output = file_tail(log_path, min(sink.tell() - offset, 65536)) + output
+                written, _ = read_tail(log_path, 0, min(sink.tell() - offset, 65536))
+                output = written.decode("utf-8", "replace") + output
     tail = "\n".join(output.rstrip().splitlines()[-TAIL_LINES:])
     return VerifyOutcome(command, code, started, round(time.monotonic() - t0, 3), tail)
 

@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 import click
 
+from ralph_dev.adapters.files import read_tail
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, run
 from ralph_dev.core.config import ProjectSettings, project_names
@@ -122,15 +123,7 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
         if cluster is not None:  # its pane prints on its host: read through its actor
             with contextlib.suppress(HostUnavailable):  # ended: the copy kept here
                 return cluster.read_log(issue, position, LOG_REPLAY_BYTES)
-        try:
-            with path.open("rb") as handle:
-                end = handle.seek(0, 2)
-                if end < position:
-                    position = 0  # rotated: start again
-                handle.seek(max(position, end - LOG_REPLAY_BYTES))
-                return handle.read(), end
-        except FileNotFoundError:
-            return b"", position
+        return read_tail(path, position, LOG_REPLAY_BYTES)
 
     if cluster is None and not path.exists() and not follow:
         raise RalphError(f"no log for {issue} yet ({path})")

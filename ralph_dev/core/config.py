@@ -92,7 +92,7 @@ class Limits:
     """The most issues one plan worker's plan may create."""
     plan_issues_per_hour: int = 200
     """The most issues plan workers may create in any hour, all plans together."""
-    min_free_memory_mb: int = 1024  # no new worker below these (control/admission.py)
+    min_free_memory_mb: int = 1024  # no new worker below these (core/decide/swarm.py)
     min_free_disk_mb: int = 1024  # free on the workspaces' filesystem
     max_load_per_cpu: float = 4.0  # 1-minute load average per CPU; 0: no limit
 

@@ -206,7 +206,10 @@ class Ended:
     """Its work is where the merge lane takes it (a cluster worker's final push came
     back; on this host it never left)."""
     transcript: Path | None = None
-    """Its agent's transcript, kept here for the issue's next attempt to resume."""
+    """Its agent's transcript, brought here for the issue's next attempt to resume."""
+    session_kept: bool = False
+    """Its agent's session can be resumed by the next start (on this host it never
+    left; from another host, only with its transcript)."""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from pathlib import Path
 
 # CSI (ESC [ … final), OSC (ESC ] … BEL/ST), other two-byte escapes, and C0/C1
 # controls except newline and tab: what pipe-pane logs and issue text may carry.
@@ -79,13 +78,4 @@ def last_line(text: str, width: int = 100) -> str:
     return ""
 
 
-def file_tail(path: Path, max_bytes: int = 16384) -> str:
-    """The end of a file, decoded leniently; empty if it does not exist."""
-    try:
-        with Path(path).open("rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - max_bytes))
-            return handle.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
+

@@ -12,6 +12,8 @@ exits 1 without reporting, ``hang`` sleeps silently forever, ``hang-once``
 hangs on attempt 1 only, ``write-hang`` makes its change and then hangs (a worker
 a person overtakes by marking the issue Done), ``block`` reports blocked with a question,
 ``conflict:PATH`` writes the same PATH as other issues (to force a conflict),
+``prepared:FILE`` works like ``work:1`` and copies what FILE in its workspace says (the
+project's ``after_create`` hook wrote it, or ``missing``) into its change,
 ``plan:FILE`` (a plan worker) submits the plan file FILE with ``worker plan`` and
 reports done, ``groom:FILE`` (a groom worker) runs each ``[COMMAND, ARG…]`` of the
 JSON list in FILE as ``ralph-dev worker COMMAND ISSUE ARG…`` (``propose``,
@@ -137,10 +139,14 @@ def main(argv: list[str] | None = None) -> int:
 
     seconds = 1.0
     target = Path("changes") / f"{issue}.txt"
+    seen = ""
     if what.startswith("work:"):
         seconds = float(what.split(":", 1)[1] or 1)
     elif what.startswith("conflict:"):
         target = Path(what.split(":", 1)[1])
+    elif what.startswith("prepared:"):
+        prepared = workspace / what.split(":", 1)[1]
+        seen = prepared.read_text() if prepared.is_file() else "missing\n"
     if role == "plan":
         print("[demo agent] a plan worker would create sub-issues here", flush=True)
     else:
@@ -152,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
         path = workspace / target
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{issue}: done by the demo agent (role {role})\n")
+        path.write_text(f"{issue}: done by the demo agent (role {role})\n{seen}")
         print(f"[demo agent] wrote {target}", flush=True)
     code = ralph("worker", "done", issue, "--summary",
                  f"Scripted demo change for {issue}: wrote {target}.")

@@ -72,7 +72,7 @@ class LocalHost:
             session: str | None) -> Ended:
         for target in targets:
             self.panes.kill_window(target)
-        return Ended(came_back=True)  # it never left
+        return Ended(came_back=True, session_kept=True)  # it never left
 
     def bring_in(self, issue: str, attempt: int) -> str | None:
         return None

@@ -13,7 +13,6 @@ its session, and the person's answer typed into that session.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import structlog
 
 from ralph_dev.adapters import mailbox as ch
+from ralph_dev.adapters.files import read_tail
 from ralph_dev.core.questions import asked_question, last_message, tool_question
 from ralph_dev.inpane.reports import blocked
 from ralph_dev.inpane.worker import Worker, WorkerError, one_line
@@ -127,12 +127,6 @@ def idle(worker: Worker, payload: Mapping[str, Any]) -> bool:
 
 def _tail(path: Path) -> list[bytes]:
     """The whole lines of the end of a file (a transcript grows without bound)."""
-    try:
-        with path.open("rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - TRANSCRIPT_TAIL))
-            chunk = handle.read(TRANSCRIPT_TAIL)
-    except OSError:
-        return []
+    chunk, size = read_tail(path, 0, TRANSCRIPT_TAIL)
     lines = chunk.split(b"\n")
     return lines[1:] if size > TRANSCRIPT_TAIL else lines

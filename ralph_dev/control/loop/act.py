@@ -1,8 +1,11 @@
 """The actuator: the one place that carries out ``decide``'s actions.
 
-Nothing else outside adapters/ and cli/ writes to the tracker or kills a window: a
-hold, a comment, a state change, a worker's report written back, a window closed —
-all of it happens here, for an action ``decide`` emitted with its reason. What each
+Nothing else outside adapters/, hosts/ and cli/ writes to the tracker or ends a
+worker: a hold, a comment, a state change, a worker's report written back, a window
+closed — all of it happens here, for an action ``decide`` emitted with its reason,
+with every choice already made (``core.decide.orders``: which session a start
+resumes, whether the issue moves, what comes back). Workers are started, typed to
+and ended through the one worker-host port, never asking where they run. What each
 action leaves in the worker record is what the action itself says
 (``Action.record_changes``): the actuator writes exactly that when the action
 succeeds, so the contract ``decide`` relies on is enforced by construction.
@@ -69,6 +72,7 @@ from ralph_dev.core.errors import (
     WorkspaceHookFailed,
 )
 from ralph_dev.core.model import (
+    Ended,
     Issue,
     NewIssue,
     Observed,
@@ -83,7 +87,6 @@ from ralph_dev.core.policy import Blame, Failure, verdict
 from ralph_dev.core.policy import blame as blame_for
 from ralph_dev.core.ports import (
     AgentLauncher,
-    Repository,
     Tracker,
     WorkerHost,
     WorkerMailboxes,
@@ -127,7 +130,7 @@ class Actuator:
     """Carries out one project's actions through its ports."""
 
     def __init__(self, settings: ProjectSettings, *, tracker: Tracker, host: WorkerHost,
-                 jj: Repository, launcher: AgentLauncher, store: StateStore,
+                 launcher: AgentLauncher, store: StateStore,
                  dirs: WorkerDirs, intake: Intake, server: WorkerMailboxes,
                  merges: MergeLane, writebacks: WriteBackQueue,
                  clock: Callable[[], datetime], beat: Callable[[str], None],
@@ -136,7 +139,6 @@ class Actuator:
         self.tracker = tracker
         self.host = host
         """Where workers run (this host, or others): the actuator never asks which."""
-        self.jj = jj
         self.launcher = launcher
         self.store = store
         self.dirs = dirs
@@ -200,9 +202,9 @@ class Actuator:
         labels = self.settings.labels
         match action:
             case Spawn() | Restart():
-                if isinstance(action, Restart):
-                    await self._end_windows(action, observed)
-                return await self._spawn(action, issue)
+                ended = await self._end_windows(action, observed) \
+                    if isinstance(action, Restart) else None
+                return await self._spawn(action, issue, ended)
             case Nudge():
                 for window in self._windows(action.issue, observed, alive=True):
                     await asyncio.to_thread(self.host.send_text, window.pane_id, action.message)
@@ -298,7 +300,7 @@ class Actuator:
                 if w.name == name and (alive is None or w.alive == alive)]
 
     async def _end_windows(self, action: Restart | Reap | Kill | Stop, observed: Observed
-                           ) -> None:
+                           ) -> Ended | None:
         """Close the issue's windows where they run, its work kept first (on another
         host, its current attempt's final push: once its processes end nothing more can
         be pushed). What came back is the record's: ``final_push`` says the attempt's
@@ -306,14 +308,14 @@ class Actuator:
         name = action.issue
         targets = [w.window_id for w in self._windows(name, observed)]
         if not targets:
-            return
+            return None
         record = self.store.load_record(name)
         attempt = record.host_attempt if record is not None else 0
         ended = await while_beating(self.beat, "end", self.host.end, name, attempt, targets,
                                     bring_in=action.bring_in,
                                     session=record.session_id if record else None)
         if record is None:
-            return
+            return ended
         changes: dict[str, object] = {}
         if ended.came_back:
             changes["final_push"] = attempt
@@ -321,6 +323,7 @@ class Actuator:
             changes["transcript"] = str(ended.transcript)
         if changes:
             self.store.update_record(name, **changes)
+        return ended
 
     async def _bring_in(self, name: str, attempt: int) -> None:
         """The attempt's pushed work into the issue's workspace here, where the merge
@@ -340,10 +343,12 @@ class Actuator:
 
     # -- starting a worker ----------------------------------------------------------------------
 
-    async def _spawn(self, action: Spawn | Restart, issue: Issue | None) -> dict[str, object]:
+    async def _spawn(self, action: Spawn | Restart, issue: Issue | None,
+                     ended: Ended | None = None) -> dict[str, object]:
         """Start the issue's worker as ``decide`` said (which session it resumes, whether
         the issue moves to its started state) on the worker host: its workspace made
-        there, its launch built here and shipped there, its window opened there."""
+        there, its launch built here and shipped there, its window opened there.
+        ``ended``: what a restart's end of the worker brought back."""
         if issue is None:
             raise TrackerError(f"{action.issue}: not in the tracker's answer this tick")
         if action.fresh_why:
@@ -366,6 +371,12 @@ class Actuator:
         if action.start_issue:
             await self.tracker.set_state(action.issue, type=StateType.STARTED)
         resume = action.resume
+        if resume and ended is not None and not ended.session_kept:
+            self.store.append_event(
+                "session_fresh", issue=action.issue,
+                why="the earlier session's transcript did not come back from its host "
+                    "as its attempt ended")
+            resume = None
         if resume and not self.host.sessions_found_in(workspace):
             self.store.append_event(
                 "session_fresh", issue=action.issue,

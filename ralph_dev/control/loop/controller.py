@@ -125,7 +125,7 @@ class Controller:
                                  writebacks=self.writebacks, dirs=self.dirs, merges=self.merges,
                                  tripwires=self.tripwires, spending=Spending(settings, clock),
                                  setup_check=agent_check, clock=clock)
-        self.actuator = Actuator(settings, tracker=tracker, host=host, jj=jj, launcher=launcher,
+        self.actuator = Actuator(settings, tracker=tracker, host=host, launcher=launcher,
                                  store=self.store, dirs=self.dirs, intake=self.intake,
                                  server=self.server, merges=self.merges,
                                  writebacks=self.writebacks, clock=clock, beat=self._beat_while,

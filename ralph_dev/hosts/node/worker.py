@@ -28,7 +28,7 @@ from pathlib import Path
 
 import structlog
 
-from ralph_dev.adapters.files import atomic_write_bytes, private_dir
+from ralph_dev.adapters.files import atomic_write_bytes, private_dir, read_tail
 from ralph_dev.adapters.jj_cli import JjCli, child_path, find_jj, quote_revset
 from ralph_dev.adapters.jj_home import JjHome
 from ralph_dev.adapters.jj_workspaces import JjWorkspaces
@@ -148,13 +148,7 @@ class NodeWorker:
     def read_log(self, position: int, limit: int) -> tuple[bytes, int]:
         """The log from ``position`` (at most its last ``limit`` bytes; from the start
         again when it is shorter than ``position``), and where it ends now."""
-        try:
-            with self.log_file.open("rb") as handle:
-                end = handle.seek(0, 2)
-                handle.seek(max(position if position <= end else 0, end - limit))
-                return handle.read(), end
-        except FileNotFoundError:
-            return b"", 0
+        return read_tail(self.log_file, position, limit)
 
     # -- the code -------------------------------------------------------------------------
 

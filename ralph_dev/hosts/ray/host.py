@@ -210,7 +210,8 @@ class RayHost:
             # what ``decide`` weighs next (a conflict a resolve worker just resolved) is
             # the workspace here: it holds the done work from now on
             self._bring(issue, attempt, again=True)
-        return Ended(came_back=came_back, transcript=transcript)
+        return Ended(came_back=came_back, transcript=transcript,
+                     session_kept=transcript is not None)
 
     def _final_push(self, issue: str, attempt: int) -> bool:
         calls = self._attempt(issue, attempt)

@@ -1,9 +1,10 @@
 """The process plane on a Ray cluster: each worker attempt a named actor on some host.
 
-The only module that imports Ray; ``control.wiring`` imports it only for a project
-with a ``[cluster]`` table. It is the same port as this host's tmux
-(``core.ports.ProcessPlane``): a window is named by its issue, and its target
-(pane and window id) is its actor's name, ``PROJECT:ISSUE#ATTEMPT``.
+The only module that imports Ray; ``control.loop.wiring`` imports it only for a
+project with a ``[cluster]`` table. ``hosts.ray.host`` makes it the worker-host port:
+a window is named by its issue, and its target (pane and window id) is its actor's
+name, ``PROJECT:ISSUE#ATTEMPT``; each call to an attempt is a typed method of
+:class:`AttemptCalls`.
 
 Why these choices (checked with ray 2.60, notes/ray.md):
 
@@ -192,7 +193,7 @@ class RayPlane:
                 f"projects.{settings.name}.cluster.remote: missing, and {settings.repo} has "
                 f"no git remote {settings.merge.remote!r}: name a git URL every host can "
                 "fetch from and push to")
-        # hosts start from what the controller pushed of trunk (``ClusterWork``)
+        # hosts start from what the controller pushed of trunk (``RayHost.make_workspace``)
         return cls(settings.name, address=settings.cluster.address, remote=remote,
                    trunk=cluster.BASE_BOOKMARK,
                    snapshot_interval=settings.cluster.snapshot_interval)
