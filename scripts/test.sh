@@ -15,4 +15,7 @@ mypy  # strict on ralph_dev/core, checked everywhere else (pyproject.toml [tool.
 # Tests run in parallel (pytest-xdist): each has its own tmux server, repository, ports
 # and XDG dirs, and most of their time is spent waiting on agents and tmux, so more
 # workers than cores pays. RALPH_DEV_TEST_WORKERS=0 runs them in this process.
+# The longest start first (tests/expected_durations.json). Each run records its tests'
+# durations in .pytest_cache; after a full run, refresh the table from them with
+# `.venv/bin/python scripts/durations.py`.
 exec python -m pytest -q --durations=15 -n "${RALPH_DEV_TEST_WORKERS:-4}" --dist worksteal "$@"
