@@ -218,6 +218,8 @@ class Actuator:
                 if action.fetch_attempt:
                     await self._bring_in(action.issue, action.fetch_attempt)
                 outcome = await self.merges.merge(action, issue)
+                if outcome.record:
+                    self.store.update_record(action.issue, **outcome.record)
                 for comment in outcome.comments:
                     with contextlib.suppress(TrackerError):
                         await self.tracker.comment(action.issue, comment)

@@ -23,6 +23,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -59,11 +60,13 @@ later (a person pushing in a loop must not hold the controller's tick forever)."
 
 @dataclass
 class MergeOutcome:
-    """What one merge came to for the people on the issue: comments to post, and the
-    error that ends the action once they are posted (a conflict, a change sent back)."""
+    """What one merge came to: comments to post for the people on the issue, what the
+    worker record now says (the actuator, its one writer, writes it), and the error
+    that ends the action once they are posted (a conflict, a change sent back)."""
 
     comments: list[str] = field(default_factory=list)
     error: RalphError | None = None
+    record: dict[str, Any] = field(default_factory=dict)
 
 
 class MergeLane:
@@ -150,7 +153,7 @@ class MergeLane:
         if isinstance(result, MergeOutcome):
             return result  # sent back: the change went back to a worker of its issue
         if result.conflicted:
-            self.store.update_record(name, done=False, role=Role.RESOLVE)
+            outcome.record = {"done": False, "role": Role.RESOLVE}
             self.store.append_event("merge_conflict", issue=name, detail=result.detail)
             outcome.comments.append(
                 f"ralph-dev: merging {name} into {self.settings.trunk} conflicted; "
@@ -190,11 +193,10 @@ class MergeLane:
     def _send_back(self, name: str, head: str, outcome: VerifyOutcome) -> MergeOutcome:
         """A red change never moves trunk: the issue goes back to a worker of its own,
         which finds the failure's output in its prompt; other merges go on."""
-        self.store.update_record(
-            name, done=False, sent_back=outcome.output_tail[-8000:] or "(no output)",
-            last_failure_at=utcnow(),
-            last_failure=f"`{outcome.command}` failed (exit {outcome.exit_code}) on its "
-                         f"change rebased onto {self.settings.trunk}")
+        record = {"done": False, "sent_back": outcome.output_tail[-8000:] or "(no output)",
+                  "last_failure_at": utcnow(),
+                  "last_failure": f"`{outcome.command}` failed (exit {outcome.exit_code}) on "
+                                  f"its change rebased onto {self.settings.trunk}"}
         self.store.append_event("merge_sent_back", issue=name, commit=head,
                                 exit_code=outcome.exit_code)
         comment = (f"ralph-dev: `{outcome.command}` failed (exit {outcome.exit_code}) on {name}'s "
@@ -203,7 +205,7 @@ class MergeLane:
                    f"\n\n{output_block(outcome.output_tail)}")
         return MergeOutcome([comment], SentBack(
             f"{name}: its change fails `{outcome.command}` on top of {self.settings.trunk} "
-            f"(exit {outcome.exit_code}); sent back to a worker"))
+            f"(exit {outcome.exit_code}); sent back to a worker"), record)
 
     async def _open_pull_request(self, name: str, issue: Issue | None) -> list[str]:
         """The body is the worker's own summary, which ralph-dev recorded."""
