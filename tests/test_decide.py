@@ -782,7 +782,7 @@ def test_feedback_is_relayed_to_a_live_worker_or_resumes_a_held_issue() -> None:
     labels = {"user-feedback-given", "user-input-needed"}
     live = world(issues=[issue(8, "started", labels=labels)], windows=[win("DEMO-8")],
                  records=[rec("DEMO-8")])
-    assert steps(run(live)) == [("relayfeedback", "DEMO-8")]
+    assert steps(run(live)) == [("passfeedback", "DEMO-8")]
     gone = dataclasses.replace(live, windows=())
     assert steps(run(gone)) == [("resume", "DEMO-8")]
     dead = dataclasses.replace(live, windows=(win("DEMO-8", alive=False, exit_status=0),))

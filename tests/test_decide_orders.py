@@ -6,10 +6,11 @@ host, what a forget keeps, and the order the plan goes in."""
 
 from __future__ import annotations
 
+from test_decide import NOW, issue, rec, run, settings, steps, win, world
+
 from ralph_dev.core.actions import Forget, Kill, Merge, Redo, Restart, Spawn
 from ralph_dev.core.config import MergeSettings
 from ralph_dev.core.model import Role, Workspace
-from test_decide import NOW, issue, rec, run, settings, steps, win, world
 
 
 def only(plan: object, kind: type) -> list:

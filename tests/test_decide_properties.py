@@ -24,8 +24,8 @@ from ralph_dev.core.actions import (
     Kill,
     Merge,
     Nudge,
+    PassFeedback,
     Plan,
-    RelayFeedback,
     Restart,
     Resume,
     Spawn,
@@ -401,7 +401,7 @@ def test_actions_are_explained_and_carry_no_issue_text(
             assert "rm -rf" not in action.comment
     if not obs.tracker_ok:
         assert not [a for a in plan.actions
-                    if isinstance(a, Spawn | Restart | Hold | Complete | Resume | RelayFeedback)]
+                    if isinstance(a, Spawn | Restart | Hold | Complete | Resume | PassFeedback)]
         # never kill a worker because the tracker is down
         for action in plan.actions:
             if isinstance(action, Kill) and action.issue in live_ids(obs):

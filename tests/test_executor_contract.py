@@ -45,10 +45,10 @@ from ralph_dev.core.actions import (
     Merge,
     Nudge,
     OpenGroom,
+    PassFeedback,
     PauseSwarm,
     Reap,
     Redo,
-    RelayFeedback,
     Restart,
     Resume,
     Spawn,
@@ -230,11 +230,11 @@ def complete(w: World, ident: str) -> Action:
     return Complete(ident, "all children finished")
 
 
-def relay_feedback(w: World, ident: str) -> Action:
+def pass_feedback(w: World, ident: str) -> Action:
     w.spawned(ident)
     w.project.tracker.change_labels_sync(ident, add=["user-feedback-given", "user-input-needed"])
     w.project.store.update_record(ident, blocked=True)
-    return RelayFeedback(ident, "a person answered")
+    return PassFeedback(ident, "a person answered")
 
 
 def resume(w: World, ident: str) -> Action:
@@ -302,12 +302,12 @@ def open_groom(w: World, ident: str) -> Action:
 
 SCENARIOS: dict[type[Action], Callable[[World, str], Action]] = {
     Spawn: spawn, Restart: restart, Nudge: nudge, Reap: reap, Kill: kill, Stop: stop, Merge: merge,
-    Forget: forget, Hold: hold, Complete: complete, RelayFeedback: relay_feedback,
+    Forget: forget, Hold: hold, Complete: complete, PassFeedback: pass_feedback,
     Resume: resume, Tell: tell, Continue: continue_, Waited: waited, Redo: redo, Adopt: adopt,
     WriteBack: write_back, PauseSwarm: pause_swarm, EndPause: end_pause, VerifyTrunk: verify_trunk,
     OpenGroom: open_groom,
 }
-TYPED = {Nudge: "got: ralph-dev:", RelayFeedback: "got: ralph-dev:",
+TYPED = {Nudge: "got: ralph-dev:", PassFeedback: "got: ralph-dev:",
          Continue: "model API is available again"}
 """What the echoing agent prints back of the text each kind types (Continue's Escape,
 typed first to close a menu, eats its first letter)."""

@@ -140,7 +140,7 @@ def test_feedback_for_a_live_worker_is_pointed_out_in_its_pane(swarm: Swarm) -> 
     assert f"a person left feedback on your issue. Run `ralph-dev worker feedback {ident}`" \
         in log
     assert "user-feedback-given" not in _labels(swarm, ident)
-    assert len(_events(swarm, "relayfeedback", ident)) == 1
+    assert len(_events(swarm, "passfeedback", ident)) == 1
     assert len(_events(swarm, "spawn", ident)) == 1  # the same worker carried on
     change = _trunk_text(swarm, f"changes/{ident}.txt")
     assert ANSWER in change
@@ -168,7 +168,7 @@ def test_an_answer_to_a_waiting_worker_lifts_the_attempt_cap(
 
         swarm.cli("issue", "comment", ident, ANSWER)
         swarm.cli("issue", "label", ident, "+user-feedback-given")
-        wait_for(lambda: _events(swarm, "relayfeedback", ident), 20, "the relay")
+        wait_for(lambda: _events(swarm, "passfeedback", ident), 20, "the relay")
         wait_for(lambda: f"Run `ralph-dev worker feedback {ident}`" in _log(swarm, ident), 10,
                  "the message in the waiting worker's pane")
         (pane,) = _panes(swarm, ident)
@@ -200,7 +200,7 @@ def test_an_answer_while_the_asking_worker_exits_is_not_lost(swarm: Swarm) -> No
     assert not _events(swarm, "hold", ident)
     assert len(_events(swarm, "spawn", ident)) == 2
     # the answer was first relayed to the exiting worker; the next one got it in its prompt
-    assert len(_events(swarm, "relayfeedback", ident)) == 1
+    assert len(_events(swarm, "passfeedback", ident)) == 1
 
 
 def test_routing_labels_choose_the_role_of_the_next_worker(swarm: Swarm) -> None:

@@ -227,7 +227,7 @@ class Tell(Action):
 
 
 @dataclass(frozen=True)
-class RelayFeedback(Action):
+class PassFeedback(Action):
     """Hand new human comments to a live worker, then drop the feedback label.
     ``lifts_hold``: the issue was held, so its attempt count starts over (a worker that
     asked on its last attempt must not be held again with the answer ignored)."""

@@ -15,7 +15,7 @@ alone says what happens next:
 Like Temporal's ``RetryPolicy``, one value type times every retry: :func:`retry_policy`
 (from the project's ``timing``) spawns, merges, write-backs and hooks alike; the same
 type, with its own numbers, an API outage's probes (``core.agent_faults``), a tracker
-client's backoff (``adapters.tracker.linear.client``) and the cluster relay's.
+client's backoff (``adapters.tracker.linear.client``) and the cluster mailbox carrier's.
 """
 
 from __future__ import annotations

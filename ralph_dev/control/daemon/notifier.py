@@ -69,7 +69,8 @@ CAUSES: tuple[Cause, ...] = (
     Cause("held", frozenset({"hold", "worker_blocked"}), "{issue} needs you",
           "{issue}: {issue_title}\n\n{question}\n\nAnswer on the issue, then add the label "
           "{feedback_label}.",
-          cleared_by=frozenset({"resume", "relayfeedback", "spawn", "restart"}), per="issue"),
+          cleared_by=frozenset({"resume", "passfeedback", "relayfeedback",  # its name before
+                                "spawn", "restart"}), per="issue"),
     Cause("config", frozenset({"config_invalid"}),
           "the config is invalid: the swarm runs on the last good one",
           "{file}: {error}\n\nThe swarm goes on with the last good config; fix the file and "

@@ -47,11 +47,11 @@ from ralph_dev.core.actions import (
     Merge,
     Nudge,
     OpenGroom,
+    PassFeedback,
     PauseSwarm,
     Plan,
     Reap,
     Redo,
-    RelayFeedback,
     Restart,
     Resume,
     Spawn,
@@ -237,7 +237,7 @@ class Actuator:
                 await self.tracker.comment(action.issue, action.comment or action.reason)
             case Complete():
                 await self.tracker.set_state(action.issue, type=StateType.COMPLETED)
-            case RelayFeedback():
+            case PassFeedback():
                 for window in self._windows(action.issue, observed, alive=True):
                     await asyncio.to_thread(self.host.send_text, window.pane_id,
                                             FEEDBACK_MESSAGE.format(issue=action.issue))

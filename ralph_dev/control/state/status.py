@@ -55,7 +55,7 @@ ON_HOLD_SHOWN = 10
 """Issues a person put on hold listed by the terminal view (the rest are counted)."""
 
 ASKED_MARK = "blocked: a question for a person"
-"""In the first line of a worker's ``worker blocked`` comment (``control/relay.py``)."""
+"""In the first line of a worker's ``worker blocked`` comment (``control.loop.act``)."""
 GAVE_UP_MARK = "stopped retrying"
 """In the comment ralph-dev writes when it holds an issue at the attempt cap (``decide``)."""
 

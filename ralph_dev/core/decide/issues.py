@@ -18,9 +18,9 @@ from ralph_dev.core.actions import (
     Kill,
     Merge,
     Nudge,
+    PassFeedback,
     Reap,
     Redo,
-    RelayFeedback,
     Restart,
     Resume,
     Spawn,
@@ -494,7 +494,7 @@ class Decider:
         if w.feedback(ident):
             if live:
                 if self.tracker_ok:
-                    self.emit(RelayFeedback(
+                    self.emit(PassFeedback(
                         ident, f"{ident}: a person gave feedback; handing it to the running "
                                "worker", lifts_hold=w.has(ident, self.settings.labels
                                                           .user_input_needed)))
