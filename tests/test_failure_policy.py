@@ -212,7 +212,7 @@ def test_a_controller_stopped_mid_spawn_charges_no_attempt(
         def dies(*args: object, **kwargs: object) -> None:
             raise SystemExit("killed -9 (simulated)")
 
-        first.tmux.open_window = dies  # type: ignore[method-assign]
+        first.host.open_window = dies  # type: ignore[method-assign]
         with pytest.raises(SystemExit):
             tick(first)
         assert first.store.load_record("DEMO-1").attempts == 1

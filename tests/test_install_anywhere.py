@@ -8,8 +8,8 @@ Real bubblewrap, tmux, jj and the real daemon and controller:
   ``ralph-dev`` (hooks, ``worker done``) from the hidden venv;
 * an agent that needs something the sandbox hides is a setup error before any
   worker starts: ``start`` and ``doctor`` refuse naming the path and the fix, the
-  controller pauses the swarm once, charges nothing, and resumes by itself once the
-  install is fixed;
+  controller pauses the swarm once its probe answers, charges nothing, and resumes by
+  itself once the install is fixed;
 * what is bound back never reveals a secret inside it.
 """
 
@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from swarm_kit import REPO_ROOT, Swarm, wait_for
 
+from ralph_dev.agent.probe import WorkerSetupCheck
 from ralph_dev.core.config import build_project
 
 pytestmark = pytest.mark.slow
@@ -102,11 +103,12 @@ def test_a_swarm_runs_from_a_ralph_dev_installed_under_tmp(
 
 def test_a_worker_that_cannot_run_pauses_the_swarm_and_charges_nothing(
         tmp_path: Path, jj_bin: str, tmux_socket: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The agent's launcher (where workers can see it) runs the agent from a place the
-    sandbox hides: every worker would die at once and use up its attempts. Instead
-    start and doctor refuse, the running controller pauses the swarm (said once,
-    nobody charged) and resumes by itself once the agent is installed where workers
-    can run it."""
+    """The agent (where workers can see it) is a script whose interpreter is a script
+    run by an interpreter installed where the sandbox hides it: every worker would die
+    at once and use up its attempts. Found without running the agent (issue 33): start
+    and doctor refuse, a controller started anyway pauses the swarm once its probe
+    answers (said once, nobody charged) and resumes by itself once the interpreter is
+    installed where workers can run it."""
     from ralph_dev.adapters.tmux import Tmux
     from ralph_dev.control.loop.wiring import controller_for
     from ralph_dev.core.config import load_project
@@ -114,49 +116,60 @@ def test_a_worker_that_cannot_run_pauses_the_swarm_and_charges_nothing(
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=2)
     try:
         relaxed(swarm)
-        hidden = tmp_path / "hidden-install"  # under /tmp
-        hidden.mkdir()
-        agent = hidden / "real-agent"
-        agent.write_text(f"#!/bin/sh\nexec {sys.executable} -m ralph_dev.devtools.demo_agent "
+        hidden = tmp_path / "hidden-install" / "sh"  # under /tmp
+        hidden.parent.mkdir()
+        shutil.copy2("/bin/sh", hidden)
+        bin_dir = swarm.shared / "bin"  # shared: workers can see it
+        bin_dir.mkdir()
+        runner = bin_dir / "run-agent"  # the agent's interpreter: `run-agent SCRIPT ARGS`
+        runner.write_text(f'#!{hidden}\nexec /bin/sh "$@"\n')
+        runner.chmod(0o755)
+        agent = bin_dir / "agent"
+        agent.write_text(f"#!{runner}\nexec {sys.executable} -m ralph_dev.devtools.demo_agent "
                          '"$@"\n')
         agent.chmod(0o755)
-        launcher = swarm.shared / "bin" / "agent"  # shared: workers can see it
-        launcher.parent.mkdir()
-        launcher.write_text(f'#!/bin/sh\nexec {agent} "$@"\n')
-        launcher.chmod(0o755)
-        set_command(swarm, f"{launcher} {{issue}} {{role}}")
+        set_command(swarm, f"{agent} {{issue}} {{role}}")
         swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
 
         refused = swarm.cli("start", swarm.project, check=False)
         assert refused.returncode != 0 and swarm.daemon_pid() is None
         said = refused.stderr
-        assert "the agent cannot run in the workers' sandbox" in said, said
-        assert str(launcher) in said and str(agent) in said  # the paths
+        assert "the agent cannot be started in the workers' sandbox" in said, said
+        assert str(agent) in said and f"{hidden} does not exist there" in said  # the paths
         assert "install it where it can be read" in said and 'agent.sandbox = "off"' in said
         doctor = swarm.cli("doctor", swarm.project, check=False)
         assert doctor.returncode != 0
-        assert "[FAIL] workers (demo): the agent cannot run" in doctor.stdout, doctor.stdout
+        assert "[FAIL] workers (demo): the agent cannot be started" in doctor.stdout, \
+            doctor.stdout
 
         for key, value in swarm.env.items():
             monkeypatch.setenv(key, value)
         settings = load_project(swarm.project)
         Tmux.from_settings(settings).ensure_session(swarm.repo, {"PATH": os.environ["PATH"]})
         ctl = controller_for(settings)  # wired as the daemon wires it
+        check = ctl.observer.setup_check
+        assert isinstance(check, WorkerSetupCheck)
+        check(settings)  # its probe starts beside the loop (a service's first tick does so)
+        assert check.settle(60)
         for _ in range(3):
             result = asyncio.run(ctl.tick())
             assert not [a for a in result.plan.actions if a.kind in ("spawn", "restart")]
         paused = [e for e in swarm.events() if e["event"] == "swarm_paused"]
         assert len(paused) == 1, paused  # said once
-        assert str(agent) in paused[0]["cause"] and "agent.sandbox" in paused[0]["cause"]
+        assert str(hidden) in paused[0]["cause"] and "agent.sandbox" in paused[0]["cause"]
         assert all(i["state"] == "Todo" for i in swarm.issues())
         assert not list(ctl.store.paths.records_dir.glob("DEMO-*.json"))  # nobody charged
         assert not swarm.worker_windows()
 
-        moved = launcher.parent / "real-agent"  # the person installs it where workers see it
-        shutil.copy2(agent, moved)
-        launcher.write_text(f'#!/bin/sh\nexec {moved} "$@"\n')
-        result = asyncio.run(ctl.tick())
-        assert [(a.kind, getattr(a, "attempt", None)) for a in result.plan.actions] == [
+        moved = bin_dir / "sh"  # the person installs it where workers see it
+        shutil.copy2(hidden, moved)
+        runner.write_text(f'#!{moved}\nexec /bin/sh "$@"\n')
+
+        def resumed() -> list[tuple[str, int | None]]:
+            plan = asyncio.run(ctl.tick()).plan  # the changed setup is probed beside
+            return [(a.kind, getattr(a, "attempt", None)) for a in plan.actions]
+
+        assert wait_for(resumed, 60, "the swarm to resume") == [
             ("endpause", None), ("spawn", 1), ("spawn", 1)]
         assert [e for e in swarm.events() if e["event"] == "swarm_resumed"]
         wait_for(lambda: (asyncio.run(ctl.tick()), swarm.all_done())[1], 90, "both done")

@@ -40,6 +40,7 @@ from ralph_dev.adapters.files import atomic_write_text, private_dir
 from ralph_dev.adapters.jj_cli import child_path
 from ralph_dev.adapters.pattern_store import plan_advice
 from ralph_dev.adapters.store import utcnow
+from ralph_dev.agent.can_start import problem as startable
 from ralph_dev.agent.claude import (
     AgentError,
     claude_argv,
@@ -261,21 +262,29 @@ def launch_via_spec(argv: Sequence[str], env: Mapping[str, str], cwd: Path, spec
 
 
 def agent_program(settings: ProjectSettings, environ: Mapping[str, str] | None = None) -> str:
-    """The agent program workers run, as their PATH finds it; raises (naming the fix) when
-    it cannot be found: a setup error, which pauses dispatch instead of charging attempts."""
+    """The agent program workers run, as their PATH finds it, once it could be started
+    there: found, executable, its interpreter present (``agent.can_start``: files read,
+    nothing run). Raises (naming the path and the fix) otherwise: a setup error, which
+    pauses dispatch instead of charging attempts. Cheap enough for every tick."""
     environ = os.environ if environ is None else environ
     path = child_path(base=environ.get("PATH", os.defpath))
     if settings.agent.sandbox == "bwrap":
         bwrap_path()
     if settings.agent.runner != "command":
-        return resolve_claude_bin(settings, path)
-    program = command_argv(settings.agent.command or "", dict.fromkeys(PLACEHOLDERS, "x"))[0]
-    found = (program if os.access(program, os.X_OK) and Path(program).is_file() else None
-             ) if os.sep in program else shutil.which(program, path=path)
-    if not found:
-        raise AgentError(f"agent.command's program {program!r} is not an executable on the "
-                         "workers' PATH; install it or fix agent.command")
-    return found
+        program, setting = resolve_claude_bin(settings, path), "agent.claude_bin"
+    else:
+        program = command_argv(settings.agent.command or "", dict.fromkeys(PLACEHOLDERS, "x"))[0]
+        setting = "agent.command"
+        if os.sep not in program:
+            found = shutil.which(program, path=path)
+            if not found:
+                raise AgentError(f"agent.command's program {program!r} is not an executable "
+                                 "on the workers' PATH; install it or fix agent.command")
+            program = found
+    bad = startable(program, path)
+    if bad is not None:
+        raise AgentError(f"the agent cannot be started ({setting}): {bad}")
+    return program
 
 
 def check_agent(settings: ProjectSettings, environ: Mapping[str, str] | None = None) -> None:
