@@ -48,10 +48,7 @@ class MailboxServer:
             with contextlib.suppress(OSError):
                 sock.unlink()
             try:
-                with mailbox.socket_address(sock) as address:
-                    server = await asyncio.start_unix_server(self._server_for(name),
-                                                             path=address)
-                sock.chmod(0o600)
+                server = await listen_at(sock, self._server_for(name))
                 self._servers[name] = (server, sock.stat().st_ino)
             except OSError as exc:
                 log.warning("mailbox_listen_failed", issue=name, error=str(exc))
@@ -77,17 +74,43 @@ class MailboxServer:
 
     async def _serve(self, name: str, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:
-        """One worker says "look at my outbox"; it gets the answer to the report it names."""
-        try:
-            line = (await asyncio.wait_for(reader.readline(), 5.0))[:100].decode().strip()
-            answer = await self.hear(name, line)
-            if answer is not None:
-                writer.write(json.dumps(answer.as_json()).encode())
-                await writer.drain()
-        except (OSError, TimeoutError, UnicodeDecodeError, ValueError) as exc:
-            log.info("mailbox_request_dropped", issue=name, error=str(exc))
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+        async def answer(report_id: str, _: asyncio.StreamReader) -> bytes | None:
+            said = await self.hear(name, report_id)
+            return None if said is None else json.dumps(said.as_json()).encode()
+
+        await answer_poke(reader, writer, answer, name)
         self.wake()
+
+
+Answerer = Callable[[str, asyncio.StreamReader], Awaitable[bytes | None]]
+"""(the report id a worker's command waits for, its connection) → the bytes it gets
+back (None: nothing, the command then says its report waits)."""
+
+
+async def listen_at(sock: Path, serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
+                                                Awaitable[None]]) -> asyncio.AbstractServer:
+    """A listener on a run directory's ``ctl.sock``, owner-only: the controller's on one
+    host, the attempt's actor's on a cluster's (``hosts.node.mailbox``). Both ends speak
+    the same one-line protocol, so a worker's commands cannot tell them apart."""
+    with mailbox.socket_address(sock) as address:
+        server = await asyncio.start_unix_server(serve, path=address)
+    sock.chmod(0o600)
+    return server
+
+
+async def answer_poke(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      answer: Answerer, where: str) -> None:
+    """One worker command says "my outbox has a report" and names it; it gets the
+    answer to that report back, and the connection closes."""
+    try:
+        line = (await asyncio.wait_for(reader.readline(), 5.0))[:100].decode().strip()
+        data = await answer(line, reader)
+        if data is not None:
+            writer.write(data)
+            await writer.drain()
+    except (OSError, TimeoutError, UnicodeDecodeError, ValueError) as exc:
+        log.info("mailbox_request_dropped", where=where, error=str(exc))
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()

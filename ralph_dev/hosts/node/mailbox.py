@@ -16,11 +16,9 @@ controller stopped between two calls loses none.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
-import select
-import socket
-import socketserver
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -30,12 +28,16 @@ import structlog
 
 from ralph_dev.adapters import mailbox
 from ralph_dev.adapters.files import atomic_write_bytes, read_bytes
+from ralph_dev.adapters.mailbox_server import answer_poke, listen_at
 
 log = structlog.get_logger(__name__)
 
 CONTROLLER_FILES = frozenset({mailbox.WORKER_FILE, mailbox.ISSUE_FILE, mailbox.BACKLOG_FILE,
                               mailbox.DIFF_FILE})
 """The run directory's files the controller writes, and so the carrier brings here."""
+
+ANSWER_LOOK = 0.5
+"""Seconds between looks for the answer a worker's command waits for."""
 
 LOOK_AGAIN = 1.0
 """Seconds between looks at the outbox while an exchange waits: a report written
@@ -47,29 +49,36 @@ class NodeMailbox:
         self.run_dir = run_dir
         self._news = threading.Condition()
         self._taken: set[str] = set()
-        self._server: socketserver.ThreadingUnixStreamServer | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
 
     # -- the worker's side: the socket ---------------------------------------------------
 
     def open(self) -> None:
-        """The run directory, and a listener on its ``ctl.sock`` in a thread of its own."""
+        """The run directory, and a listener on its ``ctl.sock`` (the controller's own
+        kind, ``adapters.mailbox_server``) on an event loop in a thread of its own."""
         mailbox.make_run_dir(self.run_dir)
         sock = self.run_dir / mailbox.SOCKET
         with contextlib.suppress(OSError):
             sock.unlink()
-        handler = _handler_for(self)
-        with mailbox.socket_address(sock) as address:
-            self._server = socketserver.ThreadingUnixStreamServer(address, handler)
-        sock.chmod(0o600)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="mailbox",
-                         daemon=True).start()
+        loop = asyncio.new_event_loop()
+        self._server = loop.run_until_complete(listen_at(sock, self._serve))
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="mailbox", daemon=True)
+        self._thread.start()
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        loop, server, thread = self._loop, self._server, self._thread
+        self._loop, self._server, self._thread = None, None, None
+        if loop is not None and server is not None and thread is not None:
+            async def shut() -> None:
+                server.close()
+                loop.stop()
+            asyncio.run_coroutine_threadsafe(shut(), loop)
+            thread.join(timeout=5)
+            if not thread.is_alive():
+                loop.close()
         with contextlib.suppress(OSError):
             (self.run_dir / mailbox.SOCKET).unlink()
 
@@ -77,9 +86,14 @@ class NodeMailbox:
         with self._news:
             self._news.notify_all()
 
-    def answer_for(self, report_id: str, connection: socket.socket) -> bytes | None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                     ) -> None:
+        await answer_poke(reader, writer, self._answer, os.fspath(self.run_dir))
+
+    async def _answer(self, report_id: str, connection: asyncio.StreamReader) -> bytes | None:
         """The answer to ``report_id`` once the carrier brought it; None when the worker
         hung up first (a hook's news waits half a second) or none came in time."""
+        self.poked()
         if not mailbox.report_id_ok(report_id):
             return None
         path = self.run_dir / mailbox.ANSWERS / f"{report_id}.json"
@@ -87,11 +101,11 @@ class NodeMailbox:
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
                 return path.read_bytes()
-            readable, _, _ = select.select([connection], [], [], 0)
-            if readable and not connection.recv(1, socket.MSG_PEEK):
-                return None  # the worker's command gave up waiting
-            with self._news:
-                self._news.wait(0.5)
+            try:
+                if not await asyncio.wait_for(connection.read(1), ANSWER_LOOK):
+                    return None  # the worker's command gave up waiting
+            except TimeoutError:
+                pass
         return None
 
     # -- the controller's side: the carrier's calls ------------------------------------------
@@ -110,7 +124,6 @@ class NodeMailbox:
                 atomic_write_bytes(self.run_dir / mailbox.ANSWERS / f"{report_id}.json", data)
         with self._news:
             self._taken.update(taken)
-            self._news.notify_all()  # an answer a worker's command waits for
         deadline = time.monotonic() + wait
         while True:
             waiting = self._waiting()
@@ -137,22 +150,3 @@ class NodeMailbox:
                 out[path.stem] = data
         return out
 
-
-def _handler_for(box: NodeMailbox) -> type[socketserver.BaseRequestHandler]:
-    class Poke(socketserver.BaseRequestHandler):
-        """One worker command says "my outbox has a report"; it gets the answer back."""
-
-        def handle(self) -> None:
-            connection: socket.socket = self.request
-            try:
-                connection.settimeout(5.0)
-                line = connection.makefile("rb").readline(100).decode().strip()
-                box.poked()
-                answer = box.answer_for(line, connection)
-                if answer is not None:
-                    connection.sendall(answer)
-            except (OSError, UnicodeDecodeError) as exc:
-                log.info("mailbox_request_dropped", run_dir=os.fspath(box.run_dir),
-                         error=str(exc))
-
-    return Poke
