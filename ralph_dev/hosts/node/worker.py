@@ -190,11 +190,9 @@ class NodeWorker:
         spec = self.spec
         base = cluster.resume_point(spec.issue, spec.attempt, self._bookmarks()) or spec.trunk
         if not self.workspace.is_dir():
-            self.workspace.parent.mkdir(parents=True, exist_ok=True)
-            # the clone is the node's own: jj may update its working copy
-            self.jj.run("workspace", "add", "--name", spec.workspace_name,
-                        "-r", f"{quote_revset(base)}@{REMOTE}", str(self.workspace),
-                        touch_checkout=True).check()
+            # made as every workspace of ralph-dev's is (``JjHome.add``)
+            self.changes.home.add(spec.workspace_name, self.workspace,
+                                  f"{quote_revset(base)}@{REMOTE}").check()
             if base != spec.trunk:
                 self._folded_into_one(rebase=spec.rebase)
             self._fresh = True
@@ -225,7 +223,7 @@ class NodeWorker:
 
     def _remove_workspace(self) -> None:
         with contextlib.suppress(RalphError):
-            self.jj.run("workspace", "forget", self.spec.workspace_name).check()
+            self.changes.home.forget(self.spec.workspace_name)
         shutil.rmtree(self.workspace, ignore_errors=True)
 
     def _folded_into_one(self, *, rebase: bool) -> None:
