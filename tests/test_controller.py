@@ -225,6 +225,27 @@ def test_plan_json_in_a_fresh_sandbox(swarm: Swarm) -> None:
     assert [i["state_type"] for i in swarm.issues()] == ["unstarted"] * 3
 
 
+def test_plan_says_why_each_issue_it_leaves_alone_waits(tmp_path: Path, jj_bin: str,
+                                                        tmux_socket: str) -> None:
+    """Two ready issues and one slot: the plan names the spawn, and says why the other
+    waits (what ``status`` says of a running controller's plan)."""
+    swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=1)
+    try:
+        swarm.import_plan('[[task]]\ntitle = "A"\npriority = 1\n[[task]]\ntitle = "B"\n')
+        out = json.loads(swarm.cli("plan", swarm.project, "--json").stdout)
+        assert [(a["action"], a["issue"]) for a in out["actions"]] == [("spawn", "DEMO-1")]
+        (wait,) = out["waits"]
+        assert wait["issue"] == "DEMO-2" and wait["kind"] == "slot"
+        assert "1/1" in wait["why"] and set(wait) >= {"until", "attempt", "last_error"}
+        lines = swarm.cli("plan", swarm.project).stdout.splitlines()
+        assert lines[0].split()[:2] == ["spawn", "DEMO-1"]
+        assert lines[1].split()[:3] == ["wait", "DEMO-2", "[slot]"]
+        assert wait["why"] in lines[1]
+        assert not swarm.worker_windows()  # plan only looks
+    finally:
+        swarm.teardown()
+
+
 def test_people_commands_status_events_doctor(swarm: Swarm) -> None:
     swarm.import_plan('[[task]]\ntitle = "A"\n')
     swarm.start()

@@ -1,4 +1,5 @@
-"""``ralph-dev init`` writing a project's table into the person's config.toml.
+"""``ralph-dev init`` writing a project's table into the person's config.toml, and the
+last good config a swarm ran with (what runs, and what is read, while the file is invalid).
 
 tomlkit keeps the person's comments and layout elsewhere in the file; the
 write is atomic and refuses to replace a table without ``--force``.
@@ -13,15 +14,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ralph_dev.adapters.files import atomic_write_text
+from ralph_dev.adapters.files import atomic_write_text, private_dir
 from ralph_dev.core.config import (
     ProjectSettings,
     project_from_table,
     project_names,
-    read_config_file,
+    read_project_table,
 )
 from ralph_dev.core.errors import ConfigError
-from ralph_dev.core.paths import ProjectPaths, config_file
+from ralph_dev.core.paths import ProjectPaths, config_file, state_home
 
 
 def project_table(settings: ProjectSettings) -> dict[str, Any]:
@@ -99,23 +100,59 @@ def write_project(
 
 
 LAST_GOOD = "config.last-good.json"
-"""In the project's state dir: its table as the controller last read it valid. While a
-person's edit leaves the file invalid, the swarm runs on it, and ``status`` shows it."""
+"""In the project's state dir: its table as a swarm process (controller, daemon) last read
+it valid, or as ``init`` wrote it. While a person's edit leaves the file invalid, the
+swarm runs on it, and the commands that read (``status``, ``events``, ``logs``, ``issue
+list``, ``plan``) use it."""
+
+Signature = tuple[int, int, int]
+"""The config file's inode, size and modification time: a change shows in it."""
 
 
-def remember_good(name: str, config_path: Path) -> None:
-    """Keep the project's table as the config file holds it now (it was just read valid)."""
-    table = read_config_file(config_path).get("projects", {}).get(name)
-    if isinstance(table, dict):
-        atomic_write_text(ProjectPaths(name).state_dir / LAST_GOOD,
-                          json.dumps(table, default=str) + "\n")
+def config_signature(path: Path) -> Signature | None:
+    """The file's signature now (None: it cannot be seen). Taken before a read, it tells
+    whether the file changed since what was read."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def read_good(name: str, config_path: Path) -> ProjectSettings:
+    """The project's settings from the file, which is read once; when they are valid, the
+    very table read is kept as the last good config (never the file as it is a moment
+    later: an edit landing between the read and the keeping must not become "good")."""
+    table = read_project_table(name, config_path)
+    settings = project_from_table(name, table, config_path)
+    keep_good(name, table)
+    return settings
+
+
+def keep_good(name: str, table: Mapping[str, Any]) -> None:
+    """Keep ``table``, the project's as it was just read (or written) valid, as its last
+    good config."""
+    paths = ProjectPaths(name)
+    for directory in (state_home(), paths.state_dir):
+        private_dir(directory)
+    atomic_write_text(paths.state_dir / LAST_GOOD, json.dumps(table, default=str) + "\n")
 
 
 def last_good(name: str, config_path: Path) -> ProjectSettings | None:
     """The settings the swarm runs on while the config file is invalid (None: never read
-    valid by a controller)."""
+    valid by a swarm process)."""
     try:
         table = json.loads((ProjectPaths(name).state_dir / LAST_GOOD).read_text("utf-8"))
         return project_from_table(name, table, config_path)
     except (OSError, ValueError, ConfigError):
         return None
+
+
+def projects_run() -> list[str]:
+    """The projects with a last good config kept: what ran here, for the commands that
+    read while the config file cannot be read at all."""
+    root = state_home()
+    try:
+        return sorted(d.name for d in root.iterdir() if (d / LAST_GOOD).is_file())
+    except OSError:
+        return []

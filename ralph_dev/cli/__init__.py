@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -23,7 +23,13 @@ from ralph_dev.core.model import check_identifier
 from ralph_dev.core.paths import check_project_name, config_file
 from ralph_dev.core.text import for_terminal, terminal_line
 
+if TYPE_CHECKING:
+    from ralph_dev.adapters.config_file import Signature
+
 T = TypeVar("T")
+
+LAST_GOOD_USED = "its last good config (the one it ran with) is used"
+"""What a command that reads (or stops) what runs does while the config file is invalid."""
 
 
 @dataclass
@@ -31,17 +37,17 @@ class CliContext:
     """Injected into every command: where config lives and how to load a project."""
 
     config_path: Path
+    _warned: set[str] = field(default_factory=set)
 
     def project(self, name: str, overrides: dict[str, Any] | None = None) -> ProjectSettings:
         return load_project(name, overrides, path=self.config_path)
 
     def project_as_running(self, name: str) -> tuple[ProjectSettings, str | None]:
-        """The project's settings, and the config's problem when the file is invalid now:
-        then the last good settings the swarm runs on (``status`` still shows it all)."""
+        """The project's settings, and the config's problem when the file is invalid now
+        (or lost the project's table): then the last good settings the swarm runs on
+        (``status`` still shows it all)."""
         try:
             return self.project(name), None
-        except UnknownProject:
-            raise
         except ConfigError as exc:
             from ralph_dev.adapters.config_file import last_good
 
@@ -50,20 +56,82 @@ class CliContext:
                 raise
             return settings, str(exc)
 
-    def project_when_valid(self, name: str, wait: float = 2.0) -> ProjectSettings:
+    def project_or_last_good(self, name: str) -> ProjectSettings:
+        """For a command that only reads (``status``, ``events``, ``logs``, ``issue list``,
+        ``plan``) or stops what runs: the project's settings; while the config file is
+        invalid, the last good ones the swarm runs on, with a warning on stderr (and with
+        none kept, the file's error, as ever). A bad edit must not blind a person to what
+        runs, nor keep them from stopping it."""
+        settings, error = self.project_as_running(name)
+        if error is not None:
+            self.warn_invalid(name, error, LAST_GOOD_USED)
+        return settings
+
+    def warn_invalid(self, name: str, error: str, instead: str) -> None:
+        """Say on stderr, once per project, that the config file is invalid, its problem,
+        and what the command does ``instead``."""
+        if name in self._warned:
+            return
+        self._warned.add(name)
+        problem = error.removeprefix(f"{self.config_path}: ")
+        click.echo(f"warning: the config file {self.config_path} is invalid: "
+                   f"{terminal_line(problem)}\n  {name}: {instead} (until the file is "
+                   "fixed)", err=True)
+
+    def project_names_to_read(self) -> list[str]:
+        """The configured projects; while the file cannot be read at all, the ones that
+        ran here with a good config (their last good config is kept)."""
+        try:
+            return project_names(self.config_path)
+        except ConfigError:
+            from ralph_dev.adapters.config_file import projects_run
+
+            names = projects_run()
+            if not names:
+                raise
+            return names
+
+    def project_to_run(self, name: str) -> tuple[ProjectSettings, str | None, Signature | None]:
+        """What a controller starts with: the settings, the config's problem (None: the file
+        is valid) and the file's signature taken before it was read (``ConfigWatch``).
+        While the file is invalid, the last good config the swarm ran with runs (its
+        daemon read the file valid before it started this controller: an edit landing in
+        between must not stop the swarm), said as an event; with none kept, the controller
+        waits for a fix (``project_when_valid``)."""
+        from ralph_dev.adapters.config_file import config_signature, last_good, read_good
+        from ralph_dev.adapters.store import StateStore
+
+        seen = config_signature(self.config_path)
+        try:
+            return read_good(name, self.config_path), None, seen
+        except ConfigError as exc:  # a table gone is an edit too, as for a running one
+            settings = last_good(name, self.config_path)
+            if settings is None:  # never ran: an unknown project is refused, as ever
+                settings, seen = self.project_when_valid(name)
+                return settings, None, seen
+            StateStore(settings.paths).append_event(
+                "config_invalid", file=str(self.config_path), error=str(exc),
+                why="the controller starts on the last good config")
+            return settings, str(exc), seen
+
+    def project_when_valid(self, name: str, wait: float = 2.0
+                           ) -> tuple[ProjectSettings, Signature | None]:
         """The project's settings; while the config is invalid, say so (the events, and a
         heartbeat ``status`` and the daemon read) and wait for a person's fix, instead of
-        exiting into a crash loop. What the controller and the service's daemon start with."""
+        exiting into a crash loop. What the service's daemon starts with (and a
+        controller, when no good config was ever read). With the file's signature taken
+        before the good read (``ConfigWatch``)."""
         import time
 
-        from ralph_dev.adapters.config_file import remember_good
+        from ralph_dev.adapters.config_file import config_signature, read_good
         from ralph_dev.adapters.store import StateStore
         from ralph_dev.core.paths import ProjectPaths
 
         said = None
         while True:
+            seen = config_signature(self.config_path)
             try:
-                settings = self.project(name)
+                return read_good(name, self.config_path), seen
             except UnknownProject:
                 raise
             except ConfigError as exc:
@@ -75,20 +143,20 @@ class CliContext:
                 store.write_heartbeat(tick=0, config_error=said, acting="waiting for a "
                                                                          "valid config")
                 time.sleep(wait)
-                continue
-            remember_good(name, self.config_path)
-            return settings
 
-    def project_for_issue(self, identifier: str) -> ProjectSettings:
+    def project_for_issue(self, identifier: str, *, reading: bool = False) -> ProjectSettings:
         """The configured project whose issues carry ``identifier``'s key: the local
         tracker's key, or any team key of a Linear project (recorded at init and at
-        each sync)."""
+        each sync). ``reading``: for a command that only reads (``project_or_last_good``)."""
         check_identifier(identifier)
         key = identifier.rsplit("-", 1)[0]
-        names = project_names(self.config_path)
+        names = self.project_names_to_read() if reading else project_names(self.config_path)
         for name in names:
-            settings = self.project(name)
+            settings, error = self.project_as_running(name) if reading \
+                else (self.project(name), None)
             if key in issue_keys(settings):
+                if error is not None:
+                    self.warn_invalid(name, error, LAST_GOOD_USED)
                 return settings
         raise ConfigError(
             f"no configured project uses the issue key {key!r} "
@@ -225,7 +293,12 @@ def init(
     force: bool,
 ) -> None:
     """Add PROJECT to the config (refuses to replace one without --force)."""
-    from ralph_dev.adapters.config_file import check_can_write, write_project
+    from ralph_dev.adapters.config_file import (
+        check_can_write,
+        keep_good,
+        project_table,
+        write_project,
+    )
     from ralph_dev.control.checks.repo_setup import prepare_repo
     from ralph_dev.core.config import build_project
 
@@ -269,6 +342,7 @@ def init(
     for note in found.notes:
         click.echo(terminal_line(note))
     path = write_project(settings, force=force, path=cli.config_path)
+    keep_good(project, project_table(settings))  # what commands that read fall back on
     if linear is not None:
         linear.record(settings)
     click.echo(f"Wrote [projects.{project}] to {path}")

@@ -53,8 +53,10 @@ def _issue_json(issue: Issue) -> dict[str, Any]:
     }
 
 
-def _tracker_for_issue(cli: CliContext, identifier: str) -> tuple[ProjectSettings, Tracker]:
-    settings = cli.project_for_issue(check_identifier(identifier))
+def _tracker_for_issue(cli: CliContext, identifier: str, *, reading: bool = False
+                       ) -> tuple[ProjectSettings, Tracker]:
+    """``reading``: for a command that only reads (``CliContext.project_or_last_good``)."""
+    settings = cli.project_for_issue(check_identifier(identifier), reading=reading)
     return settings, open_tracker(settings)
 
 
@@ -151,7 +153,7 @@ def _labels(issue: Issue, separator: str = ", ") -> str:
 @pass_ctx
 def list_(cli: CliContext, project: str, as_json: bool) -> None:
     """List PROJECT's issues (identifier, state, priority, labels, blockers, title)."""
-    tracker = open_tracker(cli.project(project))
+    tracker = open_tracker(cli.project_or_last_good(project))
     listed = run(_closing(tracker, tracker.list_issues()))
     issues = [i for i in listed if not i.foreign]  # blockers/sub-issues of other projects
     if as_json:
@@ -168,7 +170,7 @@ def list_(cli: CliContext, project: str, as_json: bool) -> None:
 @pass_ctx
 def show(cli: CliContext, identifier: str, as_json: bool) -> None:
     """Show one issue with its relations and comments."""
-    _, tracker = _tracker_for_issue(cli, identifier)
+    _, tracker = _tracker_for_issue(cli, identifier, reading=True)
     issue = run(_closing(tracker, tracker.get(identifier)))
     if as_json:
         echo_json(_issue_json(issue))

@@ -14,8 +14,8 @@ import click
 
 from ralph_dev.adapters.files import read_tail
 from ralph_dev.adapters.store import StateStore
-from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, run
-from ralph_dev.core.config import ProjectSettings, project_names
+from ralph_dev.cli import LAST_GOOD_USED, CliContext, echo_json, main, pass_ctx, run
+from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import ConfigError, HostUnavailable, RalphError
 from ralph_dev.core.model import check_identifier
 from ralph_dev.core.ports import RemoteWorkers
@@ -51,12 +51,15 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
 
     if watch and as_json:
         raise click.UsageError("--watch redraws the terminal view; use --json without it")
-    names = [project] if project else project_names(cli.config_path)
+    names = [project] if project else cli.project_names_to_read()
     if not names:
         raise ConfigError("no projects configured yet: run `ralph-dev init PROJECT --repo PATH`")
     loaded = [cli.project_as_running(name) for name in names]
     settings = [s for s, _ in loaded]
     errors = {s.name: error for s, error in loaded}
+    for name, error in errors.items():
+        if error is not None:  # the document says it too (NEEDS YOU)
+            cli.warn_invalid(name, error, LAST_GOOD_USED)
 
     async def documents(sources: list[StateSources]) -> list[dict[str, Any]]:
         return [await snapshot(s.settings, events=n_events, sources=s,
@@ -110,10 +113,11 @@ def logs(cli: CliContext, issue: str, follow: bool, project: str | None) -> None
     from ralph_dev.adapters.terminal import Replay
 
     if issue == "controller":
-        settings = cli.project(project or _only_project(cli))
+        settings = cli.project_or_last_good(project or _only_project(cli))
     else:
         check_identifier(issue)
-        settings = cli.project(project) if project else cli.project_for_issue(issue)
+        settings = cli.project_or_last_good(project) if project \
+            else cli.project_for_issue(issue, reading=True)
     store = StateStore(settings.paths)
     path = (settings.paths.logs_dir / "controller.log") if issue == "controller" \
         else store.log_path(issue)
@@ -207,7 +211,7 @@ def attach(cli: CliContext, issue: str | None, project: str | None) -> None:
 
 
 def _only_project(cli: CliContext) -> str:
-    names = project_names(cli.config_path)
+    names = cli.project_names_to_read()
     if len(names) != 1:
         known = ", ".join(names) or "none"
         raise ConfigError(f"name the project with --project (configured: {known})")
@@ -242,10 +246,11 @@ def events(cli: CliContext, project: str, issue: str | None, since: str | None,
     from ralph_dev.adapters.store import from_iso
     from ralph_dev.control.state.text import format_event
 
-    settings = cli.project(project)
-    store = StateStore(settings.paths)
+    settings, store = _event_log(cli, project)
     if issue:
-        _known_issue(settings, check_identifier(issue), store)
+        check_identifier(issue)
+        if settings is not None:
+            _known_issue(settings, issue, store)
     cutoff = _parse_since(since) if since else None
 
     def wanted(event: dict[str, Any]) -> bool:
@@ -267,6 +272,27 @@ def events(cli: CliContext, project: str, issue: str | None, since: str | None,
                     return
                 time.sleep(FOLLOW_POLL)
             offset = after
+
+
+def _event_log(cli: CliContext, project: str) -> tuple[ProjectSettings | None, StateStore]:
+    """The project's settings and its event log. While the config file is invalid: the
+    last good settings; with none kept, the log alone, found in the project's state dir
+    (reading it needs no config), and no settings."""
+    from ralph_dev.core.errors import UnknownProject
+    from ralph_dev.core.paths import ProjectPaths, check_project_name
+
+    try:
+        settings = cli.project_or_last_good(project)
+    except UnknownProject:
+        raise
+    except ConfigError as exc:
+        paths = ProjectPaths(check_project_name(project))
+        if not paths.events_file.is_file():
+            raise
+        cli.warn_invalid(project, str(exc), f"no good config of it is known: its events are "
+                                            f"read from {paths.state_dir}")
+        return None, StateStore(paths)
+    return settings, StateStore(settings.paths)
 
 
 def _known_issue(settings: ProjectSettings, issue: str, store: StateStore) -> None:

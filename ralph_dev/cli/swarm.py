@@ -31,11 +31,14 @@ def controller(cli: CliContext, project: str, once: bool) -> None:
     from ralph_dev.control.loop.run import controller_lock, run_with_webhooks
     from ralph_dev.control.loop.wiring import controller_for
 
-    settings = cli.project_when_valid(project)
+    # the daemon read the config valid before it started us: an edit since that left the
+    # file invalid does not stop the swarm (the last good config runs, and it is said)
+    settings, error, seen = cli.project_to_run(project)
     logs.configure("INFO", json_file=settings.paths.logs_dir / "controller.jsonl")
     structlog.contextvars.bind_contextvars(project=project)
     with controller_lock(settings.paths.controller_lock):
         ctl = controller_for(settings)
+        ctl.config.started_with(seen, error)  # an edit since the read is read at once
         # with tracker.webhook_port set, a Linear webhook listener wakes the tick early
         run(run_with_webhooks(ctl, max_ticks=1 if once else None))
 
@@ -78,7 +81,8 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
     from ralph_dev.control.loop.wiring import jj_for, tmux_for
 
     # a service's daemon waits for a fixed config; a person at `start` is told at once
-    settings = cli.project_when_valid(project) if foreground else cli.project(project)
+    settings, seen = cli.project_when_valid(project) if foreground \
+        else (cli.project(project), None)
     jj_for(settings).trunk.check_repo()
     if not foreground:
         # a person is here to read why: every worker would fail the same way. (A service
@@ -99,6 +103,7 @@ def start(cli: CliContext, project: str, foreground: bool) -> None:
 
     logs.configure("INFO", json_file=settings.paths.logs_dir / "daemon.jsonl")
     daemon = Daemon(settings, tmux=tmux_for(settings))
+    daemon.config.started_with(seen, None)  # an edit since the read is read at once
     asyncio.run(daemon.run())
 
 
@@ -147,7 +152,7 @@ def stop(cli: CliContext, project: str, workers: bool) -> None:
     from ralph_dev.adapters.systemd import stop_unit_if_active
     from ralph_dev.control.loop.wiring import host_for, tmux_for
 
-    settings = cli.project(project)
+    settings = cli.project_or_last_good(project)  # a bad edit does not keep it running
     if stop_unit_if_active(project):  # under systemd, Restart=always would undo a SIGTERM
         click.echo(f"stopped the systemd unit ralph-dev@{project}")
     pid = stop_daemon(settings)
@@ -215,21 +220,31 @@ async def preview(settings: ProjectSettings) -> tuple[Plan, list[str]]:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def plan(cli: CliContext, project: str, as_json: bool) -> None:
-    """Print the actions the controller would take now, without taking them."""
-    settings = cli.project(project)
+    """Print the actions the controller would take now, without taking them, and what
+    each issue it leaves alone waits on (as `status` says it)."""
+    from ralph_dev.control.state.text import wait_text
+
+    settings = cli.project_or_last_good(project)
     result, notes = run(preview(settings))
+    waits = {ident: wait.as_json() for ident, wait in sorted(result.waits.items())}
     if as_json:
         echo_json({"project": project, "actions": [action_json(a) for a in result.actions],
+                   "waits": [{"issue": ident, **wait} for ident, wait in waits.items()],
                    "notes": notes})
         return
     for note in notes:
         click.echo(f"note: {terminal_line(note)}", err=True)
-    if not result.actions:
+    if not result.actions and not waits:
         click.echo("Nothing to do: everything is as wanted.")
         return
     for action in result.actions:
         extra = f" [{action.role.value}]" if isinstance(action, Spawn | Restart) else ""
         click.echo(f"{action.kind:<9} {action.issue:<10}{extra} {terminal_line(action.reason)}")
+    if not result.actions:
+        click.echo("Nothing to do now.")
+    for ident, wait in waits.items():
+        click.echo(f"{'wait':<9} {ident:<10} [{wait['kind']}] "
+                   f"{terminal_line(wait_text(wait))}")
 
 
 @main.command()

@@ -438,18 +438,21 @@ def load_project(
 
     ``overrides`` uses dotted keys (``"limits.max_workers"``) as CLI flags do.
     """
-    check_project_name(name)
     path = path or config_file()
-    environ = os.environ if environ is None else environ
-    data = read_config_file(path)
-    projects = data.get("projects", {})
+    return project_from_table(name, read_project_table(name, path), path, overrides, environ)
+
+
+def read_project_table(name: str, path: Path) -> Any:
+    """Project ``name``'s table as the file holds it now, read once (unchecked)."""
+    check_project_name(name)
+    projects = read_config_file(path).get("projects", {})
     if name not in projects:
         known = ", ".join(sorted(projects)) or "none"
         raise UnknownProject(
             f"unknown project {name!r} (configured in {path}: {known}); "
             f"create it with: ralph-dev init {name} --repo PATH"
         )
-    return project_from_table(name, projects[name], path, overrides, environ)
+    return projects[name]
 
 
 def project_from_table(name: str, raw: Any, path: Path,

@@ -6,7 +6,9 @@ so, it reads the file again. A valid file is applied from that tick on, but for 
 only a restart can change (``core.config.RESTART_NEEDED``), and an event lists what
 changed. An invalid one changes nothing — the last good config keeps running — and is
 said once per problem (the event names the file, the key and what is wrong; the
-heartbeat carries it for ``status``, the dashboard and notifications).
+heartbeat carries it for ``status``, the dashboard and notifications). Each valid read is
+kept as the last good config (``adapters.config_file``): a controller that starts while the
+file is invalid starts on it, and the commands that only read use it meanwhile.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ralph_dev.adapters.config_file import Signature, config_signature, read_good
 from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.store import StateStore
-from ralph_dev.core.config import ProjectSettings, live_settings, load_project
+from ralph_dev.core.config import ProjectSettings, live_settings
 from ralph_dev.core.errors import ConfigError
 
 RELOAD_FILE = "reload"
@@ -49,18 +52,18 @@ class ConfigWatch:
         self.path = path
         self.store = store
         self.requests = requests
-        self.seen = self._signature()
+        self.seen = config_signature(path)
         self.error: str | None = None
         """The problem with the file as last read (None: the last read was good)."""
         self.restart_needed: list[str] = []
         """Keys the file changes that the running swarm keeps until a restart."""
 
-    def _signature(self) -> tuple[int, int, int] | None:
-        try:
-            info = self.path.stat()
-        except OSError:
-            return None
-        return (info.st_ino, info.st_size, info.st_mtime_ns)
+    def started_with(self, seen: Signature | None, error: str | None) -> None:
+        """The settings this process started with were read when the file's signature was
+        ``seen`` (taken before that read: an edit since is read at the next check);
+        ``error``: the file was invalid then, and the last good config runs (said already)."""
+        self.seen = seen
+        self.error = error
 
     def _requested(self) -> bool:
         if not self.requests:
@@ -75,12 +78,12 @@ class ConfigWatch:
     def check(self, running: ProjectSettings, *, force: bool = False) -> Reloaded | None:
         """Read the config again when it changed or a reload was asked for; None when
         there was nothing to read or nothing is new."""
-        signature = self._signature()
+        signature = config_signature(self.path)
         if not self._requested() and not force and signature == self.seen:
             return None
         self.seen = signature
         try:
-            new = load_project(self.name, path=self.path)
+            new = read_good(self.name, self.path)  # kept as the last good when valid
         except ConfigError as exc:
             error = str(exc)
             if error == self.error:

@@ -22,7 +22,6 @@ from typing import Any
 
 import structlog
 
-from ralph_dev.adapters.config_file import remember_good
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.writebacks import WriteBackQueue
 from ralph_dev.control.daemon.metrics import TickHistogram
@@ -159,7 +158,6 @@ class Controller:
                                     why="the last good config keeps running")
             return
         self.apply_settings(reloaded.settings)
-        remember_good(self.settings.name, self.config.path)
         self.store.append_event("config_reloaded", file=str(self.config.path),
                                 changed=reloaded.changed,
                                 restart_needed=reloaded.restart_needed)
