@@ -111,6 +111,8 @@ def world(xdg: Path, jj_bin: str, tmux_socket: str, claude_bin: str,
         "[projects.demo]",
         f"repo = {json.dumps(str(repo))}",
         'trunk = "main"',
+        # the controller's host (controller_ticks) opens windows on the test's own server
+        f"tmux_socket = {json.dumps(tmux_socket)}",
         f"verify_command = {json.dumps(VERIFY)}",
         "[projects.demo.tracker]",
         'key = "DEMO"',
