@@ -91,7 +91,8 @@ def test_an_agent_killed_on_its_host_resumes_its_session_in_the_next_attempt(
             retry_until(lambda: (tick(), world.store.load_record(issue).session_id)[1], 30,
                         what="the session id, relayed from the host")
             first = world.store.load_record(issue)
-            assert first.node and first.transcript and first.host_attempt == 1
+            # a placement that timed out under load spends a fence number too
+            assert first.node and first.transcript and first.host_attempt
             worker_file = world.settings.paths.worker_dir(issue) / "run" / "worker.json"
             workspace = Path(json.loads(worker_file.read_text())["workspace"])  # on its host
             crashed["yet"] = True
@@ -104,7 +105,8 @@ def test_an_agent_killed_on_its_host_resumes_its_session_in_the_next_attempt(
             close()
         events = list(world.store.iter_events())
         starts = [e for e in events if e["event"] in ("spawn", "restart")]
-        assert [e["host_attempt"] for e in starts] == [1, 2], starts
+        assert [e["host_attempt"] for e in starts] == [first.host_attempt,
+                                                       first.host_attempt + 1], starts
         assert not [e for e in events if e["event"] == "session_fresh"], events
         later = [m for m in api.main_messages()[2:] if "SessionStart:resume" in json.dumps(m)]
         assert later, "the next attempt did not resume the session"

@@ -259,3 +259,56 @@ def test_the_events_log_rotates_and_offset_readers_miss_nothing(
         events, offset = store.read_events_from(offset, max_bytes=max_bytes)
         seen += [e["issue"] for e in events]
     assert seen == [f"DEMO-{n}" for n in range(3, 6)]
+
+
+def test_each_field_holds_what_was_written_last_by_the_actuator_or_a_fact(
+        store: StateStore) -> None:
+    store.update_record("DEMO-1", attempts=1, done=False, hang_restarts=2)
+    store.note_facts("DEMO-1", "reports", done=True, hang_restarts=0, summary="did it")
+    folded = store.load_record("DEMO-1")
+    assert (folded.done, folded.hang_restarts, folded.summary, folded.attempts) \
+        == (True, 0, "did it", 1)
+    store.update_record("DEMO-1", done=False, attempts=2)  # a new start, after the report
+    again = store.load_record("DEMO-1")
+    assert (again.done, again.summary, again.attempts) == (False, "did it", 2)
+    assert store.load_records() == {"DEMO-1": again}
+
+
+def test_facts_of_a_forgotten_worker_never_reach_the_next(store: StateStore) -> None:
+    store.update_record("DEMO-1", attempts=1)
+    store.note_facts("DEMO-1", "daemon", lost="its tmux session went away")
+    store.delete_record("DEMO-1")
+    assert store.load_record("DEMO-1") is None
+    store.note_facts("DEMO-1", "reports", done=True)  # a late report, after the forget
+    assert store.load_record("DEMO-1") is None  # facts alone make no worker
+    fresh = store.update_record("DEMO-1", attempts=1)
+    assert not fresh.done and fresh.lost is None
+
+
+def test_a_fact_must_name_a_record_field_and_a_known_source(store: StateStore) -> None:
+    with pytest.raises(ValueError, match="not worker-record fields"):
+        store.note_facts("DEMO-1", "reports", colour="red")
+    with pytest.raises(ValueError, match="not one of"):
+        store.note_facts("DEMO-1", "worker", done=True)
+    with pytest.raises(ValueError):
+        store.note_facts("../etc", "reports", done=True)
+
+
+def _note_activity(state_home: str, rounds: int) -> None:
+    os.environ["XDG_STATE_HOME"] = state_home
+    store = StateStore(ProjectPaths("demo"))
+    for i in range(rounds):
+        store.note_facts("DEMO-1", "reports", iterations=i + 1)
+
+
+def test_the_actuator_and_a_noting_process_never_drop_each_others_fields(
+        store: StateStore, xdg: Path) -> None:
+    store.update_record("DEMO-1", attempts=1)
+    writer = multiprocessing.get_context("spawn").Process(
+        target=_note_activity, args=(str(xdg / "state"), 200))
+    writer.start()
+    for i in range(200):
+        store.update_record("DEMO-1", nudged_at=datetime(2026, 1, 1, tzinfo=UTC), attempts=i)
+    writer.join(60)
+    final = store.load_record("DEMO-1")
+    assert (final.iterations, final.attempts) == (200, 199)

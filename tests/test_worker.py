@@ -8,6 +8,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -888,3 +889,24 @@ def test_an_older_state_report_never_overwrites_a_newer_one(project: Project) ->
     assert record is not None and record.agent_state == "api error: rate_limit"
     # nor is the model taken to have answered after the error (an outage's probe)
     assert record.agent_error == "rate_limit" and record.agent_error_streak == 1
+
+
+def test_a_report_is_a_fact_beside_the_record_which_only_the_actuator_writes(
+        project: Project) -> None:
+    """The record has one writer: accepting a report notes what the worker said beside
+    it, and the next load (the next tick) reads it; the actuator's next start of the
+    worker then wins over what the last one said."""
+    from ralph_dev.adapters import mailbox as ch
+    from ralph_dev.core.actions import Restart
+
+    issue = project.issue("Add ok file")
+    project.spawn(issue, listen=False)
+    record_file = project.store.record_path(issue)
+    written = record_file.read_bytes()
+    ch.write_report(project.run_dir(issue), "blocked", {"text": "which port?"})
+    project.controller.call(project.controller.intake.accept_all())
+    assert record_file.read_bytes() == written  # the actuator's file, untouched
+    assert project.store.load_record(issue).blocked  # the fact, folded in
+    started = Restart(issue=issue, reason="test", attempt=2).record_changes(datetime.now(UTC))
+    project.store.update_record(issue, **started)  # what the actuator writes at a start
+    assert not project.store.load_record(issue).blocked

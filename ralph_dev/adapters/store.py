@@ -64,16 +64,43 @@ _DATETIME_FIELDS = {
 }
 
 
+_FIELDS = [f.name for f in dataclasses.fields(WorkerRecord)]
+FACT_SOURCES = ("reports", "observer", "daemon")
+"""Who notes facts about a worker beside its record: the controller's intake (what the
+worker said), its observer (what its pane shows), the daemon (its tmux session went)."""
+WRITTEN, BORN = "_written", "_born"
+"""In a record's file: when the actuator wrote each field; when it made the record."""
+NEVER = datetime.min.replace(tzinfo=UTC)
+
+
+def _times(data: Mapping[str, Any]) -> dict[str, Any]:
+    """When the actuator wrote each field of a record's file (none known: {})."""
+    written = data.get(WRITTEN)
+    return written if isinstance(written, dict) else {}
+
+
+def _field_json(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value.value if isinstance(value, Role) else value
+
+
+def _dumps(data: Mapping[str, Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock beside ``path`` for one read-modify-write of it."""
+    lock_path = path.with_name(f".{path.name}.lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def record_to_json(record: WorkerRecord) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(record):
-        value = getattr(record, f.name)
-        if isinstance(value, datetime):
-            value = value.isoformat()
-        elif isinstance(value, Role):
-            value = value.value
-        out[f.name] = value
-    return out
+    return {name: _field_json(getattr(record, name)) for name in _FIELDS}
 
 
 def record_from_json(data: Mapping[str, Any]) -> WorkerRecord:
@@ -118,39 +145,96 @@ class StateStore:
     def record_path(self, issue: str) -> Path:
         return self.paths.records_dir / f"{check_identifier(issue)}.json"
 
-    def load_record(self, issue: str) -> WorkerRecord | None:
-        path = self.record_path(issue)
+    def facts_path(self, issue: str, source: str) -> Path:
+        if source not in FACT_SOURCES:
+            raise ValueError(f"{source!r} is not one of {FACT_SOURCES}")
+        return self.paths.records_dir / "facts" / f"{check_identifier(issue)}.{source}.json"
+
+    def _read_json(self, path: Path) -> dict[str, Any] | None:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            record = record_from_json(data)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, TypeError, AttributeError) as exc:
-            log.warning("record_corrupt", issue=issue, path=str(path), error=str(exc))
+        except (OSError, ValueError) as exc:
+            log.warning("record_corrupt", path=str(path), error=str(exc))
             return None
-        return record if record.issue == issue else None
+        return data if isinstance(data, dict) else None
+
+    def load_record(self, issue: str) -> WorkerRecord | None:
+        """The actuator's record with the facts noted since folded in, each field the
+        value written last (``note_facts``)."""
+        data = self._read_json(self.record_path(issue))
+        if data is None:
+            return None
+        try:
+            record = record_from_json(data)
+        except (ValueError, TypeError, AttributeError) as exc:
+            log.warning("record_corrupt", issue=issue, error=str(exc))
+            return None
+        if record.issue != issue:
+            return None
+        folded = record_to_json(record)
+        written = _times(data)
+        born = from_iso(data.get(BORN)) or NEVER
+        times = {name: from_iso(written.get(name)) or NEVER for name in folded}
+        for source in FACT_SOURCES:
+            for name, entry in (self._read_json(self.facts_path(issue, source)) or {}).items():
+                at = from_iso(entry.get("at")) if isinstance(entry, dict) else None
+                # a fact from before this record was made is an earlier worker's
+                if name in times and name != "issue" and at is not None and at >= born \
+                        and at > times[name]:
+                    folded[name], times[name] = entry.get("value"), at
+        return record_from_json(folded)
 
     def save_record(self, record: WorkerRecord) -> None:
-        text = json.dumps(record_to_json(record), indent=2, sort_keys=True)
-        atomic_write_text(self.record_path(record.issue), text + "\n")
+        atomic_write_text(self.record_path(record.issue), _dumps(record_to_json(record)))
 
     def update_record(self, issue: str, **changes: Any) -> WorkerRecord:
-        """Load (or start) a record, apply ``changes`` and save it.
+        """Load (or start) the actuator's record, apply ``changes`` and save it, each
+        changed field stamped with when (the fold weighs them against noted facts); the
+        folded record after it.
 
-        Under a per-record lock: the controller, hooks and worker commands update
-        the same record from different processes, and none may drop another's field.
+        The actuator is the record's one writer; what workers say and what observers
+        see are facts (``note_facts``) read at the next load, so no writer can drop
+        another's field, and no read-modify-write spans two processes.
         """
-        lock_path = self.paths.records_dir / f".{check_identifier(issue)}.lock"
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with lock_path.open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            current = self.load_record(issue) or WorkerRecord(issue=issue)
-            updated = dataclasses.replace(current, **changes)
-            self.save_record(updated)
-        return updated
+        path = self.record_path(issue)
+        with _locked(path):
+            data = self._read_json(path) or {}
+            try:
+                current = record_from_json(data) if data.get("issue") == issue else None
+            except ValueError:
+                current = None
+            updated = dataclasses.replace(current or WorkerRecord(issue=issue), **changes)
+            now = to_iso(utcnow())
+            written = _times(data) if current else {}
+            atomic_write_text(path, _dumps({
+                **record_to_json(updated), BORN: data.get(BORN) if current else now,
+                WRITTEN: {**written, **dict.fromkeys(changes, now)}}))
+        return self.load_record(issue) or updated
+
+    def note_facts(self, issue: str, source: str, **facts: Any) -> None:
+        """What ``source`` learned of the issue's worker (a report, what a pane shows):
+        kept beside the record, never in it, and folded in by the next load. Each
+        source has one writer; every fact is stamped with when it was noted."""
+        if not facts:
+            return
+        unknown = set(facts) - set(_FIELDS) - {"issue"}
+        if unknown or "issue" in facts:
+            raise ValueError(f"not worker-record fields: {sorted(unknown or {'issue'})}")
+        path = self.facts_path(issue, source)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        now = to_iso(utcnow())
+        with _locked(path):
+            known = self._read_json(path) or {}
+            atomic_write_text(path, _dumps({**known, **{
+                name: {"value": _field_json(value), "at": now}
+                for name, value in facts.items()}}))
 
     def delete_record(self, issue: str) -> None:
         self.record_path(issue).unlink(missing_ok=True)
+        for source in FACT_SOURCES:
+            self.facts_path(issue, source).unlink(missing_ok=True)
 
     def load_records(self) -> dict[str, WorkerRecord]:
         records: dict[str, WorkerRecord] = {}

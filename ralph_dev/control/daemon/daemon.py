@@ -109,7 +109,8 @@ class Daemon:
         lost = sorted(r.issue for r in self.store.load_records().values() if r.running)
         for ident in lost:
             # a cause outside the issue: respawned without charging an attempt
-            self.store.update_record(ident, lost="its tmux session went away")
+            self.store.note_facts(ident, "daemon", lost="its tmux session went away",
+                                  lost_at=utcnow())
         self.store.append_event("session_created", session=self.settings.session_name,
                                 lost_workers=lost)
         log.info("session_created", lost_workers=lost)

@@ -2,8 +2,10 @@
 
 A worker's report (``adapters.mailbox``) is checked against the controller's own view
 — the issue and the role come from the controller's record of the worker whose
-directory the report is in, never from the report — and accepting it changes
-ralph-dev's own state at once (the record is done, blocked…; an event says so). A
+directory the report is in, never from the report — and what an accepted report says
+is noted as facts beside the worker's record (done, blocked, what the agent does…; an
+event says so), which the next tick reads: the record itself has one writer, the
+actuator. A
 report that writes to the tracker is kept in the write-back queue; ``decide`` has
 the actuator make those writes. What a worker's command prints is the answer
 written here: refused (with why and what to do), or accepted.
@@ -44,6 +46,8 @@ from ralph_dev.core.writeback import KINDS as WRITING_KINDS
 
 log = structlog.get_logger(__name__)
 
+REPORTS = "reports"
+"""What workers said: facts beside their records (``StateStore.note_facts``)."""
 SNAPSHOT_EVERY = timedelta(seconds=20)
 """A worker's activity snapshots its workspace at most this often (jj records the edits)."""
 EVENTS_SCANNED = 5000
@@ -143,7 +147,7 @@ class Intake:
             message, data = await self._apply(name, record.role, report)
         except (Refused, GroomRefused) as exc:
             if report.kind == "done":  # the cause a person needs if the worker then stops
-                self.store.update_record(name, last_refusal=str(exc)[:500])
+                self.store.note_facts(name, REPORTS, last_refusal=str(exc)[:500])
             return mailbox.Answer(report.id, False, str(exc))
         except (RalphError, OSError) as exc:
             log.warning("report_failed", issue=name, report=report.kind, error=str(exc))
@@ -180,7 +184,7 @@ class Intake:
                     raise Refused(f"the {report.kind} is empty: write what a person should know")
                 self._owe(report, name, {"text": text[:20000], "since": since})
                 if report.kind == "blocked":
-                    self.store.update_record(name, blocked=True)
+                    self.store.note_facts(name, REPORTS, blocked=True)
                 self.store.append_event(f"worker_{report.kind}", issue=name, role=role)
                 return (f"{name} is waiting for a person." if report.kind == "blocked"
                         else f"note posted on {name}."), {}
@@ -189,17 +193,17 @@ class Intake:
             case "propose" | "prioritize" | "flag":
                 return self._groom(name, role, report)
             case "verify_failed":
-                self.store.update_record(
-                    name, last_failure=f"verify failed: exit {fields.get('exit_code')}")
+                self.store.note_facts(
+                    name, REPORTS, last_failure=f"verify failed: exit {fields.get('exit_code')}")
                 self.store.append_event("verify_failed", issue=name,
                                         exit_code=fields.get("exit_code"),
                                         seconds=fields.get("duration_s"))
             case "session":
-                self.store.update_record(name, last_activity=now,
-                                         **mailbox.session_fields(fields))
+                self.store.note_facts(name, REPORTS, last_activity=now,
+                                      **mailbox.session_fields(fields))
             case "agent_error":
-                self.store.update_record(
-                    name, agent_error=str(fields.get("error", "unknown"))[:40],
+                self.store.note_facts(
+                    name, REPORTS, agent_error=str(fields.get("error", "unknown"))[:40],
                     agent_error_text=str(fields.get("text", ""))[:300],
                     agent_error_at=said_at(report, now), last_activity=now,
                     # with the error itself, so no reader sees the one without the other
@@ -214,8 +218,8 @@ class Intake:
                                         reset_at=fields.get("reset_at"))
             case "iteration_cap":  # it ended turn after turn without reporting or asking
                 said = fields.get("message")
-                self.store.update_record(name, gave_up=strip_ansi(said)[:2000].strip()
-                                         if isinstance(said, str) else "")
+                self.store.note_facts(name, REPORTS, gave_up=strip_ansi(said)[:2000].strip()
+                                      if isinstance(said, str) else "")
                 self.store.append_event("iteration_cap", issue=name,
                                         iterations=fields.get("iterations"))
             case "activity":  # a tool call, or the Stop hook sending the agent back
@@ -223,7 +227,7 @@ class Intake:
                 # the model answered: unless an API error came after this report was written
                 answered = record is None or record.agent_error_at is None \
                     or said_at(report, now) >= record.agent_error_at
-                self.store.update_record(name, last_activity=now, **(
+                self.store.note_facts(name, REPORTS, last_activity=now, **(
                     {"agent_error_streak": 0, "hang_restarts": 0} if answered else {}), **(
                     {"iterations": count} if isinstance(count, int) and count >= 0 else {}),
                     **self._state(record, report, now))
@@ -232,7 +236,7 @@ class Intake:
                 self._snapshotted.pop(name, None)
                 await self._snapshot(name)
             case "state":  # what the agent does now, from its own hooks
-                self.store.update_record(name, **self._state(record, report, now), **(
+                self.store.note_facts(name, REPORTS, **self._state(record, report, now), **(
                     {"last_activity": now} if fields.get("active") is True else {}))
         return "noted", {}
 
@@ -295,8 +299,8 @@ class Intake:
         self._owe(report, name, {
             "role": role.value, "summary": summary[:20000], "verify": verify, "since": since,
             "finished": to_iso(utcnow()), "spent": spent})
-        self.store.update_record(name, role=role, done=True, summary=summary[:20000],
-                                 sent_back=None)
+        self.store.note_facts(name, REPORTS, done=True, summary=summary[:20000],
+                              sent_back=None)
         self.store.append_event("worker_done", issue=name, role=role,
                                 verify_exit=verify.get("exit_code") if verify else None,
                                 verify_seconds=verify.get("duration_s") if verify else None,

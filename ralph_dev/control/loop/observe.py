@@ -258,7 +258,7 @@ class Observer:
                 found[window.name] = said
                 # a sign of life: its silence counts from here, so the gap between a
                 # retry that got through and the answer's first hook is no hang
-                self.store.update_record(window.name, last_activity=self.clock())
+                self.store.note_facts(window.name, "observer", last_activity=self.clock())
         return found
 
     def _setup_error(self) -> str | None:
