@@ -109,6 +109,7 @@ def run(args: argparse.Namespace, nodes: int) -> float:
             from ralph_dev.devtools.demo import local_cluster
 
             address = stack.enter_context(local_cluster(nodes, -(-args.workers // nodes),
+                                                        Path(tmp) / "hosts",
                                                         swarm.env)).address
             swarm.use_cluster(address, Path(tmp) / "remote.git", snapshot_interval=60)
         try:

@@ -13,6 +13,7 @@ WITH_TEST=0
 SHARED=${RALPH_DEV_SHARED:-$ROOT/../shared}
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/ralph-dev
 CLAUDE_CODE_VERSION=2.1.197
+CODEX_VERSION=0.171.0  # ralph_dev/core/agent_profiles.py pins the same (a test checks)
 say() { printf 'setup: %s\n' "$*" >&2; }
 
 # --- jj -------------------------------------------------------------------
@@ -84,6 +85,24 @@ if [ "$WITH_TEST" = 1 ] || [ "${RALPH_DEV_WITH_CLAUDE:-1}" = 1 ]; then
   fi
   if [ -x "$CLAUDE_DIR/node_modules/.bin/claude" ]; then
     say "claude $("$CLAUDE_DIR/node_modules/.bin/claude" --version) (ralph-dev finds it there)"
+  fi
+fi
+
+# --- Codex CLI (pinned; its tests and `ralph-dev demo --agent codex` drive it) ---
+if [ "$WITH_TEST" = 1 ] || [ "${RALPH_DEV_WITH_CODEX:-1}" = 1 ]; then
+  CODEX_DIR="$CACHE/codex-$CODEX_VERSION"
+  if [ ! -x "$CODEX_DIR/node_modules/.bin/codex" ]; then
+    if command -v npm >/dev/null 2>&1; then
+      say "installing Codex CLI $CODEX_VERSION into $CODEX_DIR"
+      mkdir -p "$CODEX_DIR"
+      (cd "$CODEX_DIR" && npm install --no-audit --no-fund --loglevel=error \
+        "@openai/codex@$CODEX_VERSION" >/dev/null)
+    else
+      say "npm not found: Codex CLI not installed (agent.cli = \"codex\" and its tests need it)"
+    fi
+  fi
+  if [ -x "$CODEX_DIR/node_modules/.bin/codex" ]; then
+    say "$("$CODEX_DIR/node_modules/.bin/codex" --version) (ralph-dev finds it there)"
   fi
 fi
 

@@ -39,19 +39,18 @@ def one_cluster_at_a_time(base: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def local_cluster(base: Path, project: str, *, nodes: int = 2, slots: int = 2,
                   connect: bool = True) -> Iterator[Any]:
-    """A head (no slots) and ``nodes`` nodes of ``slots`` worker slots each, their
-    clones under ``base`` (never the person's own data directory); the test process
+    """A head (no slots) and ``nodes`` nodes of ``slots`` worker slots each, each with
+    a HOME and XDG dirs of its own under :func:`hosts_dir` (a real host shares none of
+    the controller's; never the person's own); the test process
     connected to it unless ``connect`` is False (a controller of its own connects
     instead)."""
     import ray
 
     from ralph_dev.devtools.demo import local_cluster as started_cluster
 
-    homes = {var: str(base / "ray-hosts" / var.lower()) for var in
-             ("XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")}
     with one_cluster_at_a_time(base), started_cluster(
-            nodes, slots, {**homes, **{k: v for k, v in os.environ.items()
-                                      if k == "RALPH_DEV_JJ"}}) as made:
+            nodes, slots, hosts_dir(base), {k: v for k, v in os.environ.items()
+                                            if k == "RALPH_DEV_JJ"}) as made:
         if connect:
             ray.init(address=made.address, namespace=NAMESPACE, log_to_driver=False,
                      logging_level="WARNING")
@@ -64,6 +63,16 @@ def local_cluster(base: Path, project: str, *, nodes: int = 2, slots: int = 2,
             kill_worker_servers(project)
     retry_until(lambda: not any(running(pid) for pid in pids), timeout=30,
                 what="every raylet and GCS of the test cluster to exit")
+
+
+def hosts_dir(base: Path) -> Path:
+    """Where the test clusters' nodes have their HOME and XDG dirs (``nodeN/``)."""
+    return base / "ray-hosts"
+
+
+def hosts_data(base: Path) -> list[Path]:
+    """Each node's ralph-dev data directory (its clones, workspaces and runs)."""
+    return sorted(hosts_dir(base).glob("node*/data/ralph-dev"))
 
 
 def kill_worker_servers(project: str) -> None:

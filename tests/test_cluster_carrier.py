@@ -297,3 +297,60 @@ def test_a_relay_that_fails_unexpectedly_is_said_and_started_again(tmp_path: Pat
         asyncio.run(scenario())
     failed = [e["error"] for e in logs if e["event"] == "carrier_failed"]
     assert failed[:1] == ["TypeError('a bug')"]
+
+
+def test_a_sandbox_made_on_the_controller_hides_what_its_host_has(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: the sandbox's hide list was computed on the controller's host and moved
+    to the node's paths; a node without the controller's dirs made bubblewrap fail
+    (``Can't mkdir …/ralph-dev``) and no worker started. On its host the list is the
+    host's: ralph-dev's dirs and the credentials there hidden, the controller's left out,
+    and a path the sandbox binds that the host lacks named before any pane opens."""
+    import shutil
+    import subprocess
+
+    from ralph_dev.agent.sandbox import SandboxPathMissing, on_this_host
+
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        pytest.skip("bubblewrap is not installed")
+    node = tmp_path / "node"  # a host with a HOME of its own and no ralph-dev dirs yet
+    for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_STATE_HOME", "state"),
+                     ("XDG_DATA_HOME", "data")):
+        monkeypatch.setenv(var, str(node / sub))
+    home = node / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("the host's key\n")
+    (home / ".netrc").write_text("machine example.com password hunter2\n")
+    workspace = node / "data" / "ralph-dev" / "nodes" / "n1" / "workspaces" / "APP-1"
+    workspace.mkdir(parents=True)
+    (workspace / "code.txt").write_text("the worker's code\n")
+    (node / "data" / "ralph-dev" / "nodes" / "n1" / "other.txt").write_text("another's\n")
+    # as the controller made it, moved to this host's paths: its state dir (under the
+    # node's XDG_STATE_HOME, which this host never made) and the controller's credentials
+    made_there = ["--die-with-parent", "--unshare-user", "--cap-drop", "ALL",
+                  "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                  "--tmpfs", "/run", "--tmpfs", str(node / "state" / "ralph-dev"),
+                  "--tmpfs", "/nonexistent-controller-home/.ssh",
+                  "--ro-bind", "/dev/null", "/nonexistent-controller-home/.netrc",
+                  "--bind", str(workspace), str(workspace), "--chdir", str(workspace)]
+    look = ["sh", "-c", f'cat code.txt; ls -A {home}/.ssh; cat {home}/.netrc; '
+                        f'ls -A {node}/data/ralph-dev/nodes/n1; echo end']
+    before = subprocess.run([bwrap, *made_there, "--", *look], capture_output=True,
+                            text=True, check=False)
+    assert before.returncode != 0 and "Can't mkdir" in before.stderr, before
+
+    fit = on_this_host(made_there, home)
+    ran = subprocess.run([bwrap, *fit, "--", *look], capture_output=True, text=True,
+                         check=False)
+    assert ran.returncode == 0, (ran.stderr, fit)
+    # the workspace shows through; the host's key, .netrc and ralph-dev's data do not
+    # (only the mount point of the workspace, made on the empty tmpfs)
+    assert ran.stdout == "the worker's code\nworkspaces\nend\n", ran.stdout
+    assert not [p for p in fit if p.startswith("/nonexistent-controller-home")]
+    assert (node / "state" / "ralph-dev").is_dir()  # made, so it is there to hide
+
+    missing = [*made_there[:-2], "--ro-bind", "/opt/not-on-this-host/claude",
+               "/opt/not-on-this-host/claude", *made_there[-2:]]
+    with pytest.raises(SandboxPathMissing, match="/opt/not-on-this-host/claude"):
+        on_this_host(missing, home)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import test_claude_smoke
 from conftest import retry_until
-from ray_kit import local_cluster
+from ray_kit import hosts_dir, local_cluster
 from test_claude_smoke import FAKE_KEY, World, two_steps_with_a_crash, working_in
 
 from ralph_dev.core.config import ClusterSettings, Timing
@@ -42,7 +42,7 @@ def on_a_cluster(world: World, tmp_path: Path, tmp_path_factory: pytest.TempPath
     world.jj.cli.run("git", "remote", "add", "origin", str(remote), touch_checkout=True).check()
     base = tmp_path_factory.getbasetemp()
     with local_cluster(base, "demo", connect=False) as made:
-        made.hosts_data = base / "ray-hosts" / "xdg_data_home" / "ralph-dev"
+        made.hosts = hosts_dir(base)
         world.settings = dataclasses.replace(
             world.settings, cluster=ClusterSettings(engine="ray", address=made.address,
                                                     remote=None, snapshot_interval=2.0),
@@ -115,7 +115,7 @@ def test_an_agent_killed_on_its_host_resumes_its_session_in_the_next_attempt(
         assert "continuation of your own earlier session" in history
     # the API key reached each host in a secrets file its launcher read and deleted; no
     # copy stays there, nor here
-    hosts = made.hosts_data
+    hosts = made.hosts  # every node's HOME and XDG dirs
     assert not list(hosts.rglob("*.secrets.json"))
     assert not list(world.settings.paths.prompts_dir.glob("*.secrets.json"))
     assert not [p for p in hosts.rglob("*") if p.is_file() and not p.is_symlink()

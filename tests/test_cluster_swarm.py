@@ -10,15 +10,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import retry_until
-from ray_kit import local_cluster, one_cluster_at_a_time
+from ray_kit import hosts_data, hosts_dir, local_cluster, one_cluster_at_a_time
 from swarm_kit import Swarm, wait_for
 
 pytest.importorskip("ray", reason="ray is not installed (pip install 'ralph-dev[ray]')")
@@ -34,7 +36,7 @@ def cluster_swarm(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, jj_b
                   tmux_socket: str) -> Iterator[tuple[Swarm, Any]]:
     base = tmp_path_factory.getbasetemp()
     with local_cluster(base, "demo", connect=False) as made:
-        made.hosts_data = base / "ray-hosts" / "xdg_data_home" / "ralph-dev"
+        made.hosts = hosts_dir(base)
         swarm = Swarm.create(tmp_path / "swarm", jj_bin, tmux_socket, max_workers=4,
                              agent_seconds=4, timing={"max_attempts": 4, "heartbeat_stale": 30})
         swarm.use_cluster(made.address, tmp_path / "remote.git")
@@ -134,7 +136,8 @@ def test_a_swarm_on_three_nodes_loses_one_and_still_merges_everything_once(
     for ident in sorted(set(idents) - set(LONG) - {"DEMO-3", "DEMO-6"}):
         change = swarm.jj_out("file", "show", "-r", "main", f"changes/{ident}.txt")
         said = change.splitlines()[-1]
-        assert said.startswith(f"prepared in {made.hosts_data}/nodes/"), (ident, change)
+        assert re.match(rf"prepared in {made.hosts}/node\d/data/ralph-dev/nodes/", said), \
+            (ident, change)
         assert f"/workspaces/demo/{ident}-a" in said, (ident, change)
     # merged work leaves the remote: only what hosts start from stays
     refs = subprocess.run(["git", "ls-remote", str(swarm.root.parent / "remote.git")],
@@ -145,7 +148,8 @@ def test_a_swarm_on_three_nodes_loses_one_and_still_merges_everything_once(
     # hosts shared nothing with the controller but the remote: each worker wrote its
     # `done` on its host, and only the relay brought it here; its launch, moved there,
     # named nothing of the controller's directories
-    runs = sorted(made.hosts_data.glob("nodes/*/runs/demo/*"))
+    runs = sorted(p for data in hosts_data(made.hosts.parent)
+                  for p in data.glob("nodes/*/runs/demo/*"))
     reported = {run.name.rsplit("-a", 1)[0] for run in runs
                 for path in (run / "worker" / "run" / "outbox").glob("*.json")
                 if json.loads(path.read_text())["kind"] == "done"}
@@ -163,9 +167,27 @@ def raylets() -> set[int]:
     return {int(pid) for pid in listed.split()}
 
 
+@pytest.fixture
+def outside_tmp() -> Iterator[Path]:
+    """A directory outside /tmp: a worker's sandbox hides /tmp whole, so a controller
+    whose own dirs lie there never shows whether the sandbox hides them one by one, as a
+    person's (under their HOME) must be."""
+    base = Path("/var/tmp")
+    if not os.access(base, os.W_OK):
+        pytest.skip("/var/tmp is not writable here")
+    made = Path(tempfile.mkdtemp(prefix="ralph-dev-test-", dir=base))
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+
+
 def test_the_demo_runs_on_a_cluster_of_two_nodes_and_leaves_nothing_running(
-        xdg: Path, jj_bin: str, tmp_path_factory: pytest.TempPathFactory) -> None:
-    env = {**os.environ, "RALPH_DEV_JJ": jj_bin}
+        xdg: Path, jj_bin: str, tmp_path_factory: pytest.TempPathFactory,
+        outside_tmp: Path) -> None:
+    """Its nodes have a HOME and XDG dirs of their own (issue 37: given those, the
+    sandbox's hide list, made on the controller's host, stopped every worker)."""
+    env = {**os.environ, "RALPH_DEV_JJ": jj_bin, "TMPDIR": str(outside_tmp)}
     with one_cluster_at_a_time(tmp_path_factory.getbasetemp()):
         before = raylets()
         proc = subprocess.run([sys.executable, "-m", "ralph_dev", "demo", "--cluster", "2",
@@ -181,6 +203,8 @@ def test_the_demo_runs_on_a_cluster_of_two_nodes_and_leaves_nothing_running(
         nodes = set(re.findall(r"\(execute, \w+ on \S+ (\w{6})\)", out))
         assert len(nodes) == 2, out  # workers were seen on both nodes
         retry_until(lambda: raylets() <= before, timeout=30, what="the demo's raylets gone")
+    # its nodes ran with their own HOME and XDG dirs, under the demo's root
+    assert "own HOME and XDG directories" in out
     where = re.search(r"everything lives in (\S+)", out)
     assert where is not None and not Path(where.group(1)).exists()
     assert not (xdg / "data" / "ralph-dev").exists()  # nothing of the person's touched

@@ -419,6 +419,22 @@ def test_a_cluster_worker_whose_host_was_lost_starts_again_free(windows: list[Wi
                 if isinstance(a, Reap)]
 
 
+def test_a_cluster_workers_tmux_server_ended_on_its_host_charges_nothing() -> None:
+    """Issue 37: its tmux server killed on its host (its pane never exited) is a cause
+    outside the issue, as a tmux session gone on one host: no attempt charged."""
+    running = rec("DEMO-4", attempts=3, node="n1", host="h1", host_attempt=3)
+    obs = world(issues=[issue(4, "started")], records=[running],
+                windows=[win("DEMO-4", alive=False, server_lost=True)])
+    [reap] = run(obs).actions
+    assert isinstance(reap, Reap) and not reap.charged, reap
+    assert "tmux server on its host went away" in reap.reason
+    lost = dataclasses.replace(running, **reap.record_changes(NOW))
+    assert lost.last_failure_at is None and lost.lost
+    [spawn] = run(world(issues=[issue(4, "started")], records=[lost])).actions
+    assert isinstance(spawn, Spawn) and spawn.attempt == 3  # the cap is 3: not held
+    assert "no attempt charged" in spawn.reason
+
+
 def test_done_work_lost_with_its_host_is_done_again_by_a_new_attempt_free() -> None:
     """Its worker said done, but its host died before the final push came back: no
     partial snapshot is merged, no person is needed, and no attempt is charged."""
@@ -433,6 +449,25 @@ def test_done_work_lost_with_its_host_is_done_again_by_a_new_attempt_free() -> N
     [spawn] = run(world(issues=[issue(4, "started")], records=[lost])).actions
     assert isinstance(spawn, Spawn) and spawn.attempt == 3
     assert "its host was lost" in spawn.reason and "no attempt charged" in spawn.reason
+
+
+def test_a_start_the_cluster_could_not_place_says_why_and_charges_nothing() -> None:
+    """Issue 37: a start that failed on the cluster (no host took it, its host lost
+    mid-start) is said with its own cause on the next start, not as "the controller
+    stopped mid-spawn" (which it had not), and charges nothing."""
+    from ralph_dev.control.loop.act import SPAWN_UNFINISHED
+    from ralph_dev.core.policy import Blame, Failure, verdict
+
+    # as the start left it once its workspace was made there, before its window opened
+    started = rec("DEMO-4", attempts=2, node="n1", host_attempt=2, lost=SPAWN_UNFINISHED)
+    error = "demo:DEMO-4#3: no host took it within 20s (no free ralph_worker slot)"
+    judged = verdict(Failure(Spawn("DEMO-4", "starting", role=Role.EXECUTE, attempt=3),
+                             error, True, outside=True), started, settings(), NOW)
+    assert judged.blame is Blame.OUTSIDE and judged.stop_starts
+    failed = dataclasses.replace(started, **judged.record)
+    [spawn] = run(world(issues=[issue(4, "started")], records=[failed])).actions
+    assert isinstance(spawn, Spawn) and spawn.attempt == 2, spawn  # nothing charged
+    assert "no host took it" in spawn.reason and "mid-spawn" not in spawn.reason, spawn
 
 
 def test_backoff_values() -> None:

@@ -1,10 +1,12 @@
 """The README's main command: `ralph-dev demo` runs a swarm to the end and
-leaves nothing running, with the scripted agent and with real Claude Code, and
+leaves nothing running, with the scripted agent, with real Claude Code and with the
+real Codex CLI (``--agent codex``: every spawn event names it), and
 leaves nothing either when it is stopped by SIGTERM or SIGHUP, as by Ctrl-C."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -17,10 +19,16 @@ from pathlib import Path
 import pytest
 from conftest import running
 
+from ralph_dev.agent.codex import find_codex
+
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("agent", ["--scripted", "--claude"])
+CODEX_BIN = find_codex()
+"""Found before a fixture repoints HOME and XDG_CACHE_HOME (scripts/setup.sh installs it)."""
+
+
+@pytest.mark.parametrize("agent", ["--scripted", "--claude", "--agent=codex"])
 def test_demo_runs_to_completion_and_leaves_nothing_running(
     agent: str, xdg, jj_bin: str
 ) -> None:
@@ -29,7 +37,13 @@ def test_demo_runs_to_completion_and_leaves_nothing_running(
         from claude_env import find_claude
 
         env["RALPH_DEV_CLAUDE_BIN"] = find_claude()
-    proc = subprocess.run([sys.executable, "-m", "ralph_dev", "demo", agent, "--timeout", "300"],
+    keep = []
+    if agent == "--agent=codex":
+        assert CODEX_BIN, "the Codex CLI is not installed: run scripts/setup.sh --test"
+        env["RALPH_DEV_CODEX_BIN"] = CODEX_BIN
+        keep = ["--keep"]  # its events are read below, then its files removed
+    proc = subprocess.run([sys.executable, "-m", "ralph_dev", "demo", agent, "--timeout", "300",
+                           *keep],
                           env=env, capture_output=True, text=True, timeout=420,
                           stdin=subprocess.DEVNULL, check=False)
     out = proc.stdout
@@ -37,12 +51,19 @@ def test_demo_runs_to_completion_and_leaves_nothing_running(
     assert "ralph-dev DEMO" in out  # clearly labeled
     assert "Demo finished: every issue is Done." in out
     assert ("real Claude Code" in out) is (agent == "--claude")
+    assert ("real Codex CLI" in out) is (agent == "--agent=codex")
     trunk = out.split("Trunk (main) now holds:")[1].split("project demo")[0]
     assert len(re.findall(r"KV-\d+: ", trunk)) == 10  # every task's change, once
     socket = re.search(r"tmux -L (\S+) attach", out).group(1)
     alive = subprocess.run(["tmux", "-L", socket, "list-sessions"], capture_output=True)
     assert alive.returncode != 0  # its tmux server is gone
     where = re.search(r"everything lives in (\S+)", out).group(1)
+    if keep:  # every worker ran on Codex, and its spawn event says so
+        events = [json.loads(line) for line in
+                  (Path(where) / "state/ralph-dev/demo/events.jsonl").read_text().splitlines()]
+        spawns = [e for e in events if e["event"] == "spawn"]
+        assert spawns and {e.get("cli") for e in spawns} == {"codex"}
+        shutil.rmtree(where)
     assert not Path(where).exists()  # throwaway files removed (no --keep)
     # it never touched the person's own ralph-dev instance
     assert not (xdg / "config" / "ralph-dev").exists()

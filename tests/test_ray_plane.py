@@ -9,6 +9,7 @@ scripted worker in a tmux server of its own; the work comes back through the rem
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import make_jj_repo, retry_until, running
-from ray_kit import NAMESPACE, bare_remote, local_cluster
+from ray_kit import NAMESPACE, bare_remote, hosts_dir, local_cluster
 
 from ralph_dev.adapters.jj_cli import JjCli, child_path
 from ralph_dev.core import cluster
@@ -153,7 +154,36 @@ def test_one_attempt_is_never_placed_twice(ray_cluster: Any, remote: Path,
     assert not [w for w in plane.list_windows() if w.name == "APP-3"]
 
 
-def test_doctor_checks_the_cluster_and_each_node(ray_cluster: Any, remote: Path) -> None:
+def test_a_tmux_server_killed_on_its_host_is_said_as_lost_not_as_a_dead_pane(
+        ray_cluster: Any, remote: Path, tmp_path: Path) -> None:
+    """Issue 37: its tmux server ended from outside (its pane never exited) was seen as
+    a pane that died, charged to the issue; it is a cause outside the issue."""
+    import subprocess
+
+    from ralph_dev.hosts.ray.plane import RayPlane
+
+    plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
+                     root=str(tmp_path / "hosts"), namespace=NAMESPACE)
+    opened = plane.open_window("APP-8", 1, command=["sleep", "600"],
+                               environment=_environment("APP-8", 1))
+    try:
+        retry_until(lambda: [w for w in plane.list_windows() if w.name == "APP-8" and w.alive],
+                    timeout=30, what="the attempt's window")
+        subprocess.run(["tmux", "-L", f"ralph-{PROJECT}-APP-8-a1", "kill-server"], check=True)
+
+        def gone() -> Window | None:
+            [seen] = [w for w in plane.list_windows() if w.name == "APP-8"]
+            return seen if not seen.alive else None
+
+        seen = retry_until(gone, timeout=30, what="the killed server seen")
+        assert isinstance(seen, Window)
+        assert seen.server_lost and not seen.host_lost, seen
+    finally:
+        plane.kill_window(opened.pane_id)
+
+
+def test_doctor_checks_the_cluster_and_each_node(
+        ray_cluster: Any, remote: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     from ralph_dev.control.checks.doctor import cluster_checks
     from ralph_dev.core.config import AgentSettings, ClusterSettings, ProjectSettings
     from ralph_dev.hosts.ray.plane import ClusterError, check_reachable
@@ -172,6 +202,20 @@ def test_doctor_checks_the_cluster_and_each_node(ray_cluster: Any, remote: Path)
     missing = cluster_checks(elsewhere)[1:]
     assert missing and not any(c.ok for c in missing)
     assert all("missing the agent (no-such-agent-here)" in c.detail for c in missing)
+    # a node whose ralph-dev dir cannot be made (a file where its XDG config dir should
+    # be) starts no sandboxed worker: said, with the path and the fix (issue 37)
+    blocked = hosts_dir(tmp_path_factory.getbasetemp()) / "node1" / "config"
+    shutil.rmtree(blocked, ignore_errors=True)
+    blocked.write_text("not a directory\n")
+    try:
+        sandboxed = cluster_checks(dataclasses.replace(settings, agent=AgentSettings(
+            runner="command", command="sh -c 'exit 0'", sandbox="bwrap")))[1:]
+    finally:
+        blocked.unlink()
+    bad = [c for c in sandboxed if not c.ok]
+    assert len(bad) == 1 and len(sandboxed) == 2, sandboxed
+    assert "cannot start a sandboxed worker" in bad[0].detail, bad
+    assert f"{blocked}/ralph-dev" in bad[0].detail and "XDG_CONFIG_HOME" in bad[0].detail
     # an address nothing listens at is said at once (Ray itself retries for minutes)
     started = time.monotonic()
     with pytest.raises(ClusterError, match=r"cannot reach the Ray cluster at 127\.0\.0\.1:1"):
@@ -243,6 +287,10 @@ def test_a_dead_node_ends_its_worker_and_the_next_attempt_resumes_elsewhere(
                          if w.pane_id == first.pane_id] in ([False], []),
                 timeout=30, what="the lost node's worker to be seen dead")
     print(f"a dead node's worker seen dead after {time.monotonic() - died:.1f}s")
+    # its slots stop counting at once (issue 37: Ray counted them a while longer, and the
+    # next attempt waited for a slot there in vain)
+    assert lost not in [n.node for n in plane.nodes()]
+    assert plane.free_slots() == sum(n.slots for n in plane.nodes()), ray.nodes()
     retry_until(lambda: not running(seen.pid), timeout=30,  # type: ignore[arg-type]
                 what="the lost worker's agent process to end with its node")
 

@@ -146,14 +146,16 @@ def seed_claude_config(
 DEFAULT_CLAUDE_BIN = "claude"
 
 
-def setup_claude_dirs() -> list[Path]:
-    """Where ``scripts/setup.sh`` installs Claude Code, newest version first."""
+def setup_dirs(cli: str = "claude") -> list[Path]:
+    """Where ``scripts/setup.sh`` installs an agent CLI (``claude-code-VERSION``,
+    ``codex-VERSION``), newest version first."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ralph-dev"
 
     def version(path: Path) -> tuple[int, ...]:
         return tuple(int(x) for x in re.findall(r"\d+", path.name))
 
-    return sorted(cache.glob("claude-code-*"), key=version, reverse=True)
+    prefix = "claude-code" if cli == "claude" else cli
+    return sorted(cache.glob(f"{prefix}-[0-9]*"), key=version, reverse=True)
 
 
 def find_claude(path: str | None = None) -> str | None:
@@ -161,7 +163,7 @@ def find_claude(path: str | None = None) -> str | None:
     on ``path`` (None: this process's PATH), else the copy ``scripts/setup.sh``
     installed under ``~/.cache/ralph-dev/claude-code-VERSION``."""
     for candidate in (os.environ.get("RALPH_DEV_CLAUDE_BIN"), shutil.which("claude", path=path),
-                      *(str(d / "node_modules/.bin/claude") for d in setup_claude_dirs())):
+                      *(str(d / "node_modules/.bin/claude") for d in setup_dirs())):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
     return None

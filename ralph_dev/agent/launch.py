@@ -31,6 +31,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +49,14 @@ from ralph_dev.agent.claude import (
     prepare_claude,
     resolve_claude_bin,
 )
+from ralph_dev.agent.codex import codex_argv, prepare_codex, resolve_codex_bin
 from ralph_dev.agent.prompt import render_prompt, write_prompt
-from ralph_dev.agent.sandbox import bwrap_path, sandbox_args, write_filter
+from ralph_dev.agent.sandbox import bwrap_path, on_this_host, sandbox_args, write_filter
 from ralph_dev.agent.toolchain import ralph_dev_script, worker_tools
+from ralph_dev.core.agent_profiles import PROFILES, AgentProfile, role_profile
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import (
+    CLAUDE_PREFIXES,
     NESTED_CLAUDE_VARS,
     RUN_DIR_VAR,
     agent_environment,
@@ -108,9 +112,12 @@ def agent_env(
     home: Path,
     config_path: Path | None = None,
     environ: Mapping[str, str] | None = None,
+    profile: AgentProfile | None = None,
 ) -> dict[str, str]:
     """The environment every agent process of the project gets (``core.environment``
-    decides what passes), with ``ralph-dev`` and jj's git first on PATH."""
+    decides what passes), with ``ralph-dev`` and jj's git first on PATH. ``profile``:
+    the CLI it runs, whose own variables pass (None: the command runner's, Claude
+    Code's as ever)."""
     environ = os.environ if environ is None else environ
     path = child_path(base=environ.get("PATH", os.defpath))
     bin_dir = agent_bin_dir(settings)
@@ -122,6 +129,7 @@ def agent_env(
         config_file=str(config_path) if config_path is not None else None,
         isolated_home=settings.agent.home == "isolated",
         pass_env=settings.agent.pass_env,
+        provider=profile.env_prefixes if profile is not None else CLAUDE_PREFIXES,
     )
 
 
@@ -140,7 +148,8 @@ def worker_env(
     """The agent environment plus who the worker is, for the agent's own use (its skills
     name ``$RALPH_DEV_ISSUE``). ``ralph-dev worker …`` and the hooks do not trust these:
     they know the worker by its run directory (``adapters.mailbox``)."""
-    env = agent_env(settings, home=home, config_path=config_path, environ=environ)
+    env = agent_env(settings, home=home, config_path=config_path, environ=environ,
+                    profile=role_profile(settings, role))
     env.update(worker_identity(issue=check_identifier(identifier), role=role.value,
                                workspace=str(workspace), attempt=attempt))
     env.update({
@@ -225,6 +234,22 @@ def command_argv(template: str, values: Mapping[str, str]) -> list[str]:
     return out
 
 
+LAUNCH_SPEC = ".launch.json"
+"""How a launch spec's file name ends (next to its prompt file)."""
+
+
+def sandbox_fit_here(spec_file: Path, person_home: Path) -> None:
+    """A launch spec made on another host (a cluster's controller), its sandbox made fit
+    for this one (``sandbox.on_this_host``): this host's secrets hidden, the other's
+    left out, every path it binds checked here."""
+    spec = json.loads(spec_file.read_text())
+    sandbox = spec.get("sandbox")
+    if not sandbox:
+        return
+    sandbox["args"] = on_this_host([str(a) for a in sandbox["args"]], person_home)
+    atomic_write_text(spec_file, json.dumps(spec, indent=2) + "\n", mode=0o600)
+
+
 def launch_via_spec(argv: Sequence[str], env: Mapping[str, str], cwd: Path, spec_file: Path,
                     *, prompt_file: Path | None = None, prompt_arg: bool = False,
                     sandbox: Mapping[str, Any] | None = None, **about: Any) -> Launch:
@@ -262,16 +287,23 @@ def launch_via_spec(argv: Sequence[str], env: Mapping[str, str], cwd: Path, spec
 
 
 def agent_program(settings: ProjectSettings, environ: Mapping[str, str] | None = None) -> str:
-    """The agent program workers run, as their PATH finds it, once it could be started
-    there: found, executable, its interpreter present (``agent.can_start``: files read,
-    nothing run). Raises (naming the path and the fix) otherwise: a setup error, which
-    pauses dispatch instead of charging attempts. Cheap enough for every tick."""
+    """The project's agent program (``agent.cli``'s, or ``agent.command``'s) as the workers'
+    PATH finds it, once it could be started there: found, executable, its interpreter
+    present (``agent.can_start``: files read, nothing run). Raises (naming the path and
+    the fix) when it, or the CLI of some role (``roles.ROLE.cli``), cannot: a setup
+    error, which pauses dispatch instead of charging attempts. Cheap enough for every
+    tick."""
     environ = os.environ if environ is None else environ
     path = child_path(base=environ.get("PATH", os.defpath))
     if settings.agent.sandbox == "bwrap":
         bwrap_path()
+    # every CLI some role runs must be there (``roles.ROLE.cli``), the project's own first
+    used = sorted({profile.name for profile in map(partial(role_profile, settings), Role)
+                   if profile is not None})
+    found_clis = {name: PROGRAMS[name](settings, path) for name in used}
     if settings.agent.runner != "command":
-        program, setting = resolve_claude_bin(settings, path), "agent.claude_bin"
+        program = found_clis[settings.agent.cli]
+        setting = f"agent.{PROFILES[settings.agent.cli].bin_setting}"
     else:
         program = command_argv(settings.agent.command or "", dict.fromkeys(PLACEHOLDERS, "x"))[0]
         setting = "agent.command"
@@ -285,6 +317,27 @@ def agent_program(settings: ProjectSettings, environ: Mapping[str, str] | None =
     if bad is not None:
         raise AgentError(f"the agent cannot be started ({setting}): {bad}")
     return program
+
+
+def _claude(settings: ProjectSettings, env: dict[str, str], home: Path, trust: Sequence[Path],
+            role: Role, model: str, resume: str | None, workspace: Path) -> list[str]:
+    program = prepare_claude(settings, env, home, trust)
+    return claude_argv(program, role, model, plugin=plugin_dir(),
+                       extra_args=settings.agent.extra_args, resume=resume, workspace=workspace)
+
+
+def _codex(settings: ProjectSettings, env: dict[str, str], home: Path, trust: Sequence[Path],
+           role: Role, model: str, resume: str | None, workspace: Path) -> list[str]:
+    program = prepare_codex(settings, env, home, trust)
+    return codex_argv(program, role, model, resume=resume, workspace=workspace)
+
+
+DRIVERS = {"claude": _claude, "codex": _codex}
+"""Per agent CLI (``core.agent_profiles``), what readies its files and builds its argv
+(without the prompt, which the launcher appends as the last word)."""
+
+PROGRAMS = {"claude": resolve_claude_bin, "codex": resolve_codex_bin}
+"""Per agent CLI, how its program is found (its install check names the fix)."""
 
 
 def check_agent(settings: ProjectSettings, environ: Mapping[str, str] | None = None) -> None:
@@ -323,14 +376,15 @@ def build_launch(
     home = worker_home(settings, worker_dir, environ)
     env = worker_env(settings, identifier, role, workspace, attempt=attempt, home=home,
                      run_dir=worker_dir / "run", config_path=config_path, environ=environ)
-    resumed = resume_session if settings.agent.runner == "claude" else None
+    profile = role_profile(settings, role)
+    resumed = resume_session if profile is not None and profile.resumes else None
     prompt = render_prompt(issue, role, workspace, attempt=attempt, feedback=feedback,
                            project=settings.name, resumed=resumed is not None,
                            sent_back=sent_back, stopped=stopped,
                            advice=plan_advice(settings, utcnow()) if role is Role.PLAN else "")
     prompt_file = write_prompt(settings, identifier, role, attempt, prompt)
 
-    if settings.agent.runner == "command":
+    if profile is None:
         argv = command_argv(settings.agent.command or "", {
             "issue": identifier,
             "role": role.value,
@@ -339,18 +393,17 @@ def build_launch(
         })
         prompt_arg = False
     else:
-        claude = prepare_claude(settings, env, home, _trust_roots(settings, workspace))
-        argv = claude_argv(claude, role, model, plugin=plugin_dir(),
-                           extra_args=settings.agent.extra_args, resume=resumed,
-                           workspace=workspace.resolve())
+        argv = DRIVERS[profile.name](settings, env, home, _trust_roots(settings, workspace),
+                                     role, model, resumed, workspace.resolve())
         prompt_arg = True
     sandbox = worker_sandbox(settings, workspace=workspace, worker_dir=worker_dir,
                              home=home, environ=environ, program=argv[0], path=env["PATH"],
                              readable=[prompt_file])
-    log.info("agent_launch", issue=identifier, role=role.value, runner=settings.agent.runner,
+    log.info("agent_launch", issue=identifier, role=role.value,
+             cli=profile.name if profile is not None else "command",
              model=model, attempt=attempt, home=settings.agent.home, program=Path(argv[0]).name,
              sandbox=settings.agent.sandbox)
-    return launch_via_spec(argv, env, workspace, prompt_file.with_suffix(".launch.json"),
+    return launch_via_spec(argv, env, workspace, prompt_file.with_suffix(LAUNCH_SPEC),
                            prompt_file=prompt_file, prompt_arg=prompt_arg, sandbox=sandbox,
                            issue=identifier, role=role.value, attempt=int(attempt))
 

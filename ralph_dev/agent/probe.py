@@ -47,6 +47,7 @@ from ralph_dev.agent.launch import (
 )
 from ralph_dev.agent.sandbox import bwrap_path
 from ralph_dev.agent.toolchain import ralph_dev_script, worker_tools
+from ralph_dev.core.agent_profiles import COMMAND, PROFILES
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import public_env
 from ralph_dev.core.errors import RalphError
@@ -87,8 +88,10 @@ def probes(settings: ProjectSettings, program: str, *, run_agent: bool = True,
         Probe("worker", "ralph-dev's worker commands cannot run",
               ("ralph-dev", "worker", "--help"), own),
     ]
-    if run_agent and settings.agent.runner == "claude":
-        tried.append(Probe("agent", "the agent cannot run", (program, "--version"), program))
+    if run_agent and settings.agent.runner != COMMAND:  # a CLI's own version check
+        profile = PROFILES[settings.agent.cli]
+        tried.append(Probe("agent", "the agent cannot run", (program, *profile.version_args),
+                           program))
     elif sandboxed:
         tried.append(Probe("start", "the agent cannot be started",
                            (sys.executable, "-m", "ralph_dev.agent.can_start", program), program))
@@ -113,7 +116,8 @@ def _start_problem(result: CommandResult) -> str | None:
 
 def _failure(settings: ProjectSettings, probe: Probe, result: CommandResult, where: str
              ) -> AgentError:
-    setting = "agent.claude_bin" if settings.agent.runner == "claude" else "agent.command"
+    setting = "agent.command" if settings.agent.runner == COMMAND \
+        else f"agent.{PROFILES[settings.agent.cli].bin_setting}"
     if probe.name == "start" and (found := _start_problem(result)) is not None:
         # the host's own check passed: what is missing is what the sandbox hides
         return AgentError(f"{probe.what} {where} ({setting}): {found} there, while outside "

@@ -36,7 +36,7 @@ from __future__ import annotations
 import platform
 import shutil
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ralph_dev.adapters.files import atomic_write_bytes
@@ -86,6 +86,32 @@ def try_sandbox() -> str:
     return run_command([bwrap, "--version"], timeout=30).first_line
 
 
+def try_host_sandbox(person_home: Path) -> None:
+    """Run ``true`` in a sandbox as a cluster worker's launch gets it on this host
+    (:func:`on_this_host`: ralph-dev's dirs here made and hidden, the credentials in
+    ``person_home`` hidden) — ``doctor`` asks it on each node. Raises AgentError with
+    the path and the fix."""
+    bwrap = bwrap_path()
+    smallest = ["--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--unshare-pid",
+                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/run"]
+    try:
+        args = on_this_host(smallest, person_home)
+    except OSError as exc:
+        raise AgentError(
+            f"{exc.filename}: ralph-dev cannot make its directory here ({exc.strerror}), "
+            "and a worker's sandbox hides it: make it a writable directory, or start this "
+            "host's Ray (`ray start`) with XDG_CONFIG_HOME, XDG_STATE_HOME and "
+            "XDG_DATA_HOME naming writable directories") from exc
+    result = run_command([bwrap, *args, "true"], timeout=30)
+    if not result.ok:
+        raise AgentError(
+            f"bubblewrap cannot start a worker's sandbox here ({result.first_line}; its "
+            f"options: {' '.join(args)}): allow unprivileged user namespaces "
+            "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 an AppArmor "
+            "profile for bwrap) and make each path it names a directory or file this "
+            "host has, or set agent.sandbox = \"off\"")
+
+
 def no_tiocsti_filter() -> bytes | None:
     """A classic-BPF seccomp program: ``ioctl(TIOCSTI|TIOCLINUX)`` fails with EPERM, every
     other call is allowed; any other architecture's calls fail. None off x86-64."""
@@ -105,14 +131,80 @@ def _under(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)
 
 
+def host_secrets(person_home: Path) -> list[Path]:
+    """What no worker may read on this host, whoever's launch it runs: ralph-dev's own
+    dirs here (every tracker, record and event, other workers' run dirs and
+    workspaces) and the credentials in ``person_home``."""
+    return [*(p.resolve() for p in (config_home(), state_home(), data_home())),
+            *(person_home / name for name in CREDENTIALS)]
+
+
 def _secrets(settings: ProjectSettings, person_home: Path) -> list[Path]:
-    """What no worker may read: ralph-dev's dirs (every tracker, record and event, other
-    workers' run dirs and workspaces), the person's credentials, and the files holding
-    the controller's secrets (the tracker's key, the dashboard's token)."""
-    dirs = [config_home(), state_home(), data_home(), settings.workspaces]
+    """What no worker may read: :func:`host_secrets`, the workspace root, and the files
+    holding the controller's secrets (the tracker's key, the dashboard's token)."""
     files = [settings.tracker.linear_api_key_file, settings.web.token_file]
-    return [*(p.resolve() for p in dirs), *(person_home / name for name in CREDENTIALS),
+    return [*host_secrets(person_home), settings.workspaces.resolve(),
             *(Path(f).expanduser().resolve() for f in files if f is not None)]
+
+
+BWRAP_ARITY = {"--tmpfs": 1, "--ro-bind": 2, "--bind": 2, "--ro-bind-try": 2, "--bind-try": 2,
+         "--setenv": 2, "--unsetenv": 1, "--chdir": 1, "--dev": 1, "--proc": 1,
+         "--seccomp": 1}
+"""bubblewrap's options that take arguments, and how many: what :func:`on_this_host`
+walks a sandbox's argv by."""
+
+
+class SandboxPathMissing(AgentError):
+    """A path a worker's sandbox binds is missing on the host it was sent to: the
+    path, and what to do."""
+
+
+def on_this_host(args: Sequence[str], person_home: Path) -> list[str]:
+    """A sandbox's bubblewrap options, made on another host (a cluster's controller),
+    fit for this one: a host shares nothing with the controller but the git remote.
+
+    What is hidden is what this host has: a hide of a path that does not exist here
+    names the other host's (bubblewrap cannot make its mount point in the read-only
+    root: ``Can't mkdir``) and goes; this host's own secrets (:func:`host_secrets`:
+    ralph-dev's dirs here, made if missing, and the credentials in ``person_home``) are
+    hidden, before anything is bound back. A path bound in (a tool, the workspace) that
+    this host lacks raises :class:`SandboxPathMissing` naming it: the worker would only
+    fail in its pane."""
+    for ralph_dir in (config_home(), state_home(), data_home()):
+        ralph_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    kept: list[str] = []
+    hidden: set[str] = set()
+    index = 0
+    while index < len(args):
+        word = args[index]
+        taken = list(args[index + 1:index + 1 + BWRAP_ARITY.get(word, 0)])
+        index += 1 + len(taken)
+        if word == "--tmpfs" or (word == "--ro-bind" and taken[0] == "/dev/null"):
+            target = taken[-1]
+            if not Path(target).exists():
+                continue  # the other host's: nothing here to hide
+            hidden.add(target)
+        elif word in ("--bind", "--ro-bind") and not Path(taken[0]).exists():
+            raise SandboxPathMissing(
+                f"{taken[0]}: the worker's sandbox binds it, and this host has no such "
+                "path: install the tool there at the same path as on the controller's "
+                "host (or fix the path the project names)")
+        kept += [word, *taken]
+    own = [word for p in sorted(host_secrets(person_home), key=lambda p: len(p.parts))
+           if p.exists() and str(p) not in hidden
+           for word in (["--tmpfs", str(p)] if p.is_dir() else ["--ro-bind", "/dev/null", str(p)])]
+    # a mount's source is read from the host's tree, so hiding first hides no source; the
+    # binds after it (the workspace, what a worker runs) show through
+    at = _first_mount_after_root(kept)
+    return [*kept[:at], *own, *kept[at:]]
+
+
+def _first_mount_after_root(args: list[str]) -> int:
+    """Where in ``args`` the mounts over the read-only root begin (after ``--proc``)."""
+    for index, word in enumerate(args):
+        if word == "--proc":
+            return index + 2
+    return len(args)
 
 
 def _bindable(tool: Path, hidden: list[Path], secrets: list[Path]) -> bool:

@@ -24,8 +24,9 @@ from ralph_dev.agent.fence import (
     SUPERVISOR_ALLOWED,
     SUPERVISOR_DENIED,
 )
-from ralph_dev.agent.launch import agent_env, agent_home, launch_via_spec
+from ralph_dev.agent.launch import LAUNCH_SPEC, agent_env, agent_home, launch_via_spec
 from ralph_dev.agent.prompt import MAX_DESCRIPTION_BYTES, cap, fence_token, visible
+from ralph_dev.core.agent_profiles import CLAUDE
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import tracker_key
 from ralph_dev.core.model import Launch
@@ -52,6 +53,13 @@ def render_supervisor_prompt(project: str, snapshot: str, reason: str) -> str:
         "",
         "End with a short report: diagnosis, evidence, what you changed, what a person must do.",
     ]) + "\n"
+
+
+def supervisor_model(settings: ProjectSettings) -> str:
+    """The supervisor is Claude Code whatever the workers run: ``agent.model`` when the
+    project's CLI is Claude Code too, else Claude Code's default."""
+    own = settings.agent.model if settings.agent.cli == CLAUDE.name else None
+    return own or CLAUDE.default_model
 
 
 def build_supervisor_launch(
@@ -86,7 +94,7 @@ def build_supervisor_launch(
     claude = prepare_claude(settings, env, home, [settings.repo])
     argv = [
         claude, "-p",
-        "--model", model or settings.agent.model,
+        "--model", model or supervisor_model(settings),
         "--plugin-dir", str(plugin_dir()),
         "--permission-mode", "dontAsk",
         "--tools", "Bash,Read,Skill",
@@ -96,7 +104,7 @@ def build_supervisor_launch(
         "--",
     ]
     log.info("supervisor_launch", project=settings.name, model=argv[argv.index("--model") + 1])
-    return launch_via_spec(argv, env, settings.repo, prompt_file.with_suffix(".launch.json"),
+    return launch_via_spec(argv, env, settings.repo, prompt_file.with_suffix(LAUNCH_SPEC),
                            prompt_file=prompt_file, prompt_arg=True,
                            issue=None, role="supervisor", attempt=1)
 

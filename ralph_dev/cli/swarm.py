@@ -12,6 +12,7 @@ import click
 
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, project_argument, run
 from ralph_dev.core.actions import Action, Plan, Restart, Spawn
+from ralph_dev.core.agent_profiles import aware_roles
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import ConfigError, RalphError
 from ralph_dev.core.model import Workspace, worker_windows
@@ -207,7 +208,7 @@ async def preview(settings: ProjectSettings) -> tuple[Plan, list[str]]:
     tracker = open_tracker(settings)
     try:
         observed, _ = await observe(tracker, tmux_for(settings), jj, StateStore(settings.paths),
-                                    agent_aware=settings.agent.runner == "claude")
+                                    agent_aware=aware_roles(settings))
     finally:
         await tracker.close()
     if not observed.tracker_ok:
@@ -254,15 +255,20 @@ def plan(cli: CliContext, project: str, as_json: bool) -> None:
 @click.option("--claude/--scripted", "use_claude", default=None,
               help="Force real Claude Code sessions or the scripted agent (default: Claude "
                    "Code when its CLI is found).")
+@click.option("--agent", "agent", type=click.Choice(["claude", "codex"]), default="claude",
+              show_default=True,
+              help="The agent CLI the workers run, against a scripted fake of its provider's "
+                   "API on loopback (scripts/setup.sh installs each).")
 @click.option("--workers", default=3, show_default=True, type=click.IntRange(1, 8))
 @click.option("--cluster", "nodes", default=0, type=click.IntRange(0, 4), metavar="N",
               help="Place the workers on a Ray cluster of N nodes on this machine (needs "
                    "Ray: pip install 'ralph-dev[ray]').")
-def demo(keep: bool, timeout: float, use_claude: bool | None, workers: int, nodes: int) -> None:
+def demo(keep: bool, timeout: float, use_claude: bool | None, agent: str, workers: int,
+         nodes: int) -> None:
     """DEMO: run a swarm on a throwaway project with a local tracker, start to finish."""
     from ralph_dev.devtools.demo import run_demo
 
     code = run_demo(keep=keep, timeout=timeout, use_claude=use_claude, echo=click.echo,
-                    workers=workers, cluster=nodes)
+                    workers=workers, cluster=nodes, agent=agent)
     if code:
         raise SystemExit(code)

@@ -62,6 +62,8 @@ class Spawn(Action):
     role: Role = Role.EXECUTE
     attempt: int = 1
     model: str | None = None
+    cli: str = ""
+    """The agent CLI the worker runs (a profile's name, or ``command``; ``decide``)."""
     resume: str | None = None
     """The agent session this start continues (``decide``: the last one of the same role
     whose transcript is kept); None: a fresh session."""
@@ -83,6 +85,8 @@ class Restart(Action):
     role: Role = Role.EXECUTE
     attempt: int = 1
     model: str | None = None
+    cli: str = ""
+    """The agent CLI the worker runs (a profile's name, or ``command``; ``decide``)."""
     charged: bool = True
     hangs: int | None = None
     """A restart for a hung model call: the worker's count of those, this one included."""

@@ -56,11 +56,19 @@ class TrackerSettings:
 @dataclass(frozen=True)
 class AgentSettings:
     runner: Literal["claude", "command"] = "claude"
+    """``claude``: a supervised agent CLI, the one ``cli`` names (Claude Code unless it
+    says otherwise); ``command``: any program, ``command``."""
+    cli: Literal["claude", "codex", "gemini"] = "claude"
+    """The agent CLI workers run (``core.agent_profiles``); a role's ``roles.ROLE.cli``
+    wins."""
     command: str | None = None
     """Template for the ``command`` runner: ``{issue}``, ``{role}``, ``{workspace}``,
     ``{prompt_file}`` placeholders, split like a shell line but never run by one."""
     claude_bin: str = "claude"
-    model: str = "sonnet"
+    codex_bin: str = "codex"
+    """The Codex CLI program: a path, or a name looked up on the workers' PATH."""
+    model: str | None = None
+    """None: the CLI's own default (Claude Code: ``sonnet``)."""
     models: Mapping[str, str] = field(default_factory=dict)
     """Per-role model overrides, e.g. ``{plan = "opus"}``."""
     iteration_cap: int = 25
@@ -81,6 +89,18 @@ class AgentSettings:
     """``bwrap``: each worker confined by bubblewrap (``agent.sandbox``); ``off``: none."""
     shared_paths: tuple[str, ...] = ()
     """Absolute paths every sandboxed worker may also write (a shared cache): name few."""
+
+
+@dataclass(frozen=True)
+class RoleAgent:
+    """Which agent CLI and model one role's workers run (``[projects.NAME.roles.ROLE]``):
+    review on Codex beside execute on Claude Code."""
+
+    cli: Literal["claude", "codex", "gemini"] | None = None
+    """None: ``agent.cli``."""
+    model: str | None = None
+    """None: ``agent.models.ROLE`` / ``agent.model`` when the role runs the project's
+    CLI, else that CLI's default model."""
 
 
 @dataclass(frozen=True)
@@ -277,6 +297,8 @@ class ProjectSettings:
     costs: CostSettings = field(default_factory=CostSettings)
     cluster: ClusterSettings | None = None
     """None (no ``[cluster]`` table): every worker on this host."""
+    roles: Mapping[str, RoleAgent] = field(default_factory=dict)
+    """Per role, the agent CLI and model its workers run (``[projects.NAME.roles.ROLE]``)."""
 
     @property
     def paths(self) -> ProjectPaths:
@@ -343,7 +365,14 @@ def _build(cls: type, raw: Mapping[str, Any], where: str, **fixed: Any) -> Any:
         if name in fixed:
             continue
         tp = hints[name]
-        if name in _SECTIONS and cls is ProjectSettings:
+        if name == "roles" and cls is ProjectSettings:
+            if not isinstance(value, Mapping) or not all(
+                    isinstance(v, Mapping) for v in value.values()):
+                raise ConfigError(f"{where}.roles: expected [{where}.roles.ROLE] tables "
+                                  f"(e.g. cli = \"codex\"), got {value!r}")
+            values[name] = {str(role): _build(RoleAgent, table, f"{where}.roles.{role}")
+                            for role, table in value.items()}
+        elif name in _SECTIONS and cls is ProjectSettings:
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{where}.{name}: expected a table, got {value!r}")
             values[name] = _build(_SECTIONS[name], value, f"{where}.{name}")
@@ -366,7 +395,7 @@ def setting_variables() -> dict[str, tuple[str, ...]]:
         for f in dataclasses.fields(cls):
             names[f"RALPH_DEV_{section}_{f.name}".upper()] = (section, f.name)
     for f in dataclasses.fields(ProjectSettings):
-        if f.name != "name" and f.name not in _SECTIONS:
+        if f.name not in ("name", "roles") and f.name not in _SECTIONS:
             names[f"RALPH_DEV_{f.name}".upper()] = (f.name,)
     return names
 

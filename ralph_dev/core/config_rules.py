@@ -7,6 +7,7 @@ import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ralph_dev.core.agent_profiles import COMMAND, PROFILES, SUPPORTED
 from ralph_dev.core.environment import controller_secret
 from ralph_dev.core.errors import ConfigError
 from ralph_dev.core.model import Role
@@ -63,6 +64,7 @@ def validate(settings: ProjectSettings, where: str) -> None:
     for role in settings.agent.models:
         if role not in {r.value for r in Role}:
             raise bad(f"agent.models.{role}", f"unknown role (roles: {', '.join(Role)})")
+    _check_clis(settings, bad)
     t = settings.timing
     for key in ("poll_interval", "stall_timeout", "restart_timeout", "hang_timeout", "retry_base",
                 "retry_cap", "health_interval", "heartbeat_stale", "crash_loop_window"):
@@ -130,3 +132,21 @@ def cluster_rules(cluster: ClusterSettings, bad: Callable[[str, str], ConfigErro
         raise bad("cluster.remote", f"{remote!r} is not a git URL every host can reach: write "
                   "one such as git@host:team/app.git or /srv/git/app.git, or remove the key "
                   "to use the project repository's own remote")
+
+
+def _check_clis(settings: ProjectSettings, bad: Callable[[str, str], ConfigError]) -> None:
+    """``agent.cli`` and ``roles.ROLE``: known roles, CLIs ralph-dev can run today."""
+    chosen = [("agent.cli", settings.agent.cli)] if settings.agent.runner != COMMAND else []
+    for role, agent in settings.roles.items():
+        if role not in {r.value for r in Role}:
+            raise bad(f"roles.{role}", f"unknown role (roles: {', '.join(Role)}); name the "
+                      "table after one, e.g. [projects.NAME.roles.review]")
+        if agent.model is not None and not agent.model.strip():
+            raise bad(f"roles.{role}.model", "is empty: name a model, or remove the key")
+        if agent.cli is not None:
+            chosen.append((f"roles.{role}.cli", agent.cli))
+    for key, cli in chosen:
+        if cli not in SUPPORTED:
+            raise bad(key, f"{PROFILES[cli].title} ({cli!r}) is described but not yet "
+                      f"supported as a worker (supported: {', '.join(SUPPORTED)}); use one "
+                      "of those, or agent.runner = \"command\" to run it unsupervised")

@@ -60,8 +60,9 @@ _CONTROLLER_EXACT = (
     "SSH_AUTH_SOCK", *NETWORK,
 )
 # GH_/GITHUB_: pull-request mode's gh and push; the controller is ralph-dev itself.
+# OPENAI_: what Codex workers are to get (each worker gets only its own CLI's, launch.py).
 _CONTROLLER_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "CLAUDE_", "LINEAR_", "JJ_", "DISABLE_",
-                        "GH_", "GITHUB_")
+                        "GH_", "GITHUB_", "OPENAI_")
 
 
 WEB_TOKEN = "RALPH_DEV_WEB_TOKEN"  # noqa: S105 - a variable name, not a secret
@@ -95,7 +96,10 @@ _AGENT_EXACT = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
                 "TMPDIR", "CLAUDE_CONFIG_DIR", *NETWORK)
 # CLAUDE_CODE_: how Claude Code reaches its model (a subscriber's CLAUDE_CODE_OAUTH_TOKEN,
 # CLAUDE_CODE_USE_BEDROCK…), minus what a session sets for its own children.
-_AGENT_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "JJ_", "CLAUDE_CODE_")
+_AGENT_PREFIXES = ("RALPH_DEV_", "JJ_")
+CLAUDE_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_")
+"""How Claude Code reaches its model: its profile's ``env_prefixes``, and what the
+command runner and the supervisor get."""
 CONTROLLER_SECRETS = ("LINEAR_API_KEY", "RALPH_DEV_LINEAR_WEBHOOK_SECRET", WEB_TOKEN)
 """The tracker's key, the webhook's secret and the dashboard's token. Only the
 controller and the daemon use them: worker commands and hooks never call the tracker
@@ -138,8 +142,9 @@ OWN_VARIABLES = frozenset({
     "RALPH_DEV_CONFIG", "RALPH_DEV_LOG_LEVEL", "RALPH_DEV_JJ", WEB_TOKEN,
     "RALPH_DEV_LINEAR_URL", "RALPH_DEV_LINEAR_WEBHOOK_SECRET",
     # the set-up scripts and the tests
-    "RALPH_DEV_CLAUDE_BIN", "RALPH_DEV_LINEAR_SCHEMA", "RALPH_DEV_CHAOS_SEED",
-    "RALPH_DEV_SHARED", "RALPH_DEV_WITH_CLAUDE",
+    "RALPH_DEV_CLAUDE_BIN", "RALPH_DEV_CODEX_BIN", "RALPH_DEV_GEMINI_BIN",
+    "RALPH_DEV_LINEAR_SCHEMA", "RALPH_DEV_CHAOS_SEED",
+    "RALPH_DEV_SHARED", "RALPH_DEV_WITH_CLAUDE", "RALPH_DEV_WITH_CODEX",
 })
 """``RALPH_DEV_*`` variables that are no setting: ralph-dev sets them for its own
 processes or reads them elsewhere. Any other is a setting (``core.config``), or a
@@ -166,14 +171,18 @@ pane's launcher removes them."""
 
 def agent_environment(environ: Mapping[str, str], *, project: str, home: str, path: str,
                       config_file: str | None, isolated_home: bool,
-                      pass_env: tuple[str, ...] = ()) -> dict[str, str]:
+                      pass_env: tuple[str, ...] = (),
+                      provider: tuple[str, ...] = CLAUDE_PREFIXES) -> dict[str, str]:
     """What every agent process of the project gets, and all it gets: the pane's
-    launcher starts from this, not from the tmux server's environment."""
+    launcher starts from this, not from the tmux server's environment. ``provider``:
+    the prefixes of its CLI's own variables (its key, its endpoint); another
+    provider's never pass."""
     env: dict[str, str] = {}
     for name, value in environ.items():
         if name in WORKER_IDENTITY or controller_secret(name) or name in NESTED_CLAUDE_VARS:
             continue
-        if name in _AGENT_EXACT or name in pass_env or name.startswith(_AGENT_PREFIXES):
+        if name in _AGENT_EXACT or name in pass_env or name.startswith(_AGENT_PREFIXES) \
+                or name.startswith(provider):
             env[name] = value
     if isolated_home:
         env.pop("CLAUDE_CONFIG_DIR", None)

@@ -229,6 +229,9 @@ class Window:
     host_lost: bool = False
     """A cluster worker whose host the cluster lost (dead or cut off): its end is no
     failure of the issue's."""
+    server_lost: bool = False
+    """A cluster worker whose tmux server on its host was ended from outside, not by its
+    pane's exit: no failure of the issue's, as a tmux session gone on one host."""
 
 
 def worker_windows(windows: Sequence[Window]) -> list[Window]:

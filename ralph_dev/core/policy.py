@@ -147,8 +147,10 @@ def verdict(failure: Failure, record: WorkerRecord | None, settings: ProjectSett
         if failure.setup and not failure.retryable:
             return Verdict(Blame.OUTSIDE, {"lost": HOOK_LOST, "lost_at": now,
                                            "last_failure": error}, stop_starts=True)
-        if failure.outside:  # tried again when decide sees room: nothing charged
-            return Verdict(Blame.OUTSIDE, {"last_failure": error}, stop_starts=True)
+        if failure.outside:  # tried again when decide sees room: nothing charged, and
+            # the next start says this cause (not one a half-made start left in the record)
+            return Verdict(Blame.OUTSIDE, {"last_failure": error, "lost": error,
+                                           "lost_at": now}, stop_starts=True)
         # a half-made start is a failed attempt: backed off before the next
         return Verdict(Blame.OWN, {"last_failure_at": now, "last_failure": error, "lost": None})
     if isinstance(action, Merge):

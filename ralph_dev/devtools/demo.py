@@ -28,6 +28,8 @@ from typing import Any
 
 from ralph_dev.adapters.jj_cli import JjCli, find_jj
 from ralph_dev.agent.claude import find_claude
+from ralph_dev.agent.codex import find_codex
+from ralph_dev.core.agent_profiles import CLAUDE, CODEX, PROFILES
 from ralph_dev.core.cluster import SLOT_RESOURCE
 from ralph_dev.core.errors import RalphError
 
@@ -157,38 +159,66 @@ def scripted_model() -> Iterator[dict[str, str]]:
         server.stop()
 
 
+NODE_DIRS = {"XDG_CONFIG_HOME": "config", "XDG_STATE_HOME": "state",
+             "XDG_DATA_HOME": "data", "XDG_CACHE_HOME": "cache"}
+"""Each node's own XDG directories, under its own directory (not made: a real host may
+have none of them yet)."""
+
+
+def node_env(hosts: Path, index: int, env: Mapping[str, str]) -> dict[str, str]:
+    """The environment node ``index`` of a cluster on this machine runs with: a HOME and
+    XDG directories of its own under ``hosts/nodeN`` (a real host shares none of the
+    controller's), and the jj ``env`` names (``RALPH_DEV_JJ``), since a host has its own."""
+    own = hosts / f"node{index}"
+    (own / "home").mkdir(parents=True, exist_ok=True, mode=0o700)
+    return {"HOME": str(own / "home"),
+            **{var: str(own / sub) for var, sub in NODE_DIRS.items()},
+            **{k: v for k, v in env.items() if k == "RALPH_DEV_JJ"}}
+
+
 @contextlib.contextmanager
-def local_cluster(nodes: int, slots: int, env: Mapping[str, str]) -> Iterator[Any]:
+def scripted_openai() -> Iterator[dict[str, str]]:
+    """Run the scripted fake OpenAI Responses API on loopback; yield the env that points
+    Codex at it."""
+    from ralph_dev.devtools.scripted_model import demo_brain
+    from ralph_dev.devtools.scripted_openai import FakeOpenAI
+
+    server = FakeOpenAI(demo_brain(DEMO_KEY))
+    server.start()
+    try:
+        yield {
+            "OPENAI_BASE_URL": f"{server.url}/v1",
+            "OPENAI_API_KEY": "sk-demo-not-a-real-key-000000000000",
+        }
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def local_cluster(nodes: int, slots: int, hosts: Path, env: Mapping[str, str]
+                  ) -> Iterator[Any]:
     """A Ray cluster on this machine: a head with no worker slots and ``nodes`` nodes of
-    ``slots`` each, started with ``env``'s XDG directories (a node keeps its clones in
-    its data directory); yields it (``ray.cluster_utils.Cluster``: its ``address``, its
-    ``worker_nodes``), and ends it with every process."""
+    ``slots`` each, each node with a HOME and XDG directories of its own under ``hosts``
+    (:func:`node_env`), as a real host has; yields it (``ray.cluster_utils.Cluster``: its
+    ``address``, its ``worker_nodes``), and ends it with every process."""
     from ray import cluster_utils  # only the cluster demo needs Ray
 
-    keys = ("XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME",
-            "RALPH_DEV_JJ")
-    saved = {key: os.environ.get(key) for key in keys}
-    os.environ.update({key: env[key] for key in keys if key in env})
-    try:  # Ray's processes take this process's environment when they start
-        made = cluster_utils.Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 0, "include_dashboard": False})
-        for _ in range(nodes):
-            made.add_node(num_cpus=1, resources={SLOT_RESOURCE: slots})
-        made.wait_for_nodes()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    made = cluster_utils.Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "include_dashboard": False})  # no slots: no worker runs there
     try:
+        for index in range(1, nodes + 1):
+            # a node's raylet, and every process it starts, runs with these
+            made.add_node(num_cpus=1, resources={SLOT_RESOURCE: slots},
+                          env_vars=node_env(hosts, index, env))
+        made.wait_for_nodes()
         yield made
     finally:
         made.shutdown()  # type: ignore[no-untyped-call]  # untyped in Ray
 
 
 def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
-             echo: Callable[[str], None] = print, workers: int = 3, cluster: int = 0) -> int:
+             echo: Callable[[str], None] = print, workers: int = 3, cluster: int = 0,
+             agent: str = "claude") -> int:
     from ralph_dev.adapters.tmux import Tmux
     from ralph_dev.core.paths import sandbox_env
 
@@ -203,10 +233,20 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
             echo("--cluster needs Ray: pip install 'ralph-dev[ray]' (scripts/setup.sh "
                  "installs the test extra, which has it).")
             return 1
-    claude = find_claude() if use_claude is not False else None
-    if use_claude and claude is None:
-        echo("--claude was asked for, but no claude CLI was found (scripts/setup.sh installs it).")
-        return 1
+    if agent == CODEX.name:
+        program = find_codex()
+        if program is None:
+            echo(f"--agent codex was asked for, but no codex CLI was found (scripts/setup.sh "
+                 f"installs it, or npm install -g {CODEX.package}@{CODEX.pinned}).")
+            return 1
+        cli: tuple[str, str] | None = (CODEX.name, program)
+    else:
+        claude = find_claude() if use_claude is not False else None
+        if use_claude and claude is None:
+            echo("--claude was asked for, but no claude CLI was found (scripts/setup.sh "
+                 "installs it).")
+            return 1
+        cli = (CLAUDE.name, claude) if claude else None
     with stop_signals() as stop:
         root = Path(tempfile.mkdtemp(prefix="ralph-dev-demo-"))
         socket = f"ralph-demo-{os.getpid()}"
@@ -220,7 +260,7 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
         stack = contextlib.ExitStack()
         try:
-            return _run_swarm(root, env, socket, claude, stack, stop,
+            return _run_swarm(root, env, socket, cli, stack, stop,
                               timeout=timeout, echo=echo, workers=workers, cluster=cluster)
         except (KeyboardInterrupt, DemoStopped) as stopped:
             signum = stopped.signum if isinstance(stopped, DemoStopped) else signal.SIGINT
@@ -238,7 +278,7 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
                 shutil.rmtree(root, ignore_errors=True)
 
 
-def _run_swarm(root: Path, env: dict[str, str], socket: str, claude: str | None,
+def _run_swarm(root: Path, env: dict[str, str], socket: str, cli: tuple[str, str] | None,
                stack: contextlib.ExitStack, stop: StopFlag, *, timeout: float,
                echo: Callable[[str], None], workers: int, cluster: int) -> int:
     """The demo from an empty ``root`` to its swarm's end; ``run_demo`` tears it down.
@@ -253,10 +293,12 @@ def _run_swarm(root: Path, env: dict[str, str], socket: str, claude: str | None,
     _make_repo(repo)
     init = ["init", PROJECT, "--repo", str(repo.repo), "--key", DEMO_KEY,
             "--max-workers", str(workers), "--verify", "test -n \"$(ls)\""]
-    if claude:
-        echo(f" workers: real Claude Code ({claude}) against a scripted model on loopback")
-        env.update(stack.enter_context(scripted_model()))
-        env["RALPH_DEV_CLAUDE_BIN"] = claude
+    if cli is not None:
+        profile = PROFILES[cli[0]]
+        echo(f" workers: real {profile.title} ({cli[1]}) against a scripted model on loopback")
+        env.update(stack.enter_context(
+            scripted_openai() if profile is CODEX else scripted_model()))
+        env[profile.bin_variable] = cli[1]
         init += ["--agent", "claude"]
     else:
         echo(" workers: the scripted demo agent (no claude CLI found)")
@@ -269,8 +311,10 @@ def _run_swarm(root: Path, env: dict[str, str], socket: str, claude: str | None,
     if cluster:
         slots = -(-workers // cluster)  # the same total, split over the nodes
         echo(f" hosts: a Ray cluster on this machine, a head and {cluster} node(s) of "
-             f"{slots} worker slot(s); code comes back through {root / 'remote.git'}")
-        address = stack.enter_context(local_cluster(cluster, slots, env)).address
+             f"{slots} worker slot(s), each with its own HOME and XDG directories under "
+             f"{root / 'hosts'}; code comes back through {root / 'remote.git'}")
+        address = stack.enter_context(local_cluster(cluster, slots, root / "hosts",
+                                                      env)).address
         stop.check()
         remote = root / "remote.git"
         subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
@@ -282,8 +326,9 @@ def _run_swarm(root: Path, env: dict[str, str], socket: str, claude: str | None,
     config.write_text(config.read_text() + (
         f"\n[projects.{PROJECT}.timing]\npoll_interval = 1.0\nhealth_interval = 5\n"
         "retry_base = 2\nretry_cap = 10\nstall_timeout = 120\nrestart_timeout = 120\n"
-    ) + (f'\n[projects.{PROJECT}.agent]\nrunner = "claude"\nclaude_bin = "{claude}"\n'
-         'home = "isolated"\n' if claude else ""))
+    ) + (f'\n[projects.{PROJECT}.agent]\nrunner = "claude"\ncli = "{cli[0]}"\n'
+         f'{PROFILES[cli[0]].bin_setting} = "{cli[1]}"\nhome = "isolated"\n'
+         if cli else ""))
     plan = root / "plan.toml"
     plan.write_text(DEMO_PLAN)
     created = _cli(env, "issue", "import", PROJECT, str(plan)).stdout

@@ -11,7 +11,10 @@ Behaviour per issue can be scripted for fault tests with a JSON file named by
 exits 1 without reporting, ``hang`` sleeps silently forever, ``hang-once``
 hangs on attempt 1 only, ``write-hang`` makes its change and then hangs (a worker
 a person overtakes by marking the issue Done), ``block`` reports blocked with a question,
-``conflict:PATH`` writes the same PATH as other issues (to force a conflict),
+``conflict:PATH`` writes the same PATH as other issues (to force a conflict: with
+``RALPH_DEV_DEMO_LOCKS`` set, an execute worker reports done only once every issue
+scripted with the same ``conflict:PATH`` has started, so each started from a trunk
+without the others' change and the later merges certainly conflict),
 ``prepared:FILE`` works like ``work:1`` and copies what FILE in its workspace says (the
 project's ``after_create`` hook wrote it, or ``missing``) into its change,
 ``plan:FILE`` (a plan worker) submits the plan file FILE with ``worker plan`` and
@@ -144,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds = float(what.split(":", 1)[1] or 1)
     elif what.startswith("conflict:"):
         target = Path(what.split(":", 1)[1])
+        if role == "execute":
+            await_partners(issue, what)
     elif what.startswith("prepared:"):
         prepared = workspace / what.split(":", 1)[1]
         seen = prepared.read_text() if prepared.is_file() else "missing\n"
@@ -164,6 +169,32 @@ def main(argv: list[str] | None = None) -> int:
                  f"Scripted demo change for {issue}: wrote {target}.")
     print(f"[demo agent] worker done exited {code}", flush=True)
     return code
+
+
+PARTNER_WAIT = 300.0
+"""Seconds a ``conflict:`` worker waits for its partners to start before it goes on."""
+
+
+def await_partners(issue: str, what: str) -> None:
+    """Say this issue's ``conflict:`` worker started (a marker in the locks directory)
+    and wait until every issue scripted with the same behaviour has: a worker whose
+    partner started only after it merged would edit the merged file, with no conflict
+    to resolve (a test waiting for one then waits in vain)."""
+    directory = os.environ.get("RALPH_DEV_DEMO_LOCKS")
+    script = os.environ.get("RALPH_DEV_DEMO_SCRIPT")
+    if not directory or not script:
+        return
+    partners = sorted(k for k, v in json.loads(Path(script).read_text()).items()
+                      if v == what)
+    (Path(directory) / f"{issue}.conflict-started").touch()
+    deadline = time.monotonic() + PARTNER_WAIT
+    while time.monotonic() < deadline:
+        waiting = [k for k in partners
+                   if not (Path(directory) / f"{k}.conflict-started").exists()]
+        if not waiting:
+            return
+        print(f"[demo agent] {issue}: waiting for {', '.join(waiting)} to start", flush=True)
+        time.sleep(0.5)
 
 
 _LOCKS: list[object] = []  # open lock files live as long as the agent

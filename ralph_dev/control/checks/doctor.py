@@ -19,10 +19,13 @@ from ralph_dev.adapters.process import CommandResult
 from ralph_dev.adapters.tmux import tmux_version
 from ralph_dev.adapters.tracker import open_tracker
 from ralph_dev.agent.claude import AgentError, claude_version, resolve_claude_bin
+from ralph_dev.agent.launch import PROGRAMS
 from ralph_dev.agent.probe import try_worker_sandbox
 from ralph_dev.agent.sandbox import try_sandbox
+from ralph_dev.core.agent_profiles import CLAUDE, COMMAND, PROFILES, role_cli
 from ralph_dev.core.config import ProjectSettings, project_names
 from ralph_dev.core.errors import ConfigError, RalphError
+from ralph_dev.core.model import Role
 
 MIN_TMUX = (3, 0)
 MIN_JJ = (0, 46)  # `jj workspace add --no-colocate`
@@ -96,7 +99,7 @@ async def run_checks(config_path: Path, project: str | None,
 async def project_checks(settings: ProjectSettings) -> list[Check]:
     name = settings.name
     checks = []
-    if settings.agent.runner == "claude":
+    if CLAUDE.name in {role_cli(settings, role) for role in Role}:
         checks.append(_claude_check(settings))
     if settings.agent.sandbox == "bwrap":
         checks.append(_sandbox_check(settings))
@@ -128,7 +131,8 @@ def cluster_checks(settings: ProjectSettings) -> list[Check]:
         return [Check(name, False, f"Ray cannot be imported ({exc}): "
                                    "pip install 'ralph-dev[ray]'")]
     try:
-        hosts = RayPlane.from_settings(settings).hosts(_agent_program(settings))
+        hosts = RayPlane.from_settings(settings).hosts(
+            _agent_program(settings), sandboxed=settings.agent.sandbox == "bwrap")
     except (RalphError, ConnectionError) as exc:
         return [Check(name, False, f"{exc}; start the cluster (`ray start --head`, then "
                                    "`ray start --address=HEAD:6379 --resources="
@@ -142,22 +146,22 @@ def cluster_checks(settings: ProjectSettings) -> list[Check]:
                                 "worker slots")]
     for host in hosts:
         where = f"node {host.host} ({host.node[:12]})"
-        checks.append(Check(where, not host.missing,
-                            f"{host.slots} slots; has {', '.join(sorted(host.tools))}"
-                            if not host.missing else
-                            f"{host.slots} slots; missing {', '.join(host.missing)}: "
-                            "install them on that host (jj >= 0.46, tmux, util-linux's "
-                            "setpriv, bubblewrap)"))
+        problems = ([f"missing {', '.join(host.missing)}: install them on that host (jj >= "
+                     "0.46, tmux, util-linux's setpriv, bubblewrap)"] if host.missing else [])
+        if host.sandbox is not None and "bwrap" not in host.missing:
+            problems.append(f"cannot start a sandboxed worker: {host.sandbox}")
+        checks.append(Check(where, not problems, f"{host.slots} slots; " + (
+            "; ".join(problems) if problems else f"has {', '.join(sorted(host.tools))}")))
     return checks
 
 
 def _agent_program(settings: ProjectSettings) -> str | None:
     """The program a worker's launch runs, as a host must have it (None: unknown here)."""
-    if settings.agent.runner == "claude":
+    if settings.agent.runner != COMMAND:
         try:
-            return resolve_claude_bin(settings, child_path())
+            return PROGRAMS[settings.agent.cli](settings, child_path())
         except AgentError:
-            return "claude"
+            return PROFILES[settings.agent.cli].program
     words = shlex.split(settings.agent.command or "")
     return words[0] if words else None
 

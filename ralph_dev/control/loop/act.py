@@ -61,6 +61,7 @@ from ralph_dev.core.actions import (
     Waited,
     WriteBack,
 )
+from ralph_dev.core.agent_profiles import role_model
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import ATTEMPT_VAR
 from ralph_dev.core.errors import (
@@ -388,7 +389,7 @@ class Actuator:
         worker_dir = self.dirs.prepare(issue, action.role, workspace, action.attempt)
         await self.server.listen(self.dirs.names())
         launch = self.launcher(self.settings, issue, action.role, workspace,
-                               action.model or self.settings.agent.model,
+                               action.model or role_model(self.settings, action.role),
                                attempt=action.attempt, feedback=human_feedback(issue),
                                resume_session=resume, worker_dir=worker_dir,
                                sent_back=record.sent_back if action.role.may_edit else None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from ralph_dev.control.loop.costs import Spending
 from ralph_dev.control.loop.merging import MergeLane
 from ralph_dev.control.loop.tripwires import Tripwires
 from ralph_dev.control.loop.worker_dirs import WorkerDirs
+from ralph_dev.core.agent_profiles import aware_roles
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide.swarm import REPO_PAUSE
 from ralph_dev.core.errors import RalphError, TrackerError
@@ -37,6 +38,7 @@ from ralph_dev.core.model import (
     MODEL_CALL_STATES,
     Issue,
     Observed,
+    Role,
     Window,
     WorkerRecord,
     worker_windows,
@@ -75,10 +77,12 @@ def _pane_log(store: StateStore, window: Window) -> Path | None:
 
 
 def output_marks(windows: Sequence[Window], store: StateStore,
-                 records: Mapping[str, WorkerRecord], *, agent_aware: bool) -> tuple[Window, ...]:
+                 records: Mapping[str, WorkerRecord], *,
+                 agent_aware: Collection[Role] = frozenset()) -> tuple[Window, ...]:
     """Stamp each window with when its worker last did something.
 
-    For Claude Code (``agent_aware``) that is the agent's own account: its hooks
+    For a CLI whose profile reports its state (Claude Code; ``agent_aware`` names the
+    roles running one) that is the agent's own account: its hooks
     (``last_activity``) and its transcript's growth. Its pane is no witness: the
     spinner keeps printing while a model call hangs. For the ``command`` runner it
     is the pane: the pipe-pane log's mtime changes exactly when the pane prints.
@@ -87,7 +91,7 @@ def output_marks(windows: Sequence[Window], store: StateStore,
     marked = []
     for window in windows:
         record = records.get(window.name)
-        if agent_aware and record is not None:
+        if record is not None and record.role in agent_aware:
             stamps = [t for t in (record.last_activity, record.started_at,
                                   _mtime(Path(record.transcript)) if record.transcript else None)
                       if t is not None]
@@ -120,7 +124,7 @@ def retry_said(screen: str) -> str | None:
 
 
 async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceLister,
-                  store: StateStore, *, agent_aware: bool = False
+                  store: StateStore, *, agent_aware: Collection[Role] = frozenset()
                   ) -> tuple[Observed, TrackerError | None]:
     """The world: issues, windows, workspaces and records, read now; and the tracker's
     error when it could not be read."""
@@ -186,7 +190,7 @@ class Observer:
             return dataclasses.replace(blind, repository_error=error)
         try:
             observed, _ = await observe(self.tracker, self.host, self.jj.workspaces, self.store,
-                                        agent_aware=self.settings.agent.runner == "claude")
+                                        agent_aware=aware_roles(self.settings))
         except RalphError:  # jj could not list the workspaces: is it the repository?
             if (error := self._repository_error()) is not None:
                 return dataclasses.replace(blind, repository_error=error)
@@ -239,7 +243,8 @@ class Observer:
         whose screens say the CLI retries by itself: only those few panes are read (one
         tmux call each), since only they could be taken for hung. Seen retrying is seen
         alive (``last_activity``)."""
-        if self.settings.agent.runner != "claude":
+        aware = aware_roles(self.settings)
+        if not aware:
             return {}
         quiet_since = self.clock() - timedelta(seconds=self.settings.timing.hang_timeout)
         found = {}
@@ -247,7 +252,7 @@ class Observer:
             record = observed.records.get(window.name)
             changed = window.output_changed_at
             if not window.alive or record is None or changed is None \
-                    or record.agent_state not in MODEL_CALL_STATES \
+                    or record.role not in aware or record.agent_state not in MODEL_CALL_STATES \
                     or changed.replace(tzinfo=changed.tzinfo or UTC) > quiet_since:
                 continue
             try:

@@ -60,6 +60,7 @@ HANG_RESTARTS = 2
 silence is treated as the worker's own."""
 
 HOST_LOST = "the cluster lost the host its worker ran on"
+SERVER_LOST = "its tmux server on its host went away"
 """Why a cluster worker ended for no fault of the issue's: its next start is free."""
 
 PERSONS_DONE = "a person completed the issue"
@@ -564,6 +565,11 @@ class Decider:
             self.emit(Reap(ident, f"{ident}: {HOST_LOST}; closing it, a new attempt starts on "
                                   "another host from its last pushed snapshot, no attempt "
                                   "charged", charged=False, lost=HOST_LOST))
+            return
+        if any(win.server_lost for win in windows):
+            self.emit(Reap(ident, f"{ident}: {SERVER_LOST} (its pane never exited); closing "
+                                  "it, a worker starts again at once, no attempt charged",
+                           charged=False, lost=SERVER_LOST))
             return
         statuses = [win.exit_status for win in windows if win.exit_status is not None]
         status = statuses[0] if statuses else None

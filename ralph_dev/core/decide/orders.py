@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from ralph_dev.core.actions import Action, Forget, Kill, Merge, Reap, Restart, Spawn, Stop
+from ralph_dev.core.agent_profiles import PROFILES, role_cli, role_model
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import Observed, StateType, WorkerRecord
 
@@ -31,11 +32,14 @@ def _fresh_why(rec: WorkerRecord) -> str:
 
 
 def _start(action: Spawn | Restart, observed: Observed, rec: WorkerRecord | None,
-           alive: bool) -> Spawn | Restart:
+           alive: bool, settings: ProjectSettings) -> Spawn | Restart:
     issue = next((i for i in observed.issues if i.identifier == action.issue), None)
     start_issue = issue is not None and issue.state_type in NOT_STARTED
     resume, fresh_why = None, ""
-    if rec is not None and rec.session_id is not None and rec.role is action.role:
+    cli = role_cli(settings, action.role)
+    resumable = cli in PROFILES and PROFILES[cli].resumes
+    if resumable and rec is not None and rec.session_id is not None \
+            and rec.role is action.role:
         # a restart on another host keeps its transcript as it ends, just before it starts
         ends_first = isinstance(action, Restart) and alive and bool(rec.node)
         if action.issue in observed.sessions_kept or ends_first:
@@ -43,7 +47,8 @@ def _start(action: Spawn | Restart, observed: Observed, rec: WorkerRecord | None
         else:
             fresh_why = _fresh_why(rec)
     return dataclasses.replace(action, start_issue=start_issue, resume=resume,
-                               fresh_why=fresh_why)
+                               fresh_why=fresh_why, cli=cli,
+                               model=action.model or role_model(settings, action.role))
 
 
 def fill(actions: Sequence[Action], observed: Observed, settings: ProjectSettings
@@ -54,7 +59,7 @@ def fill(actions: Sequence[Action], observed: Observed, settings: ProjectSetting
     for action in actions:
         rec = observed.records.get(action.issue)
         if isinstance(action, Spawn | Restart):
-            action = _start(action, observed, rec, action.issue in alive)
+            action = _start(action, observed, rec, action.issue in alive, settings)
         if isinstance(action, Kill | Restart | Reap | Stop) and rec is not None:
             action = dataclasses.replace(action, bring_in=rec.done and rec.role.may_edit)
         if isinstance(action, Merge) and rec is not None and rec.node:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from ralph_dev.core.agent_profiles import role_model
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.critical_path import work_behind
 from ralph_dev.core.model import (
@@ -83,7 +84,7 @@ def model_for(issue: Issue, role: Role, settings: ProjectSettings) -> str:
     from_label = _model_label(issue, settings.labels.model_prefix)
     if from_label:
         return from_label
-    return settings.agent.models.get(role.value) or settings.agent.model
+    return role_model(settings, role)
 
 
 # --- the indexed world -------------------------------------------------------------

@@ -33,6 +33,9 @@ from ralph_dev.adapters.jj_cli import JjCli, child_path, find_jj, quote_revset
 from ralph_dev.adapters.jj_home import JjHome
 from ralph_dev.adapters.jj_workspaces import JjWorkspaces
 from ralph_dev.adapters.tmux import Tmux
+from ralph_dev.agent.claude import AgentError
+from ralph_dev.agent.launch import LAUNCH_SPEC, sandbox_fit_here
+from ralph_dev.agent.sandbox import try_host_sandbox
 from ralph_dev.core import cluster
 from ralph_dev.core.cluster import session_folder
 from ralph_dev.core.environment import RUN_DIR_VAR, is_secret_name
@@ -104,6 +107,16 @@ def host_tools(agent: str | None = None) -> dict[str, str | None]:
     if agent:
         found[f"the agent ({agent})"] = shutil.which(agent, path=path)
     return found
+
+
+def host_sandbox() -> str | None:
+    """Why this host cannot start a worker's sandbox as a launch sent here gets it, with
+    the path and the fix; None when it can (``doctor``, asked on each node)."""
+    try:
+        try_host_sandbox(Path.home())
+    except AgentError as exc:
+        return str(exc)
+    return None
 
 
 class NodeWorker:
@@ -314,6 +327,9 @@ class NodeWorker:
         launch resumes put where the agent looks for it."""
         moves = launch_bundle.unpack(bundle, self.own_dir)
         command = [launch_bundle.moved(part, moves) for part in command]
+        for part in command:  # the sandbox hides what this host has, not the controller's
+            if part.endswith(LAUNCH_SPEC) and Path(part).is_file():
+                sandbox_fit_here(Path(part), Path.home())
         environment = {k: launch_bundle.moved(v, moves) for k, v in environment.items()}
         if RUN_DIR_VAR in environment:
             self._mailbox = NodeMailbox(Path(environment[RUN_DIR_VAR]))
@@ -376,9 +392,17 @@ class NodeWorker:
                                           .split(os.pathsep) if p != jj_dir)])
 
     def window(self) -> Window | None:
-        """The attempt's window as tmux sees it now; None once its server is gone."""
+        """The attempt's window as tmux sees it now; None once its server is gone: ended
+        by this attempt, or not started; one ended from outside (its pane never exited)
+        is said as such (``server_lost``), no failure of the issue's."""
         found = self.tmux.find(self.spec.issue)
-        return found[0] if found else None
+        if found:
+            return found[0]
+        if self._server is not None and self._server.poll() is not None \
+                and not self._stopped.is_set():
+            return Window(name=self.spec.issue, pane_id="", window_id="", alive=False,
+                          server_lost=True)
+        return None
 
     def capture(self, lines: int = 40) -> str:
         return self.tmux.capture(self._pane(), lines)

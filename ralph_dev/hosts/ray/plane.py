@@ -28,12 +28,14 @@ import contextlib
 import dataclasses
 import logging
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
+from ray._private import state as ray_state  # free slots per node
 from ray.exceptions import RayError, RayTaskError
 from ray.util import list_named_actors
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -45,7 +47,13 @@ from ralph_dev.core.errors import ConfigError, HostUnavailable, RalphError
 from ralph_dev.core.model import NodeSlots, Placement, Window
 from ralph_dev.hosts.bundle import Bundle
 from ralph_dev.hosts.hooks import Hooks
-from ralph_dev.hosts.node.worker import AttemptRunning, NodeWorker, WorkerSpec, host_tools
+from ralph_dev.hosts.node.worker import (
+    AttemptRunning,
+    NodeWorker,
+    WorkerSpec,
+    host_sandbox,
+    host_tools,
+)
 
 NAMESPACE = "ralph-dev"
 START_TIMEOUT = 180.0
@@ -58,6 +66,12 @@ LIST_TIMEOUT = 5.0
 """Seconds a tick waits for its workers to say how their windows are: one that has not
 answered by then counts as running (never start a second on a guess), and the tick goes
 on (a lost node's calls fail in ~3 s, but may take longer)."""
+
+LOST_NODE_HOLD = 60.0
+"""Seconds a node a worker was lost on counts no free slots, unless Ray stops listing it
+sooner (it declares a node whose raylet is gone dead within ~15 s): long enough to
+bridge that, short enough that a node whose one actor failed is not left out for long."""
+
 REACH_TIMEOUT = 5.0
 """Seconds to reach the cluster's address before connecting (Ray's own retries last
 minutes)."""
@@ -91,8 +105,9 @@ _RemoteWorker: Any = ray.remote(NodeWorker)
 
 
 @ray.remote(num_cpus=0)
-def _tools_on(agent: str | None) -> tuple[str, dict[str, str | None]]:
-    return socket.gethostname(), host_tools(agent)
+def _tools_on(agent: str | None, sandboxed: bool
+              ) -> tuple[str, dict[str, str | None], str | None]:
+    return socket.gethostname(), host_tools(agent), host_sandbox() if sandboxed else None
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,9 @@ class HostReport:
     host: str
     slots: int
     tools: Mapping[str, str | None]
+    sandbox: str | None = None
+    """Why this host cannot start a sandboxed worker, with the path and the fix (None:
+    it can, or workers run unconfined)."""
 
     @property
     def missing(self) -> list[str]:
@@ -182,6 +200,12 @@ class RayPlane:
         self.call_timeout = call_timeout
         self.start_timeout = start_timeout
         self._connected_here = False
+        self._node_of: dict[str, str] = {}
+        """Each attempt's node (actor name → Ray node id), as it answered."""
+        self._lost_nodes: dict[str, float] = {}
+        """Nodes a worker was lost on (node id → until when, on this process's monotonic
+        clock, its slots are not counted): Ray may count a lost node's slots for a while
+        after its actors stopped answering, and a placement on them only waits."""
 
     @classmethod
     def from_settings(cls, settings: ProjectSettings) -> RayPlane:
@@ -237,7 +261,8 @@ class RayPlane:
         actor = self._placed(name, attempt, rebase=rebase, hooks=hooks)
         try:
             try:  # an actor no host has a slot for waits, unplaced, for ever
-                self._get(actor.where.remote(), PLACE_TIMEOUT)
+                where: Placement = self._get(actor.where.remote(), PLACE_TIMEOUT)
+                self._node_of[cluster.actor_name(self.project, name, attempt)] = where.node
             except ClusterError:
                 raise ClusterError(
                     f"{cluster.actor_name(self.project, name, attempt)}: no host took it "
@@ -295,6 +320,7 @@ class RayPlane:
         names = [a["name"] for a in list_named_actors(all_namespaces=True)
                  if a["namespace"] == self.namespace]
         asked: dict[str, tuple[str, Any]] = {}
+        placed: dict[str, Any] = {}
         for target in names:
             parsed = cluster.parse_actor_name(target, self.project)
             if parsed is None:
@@ -302,11 +328,18 @@ class RayPlane:
             with contextlib.suppress(ValueError):  # ended since it was listed
                 actor = ray.get_actor(target, namespace=self.namespace)
                 asked[target] = (parsed[0], actor.window.remote())
+                if target not in self._node_of:  # once per attempt: where it runs
+                    placed[target] = actor.where.remote()
         if not asked:
             return []
-        ready, _ = ray.wait([ref for _, ref in asked.values()], num_returns=len(asked),
+        refs = [*(ref for _, ref in asked.values()), *placed.values()]
+        ready, _ = ray.wait(refs, num_returns=len(refs),
                             timeout=min(self.call_timeout, LIST_TIMEOUT))
         answered = set(ready)
+        for target, ref in placed.items():
+            if ref in answered:
+                with contextlib.suppress(RayError):
+                    self._node_of[target] = ray.get(ref, timeout=0).node
         return [self._seen(target, issue, ref, ref in answered)
                 for target, (issue, ref) in sorted(asked.items())]
 
@@ -317,6 +350,9 @@ class RayPlane:
         try:
             window = ray.get(ref, timeout=0)
         except RayError:  # its host died or is cut off: an orphan, fenced by attempt
+            node = self._node_of.get(target)
+            if node is not None:
+                self._lost_nodes[node] = time.monotonic() + LOST_NODE_HOLD
             return dataclasses.replace(gone, host_lost=True)
         return gone if window is None else dataclasses.replace(window, pane_id=target,
                                                                window_id=target)
@@ -339,13 +375,28 @@ class RayPlane:
         a moment to show)."""
         self._connect()
         try:
-            free = ray.available_resources()  # type: ignore[no-untyped-call]  # untyped in Ray
-            return int(free.get(cluster.SLOT_RESOURCE, 0))
+            free: dict[str, dict[str, float]] = \
+                ray_state.available_resources_per_node()  # type: ignore[no-untyped-call]
         except RayError as exc:
             raise ClusterError(f"the cluster did not say its free slots: {exc}") from exc
+        # a node this controller saw a worker lost on counts for nothing at once, not only
+        # once Ray declares it dead (a placement on its slots would wait in vain)
+        lost = self._lost_now()
+        return sum(int(resources.get(cluster.SLOT_RESOURCE, 0))
+                   for node, resources in free.items() if node not in lost)
+
+    def _lost_now(self) -> set[str]:
+        now = time.monotonic()
+        self._lost_nodes = {n: until for n, until in self._lost_nodes.items() if until > now}
+        return set(self._lost_nodes)
 
     def nodes(self) -> list[NodeSlots]:
-        """The live nodes with worker slots, as Ray lists them."""
+        """The live nodes with worker slots, as Ray lists them, but those this controller
+        saw a worker lost on."""
+        lost = self._lost_now()
+        return [n for n in self._live_nodes() if n.node not in lost]
+
+    def _live_nodes(self) -> list[NodeSlots]:
         return [NodeSlots(node=n["NodeID"], host=str(n.get("NodeManagerHostname", "")),
                           slots=int(n["Resources"][cluster.SLOT_RESOURCE]))
                 for n in self._slot_nodes()]
@@ -359,17 +410,18 @@ class RayPlane:
         return [n for n in listed
                 if n.get("Alive") and n.get("Resources", {}).get(cluster.SLOT_RESOURCE)]
 
-    def hosts(self, agent: str | None = None) -> list[HostReport]:
+    def hosts(self, agent: str | None = None, *, sandboxed: bool = False
+              ) -> list[HostReport]:
         """Each live node with worker slots: its slots and what it has of what a worker
-        needs (``agent``: the agent program launches run), asked on the node itself
-        (``doctor``)."""
+        needs (``agent``: the agent program launches run; ``sandboxed``: whether it can
+        start a worker's sandbox), asked on the node itself (``doctor``)."""
         nodes = self._slot_nodes()
         asked = [_tools_on.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            n["NodeID"], soft=False)).remote(agent) for n in nodes]
+            n["NodeID"], soft=False)).remote(agent, sandboxed) for n in nodes]
         found = self._get(asked)
         return [HostReport(node=n["NodeID"], host=host, slots=int(n["Resources"][
-            cluster.SLOT_RESOURCE]), tools=tools) for n, (host, tools) in zip(nodes, found,
-                                                                            strict=True)]
+            cluster.SLOT_RESOURCE]), tools=tools, sandbox=sandbox)
+            for n, (host, tools, sandbox) in zip(nodes, found, strict=True)]
 
     def close(self) -> None:
         """Disconnect from the cluster, if this plane connected; the workers, detached,

@@ -1,0 +1,141 @@
+"""The real Codex CLI as a ralph-dev worker, against the scripted Responses API.
+
+Codex (the version ``core.agent_profiles.CODEX`` pins, installed by ``scripts/setup.sh``)
+runs in a real tmux window, confined by bubblewrap like a Claude Code worker, with its
+own ``CODEX_HOME`` and only its own provider's key; the scripted model drives its real
+shell tool to change the workspace and report done through ``ralph-dev worker done``,
+which the controller's end of the mailbox receives and writes back to the tracker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from channel_kit import ControllerEnd
+from conftest import retry_until
+
+from ralph_dev.adapters.jj import JjRepository
+from ralph_dev.adapters.jj_cli import child_path
+from ralph_dev.adapters.store import StateStore, utcnow
+from ralph_dev.adapters.tmux import Tmux
+from ralph_dev.adapters.tracker.local import LocalTracker
+from ralph_dev.agent.codex import find_codex
+from ralph_dev.agent.launch import build_launch
+from ralph_dev.core.agent_profiles import CODEX
+from ralph_dev.core.config import load_project
+from ralph_dev.core.model import NewIssue, Role, StateType
+from ralph_dev.devtools.scripted_model import ScriptedWorker, bash, conversation_text
+from ralph_dev.devtools.scripted_openai import FakeOpenAI
+
+FAKE_KEY = "sk-fake-codex-smoke-test-key-0123456789abcdef"
+
+INSTALLED = find_codex()
+"""Found at import, before a fixture repoints XDG_CACHE_HOME (and HOME) into a tmp dir."""
+
+
+@pytest.fixture
+def codex_bin() -> str:
+    found = INSTALLED
+    if found is None:
+        pytest.fail(f"the Codex CLI is not installed: run scripts/setup.sh --test (it installs "
+                    f"{CODEX.package}@{CODEX.pinned} into ~/.cache/ralph-dev/codex-"
+                    f"{CODEX.pinned})")
+    version = subprocess.run([found, "--version"], capture_output=True, text=True,
+                             check=False, timeout=60).stdout
+    assert CODEX.pinned in version, f"{found} is {version!r}, not the pinned {CODEX.pinned}"
+    return found
+
+
+def test_setup_installs_the_pinned_codex() -> None:
+    script = (Path(__file__).parent.parent / "scripts" / "setup.sh").read_text()
+    assert re.search(rf"^CODEX_VERSION={re.escape(CODEX.pinned)}\b", script, re.M)
+
+
+@pytest.fixture
+def world(xdg: Path, jj_bin: str, tmux_socket: str, codex_bin: str) -> Iterator[Any]:
+    repo = xdg / "repo"
+    env = {**os.environ, "JJ_USER": "t", "JJ_EMAIL": "t@example.com", "PATH": child_path()}
+    subprocess.run([jj_bin, "git", "init", str(repo)], check=True, capture_output=True, env=env)
+    (repo / "README").write_text("hello\n")
+    for args in (["commit", "-m", "init"], ["bookmark", "create", "main", "-r", "@-"]):
+        subprocess.run([jj_bin, *args], cwd=repo, check=True, capture_output=True, env=env)
+    config = xdg / "config" / "ralph-dev" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("\n".join([
+        "[projects.demo]", f"repo = {json.dumps(str(repo))}", 'trunk = "main"',
+        f"verify_command = {json.dumps('test -f ok.txt')}",
+        "[projects.demo.tracker]", 'key = "DEMO"',
+        "[projects.demo.agent]", 'cli = "codex"', f"codex_bin = {json.dumps(codex_bin)}",
+        'home = "isolated"', ""]))
+    settings = load_project("demo", path=config)
+    tmux = Tmux(settings.session_name, socket_name=tmux_socket)
+    tmux.ensure_session(xdg, {"PATH": os.environ["PATH"]})
+    tracker = LocalTracker(settings.paths.tracker_db, "DEMO")
+    jj = JjRepository.from_settings(settings)
+    store = StateStore(settings.paths)
+    controller = ControllerEnd(settings, store=store, tracker=tracker, jj=jj.workspaces)
+    yield settings, tracker, jj, store, tmux, controller
+    tmux.kill_session()
+    controller.close()
+
+
+def test_a_codex_worker_does_its_issue_confined_with_its_own_home_and_key(
+        world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings, tracker, jj, store, tmux, controller = world
+    (issue,) = tracker.create_issues_sync([NewIssue(title="Add ok.txt $(touch /tmp/no)")])
+    brain = ScriptedWorker({issue: [
+        bash("echo fine > ok.txt && echo \"home=$CODEX_HOME key=${ANTHROPIC_API_KEY:-none}\" "
+             "&& ls ~/../../ 2>&1 | head -3", "create the file"),
+        bash(f"ralph-dev worker done {issue} --summary 'Added ok.txt with Codex.'"),
+    ]}, final_text="Reported.")
+    with FakeOpenAI(brain) as api:
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{api.url}/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-must-not-reach-codex")
+        workspace = jj.workspaces.add_workspace(issue)
+        store.update_record(issue, role=Role.EXECUTE, attempts=1, started_at=utcnow(),
+                            done=False, blocked=False, iterations=0)
+        tracker.set_state_sync(issue, type=StateType.STARTED)
+        controller.dirs.publish(tuple(tracker.list_issues_sync()))
+        worker_dir = controller.dirs.prepare(tracker.get_sync(issue), Role.EXECUTE,
+                                             workspace, 1)
+        controller.listen()
+        launch = build_launch(settings, tracker.get_sync(issue), Role.EXECUTE, workspace,
+                              "gpt-5-codex", attempt=1, worker_dir=worker_dir)
+        assert "touch" not in " ".join(launch.argv)
+        tmux.open_window(issue, cwd=launch.cwd, command=launch.argv, environment=launch.env,
+                         log_file=store.log_path(issue))
+
+        def done() -> bool:
+            return any(c.by_ralph and c.body.startswith(f"[ralph-dev] {issue} done")
+                       for c in tracker.get_sync(issue).comments)
+
+        try:
+            retry_until(done, timeout=120, interval=0.5, what=f"{issue} reported done")
+        except AssertionError as exc:
+            panes = "\n".join(tmux.capture(w.pane_id, 60) for w in tmux.find(issue))
+            raise AssertionError(f"{exc}\n--- pane ---\n{panes}\n--- api ---\n"
+                                 f"{[(r.method, r.path) for r in api.requests]} "
+                                 f"{api.errors}") from None
+        bodies = api.responses()
+        assert bodies and all(b.get("model") == "gpt-5-codex" for b in bodies)
+        # the prompt (never a shell line) reached the model, naming the issue
+        assert issue in conversation_text({"messages": [
+            {"content": str(bodies[0].get("input"))}]}) or issue in json.dumps(bodies[0])
+        # the worker's shell: the workspace changed, its own CODEX_HOME, no other key
+        assert (workspace / "ok.txt").read_text() == "fine\n"
+        said = json.dumps(bodies[-1]["input"])
+        home = settings.paths.worker_dir(issue) / "home" / ".codex"
+        assert f"home={home}" in said and "key=none" in said
+        assert list((home / "sessions").rglob("rollout-*.jsonl")), "Codex kept its session"
+        # bearer: its own key only, and the recording never keeps it
+        assert all("authorization" not in r.headers for r in api.requests)
+        record = store.load_record(issue)
+        assert record is not None and record.done
