@@ -40,9 +40,12 @@ from ralph_dev.core.actions import (
     Redo,
     Restart,
     Resume,
+    SendBack,
     Spawn,
     Stop,
     Tell,
+    TrunkVerified,
+    VerifyMerge,
     VerifyTrunk,
     Waited,
     WriteBack,
@@ -51,6 +54,7 @@ from ralph_dev.core.config import Labels
 from ralph_dev.core.model import (
     Comment,
     Issue,
+    LaneRun,
     Observed,
     Pause,
     StateType,
@@ -84,6 +88,11 @@ class Effect:
     written_back: bool = False
     """The report's owed tracker writes are made (its item is gone)."""
     issue_created: bool = False
+    lane: Literal["merge", "trunk", "over"] | None = None
+    """merge/trunk: the merge lane's verify of the batch (of trunk) runs beside the loop;
+    over: trunk's verify ended, its run is gone and trunk is red or green as it said."""
+    sent_back: bool = False
+    """The record holds the verify output the change went back with (``sent_back``)."""
 
 
 EXECUTOR_CONTRACT: Mapping[type[Action], Effect] = {
@@ -107,7 +116,10 @@ EXECUTOR_CONTRACT: Mapping[type[Action], Effect] = {
     WriteBack: Effect(written_back=True, comments=True),
     PauseSwarm: Effect(pause="started"),
     EndPause: Effect(pause="ended"),
-    VerifyTrunk: Effect(),
+    VerifyTrunk: Effect(lane="trunk"),
+    VerifyMerge: Effect(lane="merge"),
+    SendBack: Effect(comments=True, sent_back=True),
+    TrunkVerified: Effect(lane="over"),
     OpenGroom: Effect(issue_created=True),
 }
 
@@ -121,6 +133,8 @@ def apply(plan: Plan, observed: Observed, now: datetime, labels: Labels) -> Obse
     pauses = {p.kind: p for p in observed.pauses}
     owed = {o.id: o for o in observed.owed}
     unadopted = set(observed.unadopted)
+    lane, due = observed.lane, observed.trunk_due
+    red, red_at, trunk = observed.trunk_red, observed.trunk_red_at, observed.trunk_head
     for action in plan.actions:
         ident = action.issue
         effect = EXECUTOR_CONTRACT[type(action)]
@@ -153,10 +167,25 @@ def apply(plan: Plan, observed: Observed, now: datetime, labels: Labels) -> Obse
         if isinstance(action, WriteBack):
             owed.pop(action.report, None)
         unadopted.discard(ident if isinstance(action, Adopt) else "")
+        if isinstance(action, VerifyMerge):
+            lane = LaneRun(id=f"run-{len(plan.actions)}", kind="merge", state="running",
+                           base=action.base or trunk or "", batch=action.batch,
+                           size=action.size, good=action.good, bad=action.bad, started_at=now)
+        if isinstance(action, VerifyTrunk):
+            lane = LaneRun(id="trunk-run", kind="trunk", state="running", base=action.commit,
+                           after=action.after, started_at=now)
+            due = ()
+        if isinstance(action, TrunkVerified):
+            lane, red, red_at = None, not action.ok, None if action.ok else action.commit
+        if isinstance(action, SendBack):
+            records[ident] = dataclasses.replace(records[ident], sent_back="(its output)")
+        if isinstance(action, Merge) and action.run and trunk is not None:
+            trunk = f"{trunk}+{ident}"  # the batch landed: trunk moved
     return dataclasses.replace(observed, issues=tuple(issues.values()), windows=tuple(windows),
                                workspaces=tuple(spaces.values()), records=records,
                                pauses=tuple(pauses.values()), owed=tuple(owed.values()),
-                               unadopted=frozenset(unadopted))
+                               unadopted=frozenset(unadopted), lane=lane, trunk_due=due,
+                               trunk_red=red, trunk_red_at=red_at, trunk_head=trunk)
 
 
 def _issue_after(issue: Issue, effect: Effect, labels: Labels) -> Issue:

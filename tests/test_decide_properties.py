@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ralph_dev.core.actions import (
+    SWARM,
     Complete,
     Forget,
     Hold,
@@ -30,6 +31,7 @@ from ralph_dev.core.actions import (
     Resume,
     Spawn,
     Stop,
+    VerifyMerge,
 )
 from ralph_dev.core.config import (
     Labels,
@@ -43,6 +45,7 @@ from ralph_dev.core.decide import decide, nudge_message
 from ralph_dev.core.model import (
     IDENTIFIER_RE,
     Issue,
+    LaneRun,
     Observed,
     Role,
     StateType,
@@ -194,7 +197,30 @@ def world_st(draw: st.DrawFn) -> Observed:
     return Observed(
         issues=tuple(issues), windows=tuple(windows), workspaces=tuple(workspaces),
         records=records, tracker_ok=draw(mostly_true), trunk_red=not draw(mostly_true),
+        lane=draw(lane_st(ids)), trunk_head=draw(st.sampled_from([None, TRUNK, TRUNK, "moved"])),
     )
+
+
+TRUNK = "t" * 40
+
+
+@st.composite
+def lane_st(draw: st.DrawFn, ids: list[str]) -> LaneRun | None:
+    """The merge lane's run, in any state: a batch of some of the issues, a bisection's
+    step, trunk's own verify (the facts its rules weigh)."""
+    if draw(st.integers(min_value=0, max_value=2)) == 0:
+        return None
+    if draw(st.integers(min_value=0, max_value=4)) == 0:
+        return LaneRun(id="trunk-run", kind="trunk", base=TRUNK,
+                       state=draw(st.sampled_from(["running", "passed", "failed", "lost"])))
+    batch = tuple(draw(st.lists(st.sampled_from(ids), min_size=1, max_size=4, unique=True)))
+    bad = draw(st.integers(min_value=0, max_value=len(batch)))
+    good = draw(st.integers(min_value=0, max_value=max(0, bad - 1))) if bad else 0
+    size = len(batch) if not bad else draw(st.integers(min_value=good + 1, max_value=bad))
+    return LaneRun(id="run-1", kind="merge", base=TRUNK, batch=batch, size=size, good=good,
+                   bad=bad, bad_run="run-0" if bad else None, checkout_commit="c" * 40,
+                   state=draw(st.sampled_from(["running", "passed", "failed", "lost", "void",
+                                               "concluded"])))
 
 
 now_st = st.sampled_from([0, 0, 0, 10, 25, 40, 100, 700, 3000]).map(
@@ -295,9 +321,19 @@ def _number(identifier: str) -> tuple[str, int]:
 def test_never_lose_work(obs: Observed, s: ProjectSettings, now: datetime) -> None:
     plan = decide(obs, s, now)
     merges = [a for a in plan.actions if isinstance(a, Merge)]
-    if s.merge.verify_trunk or s.verifies_merges:
+    if s.verifies_merges:  # only a batch the lane verified on this trunk, landing at once
+        lane = obs.lane
+        if merges:
+            assert lane is not None and lane.kind == "merge" and lane.finished, plan
+            assert obs.trunk_head in (None, lane.base)
+            landing = merges[0].batch
+            assert all(m.batch == landing and m.run == lane.id for m in merges)
+            assert [m.issue for m in merges] == list(landing)
+            assert landing == lane.batch[:len(landing)]
+    elif s.merge.verify_trunk:
         assert len(merges) <= 1  # trunk is verified between merges
-    assert [m.issue for m in merges] == sorted({m.issue for m in merges}, key=_number)
+    if merges and not s.verifies_merges:
+        assert [m.issue for m in merges] == sorted({m.issue for m in merges}, key=_number)
     spaces = {w.name: w for w in obs.workspaces}
     if obs.trunk_red:
         assert merges == []
@@ -330,8 +366,10 @@ def waiting_for_a_reason(obs: Observed, s: ProjectSettings, now: datetime, plan:
     if labels & HOLD_LABELS or obs.trunk_red or not obs.tracker_ok:
         return True  # held for a person, trunk red, the tracker down: all said in status
     if not needs_worker:
-        if any(isinstance(a, Merge) for a in plan.actions):
-            return True  # merges go one at a time: the slot is taken this tick
+        if any(isinstance(a, Merge | VerifyMerge) for a in plan.actions):
+            return True  # the lane is busy: verified in the next batch
+        if obs.lane is not None and (obs.lane.kind == "trunk" or obs.lane.state == "running"):
+            return True  # a verify runs beside the loop (trunk's, or a batch's): it waits
         if rec is not None and rec.merge_failures and rec.merge_failed_at is not None:
             wait = timedelta(seconds=retry_policy(s).delay(rec.merge_failures))
             return now < rec.merge_failed_at + wait  # a merge retry is pending
@@ -368,7 +406,7 @@ def test_finished_work_never_waits_silently(obs: Observed, s: ProjectSettings,
     """Issue 9: no issue stays Done with its work unmerged unless something is under
     way for it, a retry is pending, or it is held for a person (with a comment)."""
     plan = decide(obs, s, now)
-    acted = {a.issue for a in plan.actions}
+    acted = {ident for a in plan.actions for ident in a.issues()}
     for ws in obs.workspaces:
         issue = issue_of(obs, ws.name)
         rec = obs.records.get(ws.name)
@@ -392,6 +430,9 @@ def test_actions_are_explained_and_carry_no_issue_text(
     plan = decide(obs, s, now)
     assert decide(obs, s, now) == plan  # deterministic
     for action in plan.actions:
+        if action.issue == SWARM:  # the swarm's own (trunk's verify): no issue of its own
+            assert action.reason and "rm -rf" not in action.reason
+            continue
         assert IDENTIFIER_RE.fullmatch(action.issue)
         assert action.reason and action.issue in action.reason
         assert "rm -rf" not in action.reason

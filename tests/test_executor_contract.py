@@ -51,9 +51,12 @@ from ralph_dev.core.actions import (
     Redo,
     Restart,
     Resume,
+    SendBack,
     Spawn,
     Stop,
     Tell,
+    TrunkVerified,
+    VerifyMerge,
     VerifyTrunk,
     Waited,
     WriteBack,
@@ -126,6 +129,14 @@ def check(world: World, action: Action, before: Observed) -> None:
     if effect.pause == "ended":
         assert isinstance(action, EndPause)
         assert not [p for p in store.load_pauses() if p.kind == action.pause_kind]
+    lane = world.ctl.merges.load_run()
+    if effect.lane in ("merge", "trunk"):
+        assert lane is not None and lane["kind"] == effect.lane
+        if effect.lane == "merge":
+            assert isinstance(action, VerifyMerge) and lane["batch"] == list(action.batch)
+    if effect.lane == "over":
+        assert isinstance(action, TrunkVerified)
+        assert lane is None and store.paths.trunk_red_file.exists() is not action.ok
     if effect.issue_created:
         groom = world.ctl.settings.labels.groom
         assert [i for i in after.issues if groom in i.labels and i not in before.issues]
@@ -159,6 +170,8 @@ def check(world: World, action: Action, before: Observed) -> None:
         assert getattr(labels, name).casefold() not in folded
     if effect.comments:
         assert issue.comments and issue.comments[-1].by_ralph
+    if effect.sent_back:
+        assert record is not None and record.sent_back
     spaces = {w.name: w for w in after.workspaces}
     if effect.workspace == "present":
         assert ident in spaces and Path(spaces[ident].path).is_dir()
@@ -289,11 +302,44 @@ def end_pause(w: World, ident: str) -> Action:
     return EndPause(SWARM, "test", pause_kind="setup")
 
 
+def verifying(w: World, command: str) -> None:
+    """The lane verifies with ``command`` from now on."""
+    w.ctl.merges.settings = dataclasses.replace(w.ctl.settings, verify_command=command)
+
+
 def verify_trunk(w: World, ident: str) -> Action:
-    w.ctl.merges.settings = dataclasses.replace(w.ctl.settings, verify_command="true")
+    verifying(w, "true")
     commit = w.project.jj.trunk.trunk_commit()
     w.ctl.store.paths.trunk_red_file.write_text(json.dumps({"commit": "0" * 12}))
     return VerifyTrunk(SWARM, "trunk moved", commit=commit)
+
+
+def verify_merge(w: World, ident: str) -> Action:
+    verifying(w, "true")
+    merge(w, ident)
+    w.project.store.update_record(ident, done=True)
+    return VerifyMerge(ident, "done", batch=(ident,), size=1)
+
+
+def verified_run(w: World) -> str:
+    """The lane's run, once its verify has ended."""
+    run = w.ctl.merges.observe()
+    assert run is not None
+    retry_until(lambda: w.ctl.merges.observe().finished, 30, what="the verify to end")
+    return run.id
+
+
+def send_back(w: World, ident: str) -> Action:
+    w.act(verify_merge(w, ident))
+    verifying(w, "echo the tests fail; false")
+    w.act(VerifyMerge(ident, "done", batch=(ident,), size=1))
+    return SendBack(ident, "its change fails the verify command", run=verified_run(w))
+
+
+def trunk_verified(w: World, ident: str) -> Action:
+    w.act(verify_trunk(w, ident))
+    return TrunkVerified(SWARM, "trunk's verify passed", run=verified_run(w),
+                         commit=w.project.jj.trunk.trunk_commit(), ok=True)
 
 
 def open_groom(w: World, ident: str) -> Action:
@@ -305,7 +351,8 @@ SCENARIOS: dict[type[Action], Callable[[World, str], Action]] = {
     Forget: forget, Hold: hold, Complete: complete, PassFeedback: pass_feedback,
     Resume: resume, Tell: tell, Continue: continue_, Waited: waited, Redo: redo, Adopt: adopt,
     WriteBack: write_back, PauseSwarm: pause_swarm, EndPause: end_pause, VerifyTrunk: verify_trunk,
-    OpenGroom: open_groom,
+    OpenGroom: open_groom, VerifyMerge: verify_merge, SendBack: send_back,
+    TrunkVerified: trunk_verified,
 }
 TYPED = {Nudge: "got: ralph-dev:", PassFeedback: "got: ralph-dev:",
          Continue: "model API is available again"}
@@ -332,8 +379,11 @@ def test_the_real_controller_keeps_the_contract(world: World, kind: type[Action]
                     what="the typed text in the pane")
     if kind is Adopt:
         assert (world.ctl.dirs.run_dir(ident) / "worker.json").is_file()
-    if kind is VerifyTrunk:
-        assert not world.ctl.store.paths.trunk_red_file.exists()  # green again
+    if kind is VerifyTrunk:  # it runs beside the loop: passed, it makes trunk green again
+        verified_run(world)
+        assert world.ctl.merges.observe().state == "passed"
+    if kind is SendBack:
+        assert "the tests fail" in world.project.store.load_record(ident).sent_back
 
 
 def test_an_event_keeps_an_exit_status_of_zero() -> None:

@@ -32,7 +32,8 @@ LAYERS = {
 
 TOOL_HOMES = {
     # a call that starts a process → the modules allowed to make it
-    "subprocess": {"adapters/process.py", "adapters/verify.py", "adapters/tmux.py",
+    "subprocess": {"adapters/process.py", "adapters/verify.py", "adapters/verify_runs.py",
+                   "adapters/tmux.py",
                    "agent/supervisor.py", "adapters/processes.py", "adapters/notify.py",
                    "devtools/demo.py", "devtools/demo_agent.py"},
     "os.exec": {"adapters/tmux.py", "inpane/exec_launch.py"},
@@ -43,9 +44,9 @@ TOOL_HOMES = {
 """ralph-dev's own CLI re-run by the daemon and the demo is not an outside tool; every
 tool ralph-dev waits for (jj, tmux, git, gh, bwrap, systemctl, claude --version) runs
 on the one command runner, adapters/process.py; the rest are long-lived processes with
-their own lifecycle (verify's /bin/sh, the agent supervisor, the daemon, a notify
-command, a cluster worker's tmux server leashed to its node) or the pane's exec of its
-agent."""
+their own lifecycle (verify's /bin/sh, the merge lane's detached verify runner, the agent
+supervisor, the daemon, a notify command, a cluster worker's tmux server leashed to its
+node) or the pane's exec of its agent."""
 
 def modules() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)

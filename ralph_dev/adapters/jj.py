@@ -8,8 +8,8 @@ single :class:`JjCli` (the one place a ``jj`` process starts) and its
 part                      what it does                                 port
 ========================  ===========================================  ==============
 ``JjWorkspaces``          add, list, snapshot, describe, diff, forget  ``Workspaces``
-``JjMerger``              merge, prepare_merge, advance_trunk          ``Merger``
-``JjTrunk``               check_repo, trunk_commit, trunk_checkout     ``Trunk``
+``JjMerger``              merge, prepare_merge, land                   ``Merger``
+``JjTrunk``               check_repo, trunk_commit, the checkouts      ``Trunk``
 ``JjPublisher``           publish (pull-request mode)                  ``Publisher``
 ========================  ===========================================  ==============
 

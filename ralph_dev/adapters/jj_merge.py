@@ -15,6 +15,7 @@ workspace.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import structlog
@@ -122,14 +123,17 @@ class JjRebase:
         out = self.cli.read("diff", "--from", old, "--to", new, "--name-only")
         return set(out.lines())
 
-    def guard(self, name: str, path: Path, intent: MergeIntent, head: str) -> None:
-        """Trunk moves only forward, and only by the issue's own paths; else refuse."""
+    def guard(self, name: str, path: Path, intent: MergeIntent, head: str,
+              below: str | None = None) -> None:
+        """Trunk moves only forward, and only by the issue's own paths; else refuse.
+        ``below``: the change the issue's work sits on in a batch (the one before it,
+        itself guarded): the issue's own step is from there."""
         trunk = self.trunk.trunk_commit()
         if not self.cli.count(f"{trunk} & ::{head}"):
             raise MergeRefused(
                 f"refusing to move trunk for {name}: its rebased work ({head[:12]}) does not "
                 f"descend from trunk ({trunk[:12]}); trunk is untouched")
-        extra = foreign_paths(self._changed(trunk, head), intent)
+        extra = foreign_paths(self._changed(below or trunk, head), intent)
         if extra:
             log.error("jj_merge_refused", workspace=name, trunk=trunk[:12], head=head[:12],
                       foreign=extra[:20])
@@ -166,21 +170,101 @@ class JjMerger:
             self.cli.run("new", "-r", head, cwd=path).check()
         return head
 
-    def advance_trunk(self, name: str, head: str) -> MergeResult:
-        """Move trunk to ``head`` prepared by :meth:`prepare_merge` — unless trunk moved
-        since (a person pushed while the change was verified): then nothing moves and
-        the result says so (``moved``), so the change is rebased and verified again."""
-        path = self.home.require(name)
-        self.home.import_from_git(path)
+    def land(self, batch: Sequence[tuple[str, str]], base: str, verified: str = ""
+             ) -> MergeResult:
+        """Move trunk once to a batch of changes verified together, each keeping its own
+        commit(s): ``batch`` is each issue with its head as prepared onto trunk's commit
+        ``base`` (:meth:`prepare_merge`), in merge order. Each is rebased onto the one
+        before it in its own workspace, guarded, and trunk moves to the last. ``verified``:
+        what the verify of the batch checked out (a merge of the heads): trunk must get
+        exactly its files.
+
+        Each head is followed by its change id, so what lands is what was prepared and
+        verified, never what a verify command left in a workspace's working copy, and a
+        land killed part-way (some changes rebased already) is finished by the next one.
+        Nothing moves when trunk is not at ``base`` any more (``moved``), when a change is
+        not the one verified (``stale``), or when the stacked files differ from the
+        verified ones (``stale``); a batch already in trunk is a success."""
+        names = [name for name, _ in batch]
+        paths = {name: self.home.require(name) for name in names}
+        first = paths[names[0]]
+        self.home.import_from_git(first)
+        self.home.export_to_git(first)  # a land killed before it told git is told now
         trunk = self.trunk.trunk_commit()
-        if not self.cli.count(f"{trunk} & ::{head}"):
+        changes = {name: self._change(head) for name, head in batch}
+        if all(self.cli.count(f"{changes[n]} & ::{quote_revset(trunk)}") for n in names):
+            return self._landed_result(names, trunk)
+        if trunk != base:
             return MergeResult(merged=False, moved=True,
-                               detail=f"{self.trunk.name} moved to {trunk[:12]} while {name} "
-                                      "was being verified")
-        intent = self.home.intents.load(name)
-        if intent is not None:
-            self.rebase.guard(name, path, intent, head)
-        return self._move_trunk(name, head)
+                               detail=f"{self.trunk.name} moved to {trunk[:12]} since the "
+                                      f"batch was verified on {base[:12]}")
+        previous = base
+        for name, head in batch:  # all checked before any is touched
+            now = self._commit(changes[name])
+            if now is None:
+                return MergeResult(merged=False, stale=True,
+                                   detail=f"{name}'s verified change is gone or divergent")
+            stacked = previous != base and self._sits_on(previous, now)  # a killed land's
+            if now != head and not stacked:
+                return MergeResult(merged=False, stale=True,
+                                   detail=f"{name}'s change is not the one verified "
+                                          f"({now[:12]}, verified {head[:12]})")
+            previous = now
+        below = base
+        for name, head in batch:
+            path, change = paths[name], changes[name]
+            now = self._commit(change) or ""
+            if not self._sits_on(below, now):  # else in place, or stacked by a killed land
+                if now != head or not self._sits_on(base, now):
+                    return MergeResult(merged=False, stale=True,
+                                       detail=f"{name}'s change is not the one verified "
+                                              f"({now[:12]}, verified {head[:12]})")
+                self.home.run_fresh("rebase", "-s", f"roots({quote_revset(base)}..{now})",
+                                    "-o", below, cwd=path).check()
+                now = self._commit(change) or ""
+            intent = self.home.intents.load(name)
+            if intent is not None:
+                self.rebase.guard(name, path, intent, now, below=below)
+            below = now
+        if verified and len(batch) > 1 and self._differ(verified, below):
+            return MergeResult(merged=False, stale=True,
+                               detail="the changes stacked one on another hold other files "
+                                      "than their verified merge")
+        last = names[-1]
+        self.cli.run("bookmark", "set", self.trunk.name, "-r", below, cwd=paths[last]).check()
+        for name in names:
+            self.home.intents.clear(name)
+            self.cli.run("bookmark", "delete", work_bookmark(name), cwd=paths[name])
+        self.home.export_to_git(paths[last])
+        log.info("jj_landed", batch=names, commit=below[:12], trunk=self.trunk.name)
+        return self._landed_result(names, below)
+
+    def _change(self, commit: str) -> str:
+        """The change id of ``commit`` (hidden ones too: a land killed part-way)."""
+        return self.cli.read("log", "--no-graph", "-r", commit, "-T",
+                             "change_id").stdout.strip()
+
+    def _commit(self, change: str) -> str | None:
+        """The one visible commit of ``change`` now, or None (abandoned, divergent)."""
+        out = self.cli.run("--ignore-working-copy", "log", "--no-graph", "-r",
+                           f"change_id({change})", "-T", 'commit_id ++ "\\n"')
+        lines = out.lines() if out.ok else []
+        return lines[0] if len(lines) == 1 else None
+
+    def _sits_on(self, below: str, head: str) -> bool:
+        """``head``'s own commits start right on ``below``."""
+        parents = self.cli.read("log", "--no-graph", "-r",
+                                f"roots({quote_revset(below)}..{head})-", "-T",
+                                'commit_id ++ "\\n"').lines()
+        return parents == [below]
+
+    def _landed_result(self, names: Sequence[str], commit: str) -> MergeResult:
+        return MergeResult(merged=True, commit=commit,
+                           detail=f"{', '.join(names)} merged into {self.trunk.name} at "
+                                  f"{commit[:12]}")
+
+    def _differ(self, old: str, new: str) -> bool:
+        return bool(self.cli.read("diff", "--from", old, "--to", new, "--name-only").lines())
 
     def _move_trunk(self, name: str, head: str) -> MergeResult:
         path = self.home.require(name)

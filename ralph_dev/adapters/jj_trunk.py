@@ -8,6 +8,7 @@ verifying trunk never touches a worker's or the person's files.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from ralph_dev.adapters.jj_cli import FIELD_SEP, LIST_SEP, JJError, quote_revset
@@ -20,6 +21,10 @@ TRUNK_WORKSPACE = "ralph-trunk"
 It lives at ``<root>/.ralph-trunk``: the dot keeps it apart from every valid
 worker workspace name, and list_workspaces leaves it out (like every dotted one).
 """
+
+LANE_WORKSPACE = "ralph-lane"
+"""jj workspace where the merge lane checks out a batch of changes together to verify
+them (``<root>/.ralph-lane``, left out of list_workspaces like the trunk's)."""
 
 
 class JjTrunk:
@@ -74,30 +79,65 @@ class JjTrunk:
         person's working copy. Whatever the verify command wrote there last time
         was snapshotted into a scratch change; that change is abandoned.
         """
-        path = (self.home.root / f".{TRUNK_WORKSPACE}").resolve()
-        listed = self.home.listed()
-        if TRUNK_WORKSPACE in listed and not path.is_dir():
-            self.home.forget(TRUNK_WORKSPACE)  # someone deleted it
-            del listed[TRUNK_WORKSPACE]
-        if TRUNK_WORKSPACE not in listed:
-            if path.exists():
-                shutil.rmtree(path)  # ours: a scratch checkout left by a forgotten workspace
-            self.home.add(TRUNK_WORKSPACE, path, self.revset).check()
-            return path
-        self.home.snapshot(path)
-        scratch = f"@ ~ ::{self.revset}"
+        path = self._scratch_workspace(TRUNK_WORKSPACE, self.revset)
+        if path is None:
+            return (self.home.root / f".{TRUNK_WORKSPACE}").resolve()
         on_trunk = self.cli.count(f"@- & {self.revset}", path) and not self.cli.count(
             "@ ~ empty()", path
         )
-        if on_trunk:
-            return path
+        if not on_trunk:
+            self._check_out(path, [self.revset])
+        return path
+
+    def lane_checkout(self, heads: Sequence[str]) -> tuple[Path, str]:
+        """A directory holding the changes ``heads`` (each rebased onto trunk) together:
+        a merge of them, checked out in a workspace of ralph-dev's own (the merge lane's
+        verify of a batch); with the commit checked out."""
+        revs = [quote_revset(h) for h in heads]
+        path = self._scratch_workspace(LANE_WORKSPACE, revs[0])
+        if path is None:
+            path = (self.home.root / f".{LANE_WORKSPACE}").resolve()
+        self._check_out(path, revs)
+        commit = self.cli.run("log", "--no-graph", "-r", "@", "-T", "commit_id",
+                              cwd=path).check().stdout.strip()
+        return path, commit
+
+    def release_lane(self) -> None:
+        """The lane's checkout back on trunk: no commit of ralph-dev's sits on top of a
+        change that goes back to its worker, or that lands."""
+        path = (self.home.root / f".{LANE_WORKSPACE}").resolve()
+        if LANE_WORKSPACE in self.home.listed() and path.is_dir():
+            self.home.snapshot(path)
+            if self.cli.count(f"@- & {self.revset}", path) == 0 \
+                    or self.cli.count("@ ~ empty()", path):
+                self._check_out(path, [self.revset])
+
+    def _scratch_workspace(self, name: str, revset: str) -> Path | None:
+        """The path of ralph-dev's own workspace ``name``, snapshotted; None when it was
+        just made (at ``revset``)."""
+        path = (self.home.root / f".{name}").resolve()
+        listed = self.home.listed()
+        if name in listed and not path.is_dir():
+            self.home.forget(name)  # someone deleted it
+            del listed[name]
+        if name not in listed:
+            if path.exists():
+                shutil.rmtree(path)  # ours: a scratch checkout left by a forgotten workspace
+            self.home.add(name, path, revset).check()
+            return None
+        self.home.snapshot(path)
+        return path
+
+    def _check_out(self, path: Path, revs: Sequence[str]) -> None:
+        """A new empty change on ``revs`` in ralph-dev's workspace at ``path``; what the
+        verify command wrote there last time (a scratch change) is abandoned."""
+        scratch = f"@ ~ (::{self.revset} | ::({' | '.join(revs)}))"
         old = self.cli.run("log", "--no-graph", "-r", scratch, "-T", "commit_id",
                            cwd=path).check()
-        self.cli.run("new", "-r", self.revset, cwd=path).check()
+        self.cli.run("new", *revs, cwd=path).check()
         if old.stdout:
             # an empty scratch change is already gone (jj drops it on `new`)
             self.cli.run("abandon", "-r", f"{old.stdout} & all()", cwd=path).check()
-        return path
 
     def trunk_log(self, limit: int = 50) -> list[str]:
         """Descriptions on trunk, newest first (root commit excluded)."""

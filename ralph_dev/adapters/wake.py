@@ -24,7 +24,11 @@ WAKE_SIGNAL = signal.SIGUSR1
 def poke(store: StateStore) -> bool:
     """Signal the project's controller (pid from its heartbeat); True when sent."""
     beat = store.read_heartbeat()
-    pid = beat.get("pid") if beat else None
+    return poke_pid(beat.get("pid") if beat else None)
+
+
+def poke_pid(pid: object) -> bool:
+    """Signal the controller ``pid`` (as its heartbeat names it); True when sent."""
     if not isinstance(pid, int) or pid <= 1:
         return False
     # SIGUSR1 ends a process that does not handle it: make sure the pid (from a file

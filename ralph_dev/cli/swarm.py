@@ -144,13 +144,16 @@ def _dashboard_login(settings: ProjectSettings, pid: int) -> str:
 @main.command()
 @project_argument
 @click.option("--workers", is_flag=True,
-              help="Also stop the workers (their workspaces are snapshotted first).")
+              help="Also stop the workers (their workspaces are snapshotted first) and the "
+                   "merge lane's verify.")
 @pass_ctx
 def stop(cli: CliContext, project: str, workers: bool) -> None:
-    """Stop PROJECT's daemon and controller; workers keep running unless --workers."""
+    """Stop PROJECT's daemon and controller; workers (and the merge lane's verify) keep
+    running unless --workers."""
     from ralph_dev.adapters.processes import stop_controller_window, stop_daemon
     from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.systemd import stop_unit_if_active
+    from ralph_dev.control.loop.merging import stop_lane
     from ralph_dev.control.loop.wiring import host_for, tmux_for
 
     settings = cli.project_or_last_good(project)  # a bad edit does not keep it running
@@ -175,6 +178,8 @@ def stop(cli: CliContext, project: str, workers: bool) -> None:
             store.append_event("worker_stopped", issue=window.name,
                                reason="ralph-dev stop --workers")
             click.echo(f"stopped worker {window.name}")
+        if stop_lane(settings.paths.lane_dir):
+            click.echo("stopped the merge lane's verify (it runs again at the next start)")
 
 
 def action_json(action: Action) -> dict[str, Any]:

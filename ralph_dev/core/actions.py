@@ -54,6 +54,10 @@ class Action:
         """The worker-record fields this action sets when it succeeds."""
         return {}
 
+    def issues(self) -> tuple[str, ...]:
+        """Every issue the action is for: a failure stops each one's chain in the plan."""
+        return (self.issue,) if self.issue else ()
+
 
 @dataclass(frozen=True)
 class Spawn(Action):
@@ -179,14 +183,74 @@ class Complete(Action):
 
 @dataclass(frozen=True)
 class Merge(Action):
-    """Merge the issue's workspace change into trunk (or open its pull request)."""
+    """Merge the issue's workspace change into trunk (or open its pull request).
+
+    In the verified lane, a change that passed: the batch ``batch`` (this issue among
+    them, in order) verified together by the lane's run ``run`` lands at once, trunk
+    moving once to the last of them; every one of them is in trunk after any of their
+    ``Merge`` actions (the first lands them, the others find them landed)."""
 
     fetch_attempt: int = 0
     """The attempt whose pushed work comes into the workspace first (a worker on another
     host, whose final push came back); 0: the work is in the workspace already."""
+    batch: tuple[str, ...] = ()
+    run: str = ""
+    verified: str = ""
+    """The commit the lane's verify of the batch checked out (what trunk must equal)."""
 
     def record_changes(self, now: datetime) -> dict[str, Any]:
         return {"merged_at": now}
+
+    def issues(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.issue, *self.batch)))
+
+
+@dataclass(frozen=True)
+class VerifyMerge(Action):
+    """Start the merge lane's verify of changes ready to merge, beside the loop: the
+    first ``size`` of ``batch`` (in merge order: the person's priority, then identifier),
+    each rebased onto trunk, verified together. It replaces the lane's run ``replaces``
+    (stopped if it still runs). ``good``/``bad``/``base``: a step of a red batch's
+    bisection on trunk's commit ``base`` (0/0/"": a new batch)."""
+
+    batch: tuple[str, ...] = ()
+    size: int = 0
+    good: int = 0
+    bad: int = 0
+    base: str = ""
+    bad_run: str = ""
+    good_commit: str = ""
+    replaces: str = ""
+    fetch: tuple[tuple[str, int], ...] = ()
+    """Changes done on other hosts, each with the attempt whose final push comes into
+    its workspace here before it is rebased (``decide``'s orders fill it in)."""
+
+    def issues(self) -> tuple[str, ...]:
+        return self.batch[:self.size]
+
+
+@dataclass(frozen=True)
+class SendBack(Action):
+    """The issue's change failed the verify command on top of trunk (the lane's run
+    ``run``): it goes back to a worker of its own, with the command's output (the
+    record's ``sent_back``, which the lane writes) in its prompt and in a comment;
+    ``decide`` starts that worker like a retry, the failure charged."""
+
+    run: str = ""
+
+    def record_changes(self, now: datetime) -> dict[str, Any]:
+        return {"done": False, "last_failure_at": now, "last_failure": self.reason[:500]}
+
+
+@dataclass(frozen=True)
+class TrunkVerified(Action):
+    """Trunk's verify (the lane's run ``run``) ended: trunk is red at ``commit`` until it
+    moves and passes, or green again; the run is over."""
+
+    run: str = ""
+    commit: str = ""
+    ok: bool = True
+    after: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -323,9 +387,13 @@ class EndPause(Action):
 
 @dataclass(frozen=True)
 class VerifyTrunk(Action):
-    """Run the verify command on trunk again (it was red and has moved since)."""
+    """Start the verify command on trunk beside the loop: trunk was red and has moved
+    since, or merges moved it and ``merge.verify_trunk`` is on (``after``: their issues).
+    It replaces the lane's run ``replaces`` (a lost one is started again)."""
 
     commit: str = ""
+    after: tuple[str, ...] = ()
+    replaces: str = ""
 
 
 @dataclass(frozen=True)

@@ -195,6 +195,10 @@ class MergeSettings:
     """Run the verify command on trunk after each merge; red trunk stops merges."""
     verified: bool = True
     """Local mode with a verify command: each change is verified on top of trunk first."""
+    max_batch: int = 8
+    """Changes ready to merge together that are verified together (the verified lane): a
+    green batch lands at once, a red one is bisected to the change that broke it. 1: one
+    change at a time."""
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,8 @@ def validate(settings: ProjectSettings, where: str) -> None:
         raise bad("groom.proposals", "must be at least 1")
     if t.max_attempts < 1:
         raise bad("timing.max_attempts", "must be at least 1")
+    if settings.merge.max_batch < 1:
+        raise bad("merge.max_batch", "must be at least 1 (1: one change at a time)")
     if t.retry_cap < t.retry_base:
         raise bad("timing.retry_cap", "must not be smaller than timing.retry_base")
     if settings.agent.iteration_cap < 1:

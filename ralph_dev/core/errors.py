@@ -76,9 +76,8 @@ class HostUnavailable(RalphError):
     retryable = True
 
 
-class SentBack(RalphError):
-    """A finished change failed the verify command on top of trunk and went back to a
-    worker of its issue. Already taken where it belongs: the issue's next worker is
-    the attempt charged for it, so the failure policy counts no failed merge."""
+class LaneStale(RalphError):
+    """A verified batch could not land as verified (trunk moved, a change under it
+    changed): the merge lane verifies again. Nobody's failure: nothing is charged."""
 
     retryable = True

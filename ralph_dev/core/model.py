@@ -378,6 +378,59 @@ class Pause:
 
 
 @dataclass(frozen=True)
+class LaneRun:
+    """The merge lane's verify as the controller last started it (one at a time), and
+    what its process says now: a fact read each tick, while the verify runs beside the
+    loop (``control.loop.merging``).
+
+    A ``merge`` run verifies the first ``size`` changes of ``batch`` together on top of
+    trunk's commit ``base`` (each rebased onto ``base`` in its own workspace; together,
+    in the lane's checkout). A red batch is bisected by prefix: ``good`` changes are known
+    to pass together and ``bad`` fail (0: not yet known), so the first change whose
+    prefix fails is the one that broke it. A ``trunk`` run verifies trunk itself."""
+
+    id: str
+    kind: str
+    """``merge`` or ``trunk``."""
+    state: str
+    """``running``; ``passed`` or ``failed`` once its process wrote its exit status;
+    ``lost`` when its process died without one (it is run again); ``void`` when the lane
+    found it no longer holds (trunk moved before it landed, a change under it changed);
+    ``concluded`` once its outcome was taken (its batch landed, a change went back)."""
+    base: str = ""
+    """Trunk's commit the run verifies on top of (a trunk run: the commit verified)."""
+    batch: tuple[str, ...] = ()
+    size: int = 0
+    good: int = 0
+    bad: int = 0
+    bad_run: str | None = None
+    """The run whose failure set ``bad`` (its output goes back with the change)."""
+    good_commit: str | None = None
+    """What the verify of the ``good`` prefix checked out (landing compares it)."""
+    checkout_commit: str | None = None
+    """What this run's verify checked out."""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    why: str | None = None
+    """Why a void run does not hold; what a concluded one came to."""
+    limit: int | None = None
+    """Batches after a void run hold at most this many changes (its land found the
+    batch's files differ from what was verified: one at a time is what always lands)."""
+    after: tuple[str, ...] = ()
+    """A trunk run after merges: the issues whose merge moved trunk to ``base``."""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("passed", "failed")
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The changes this run verifies."""
+        return self.batch[:self.size]
+
+
+@dataclass(frozen=True)
 class Observed:
     """Everything one controller tick saw; the only input of ``decide``."""
 
@@ -397,7 +450,13 @@ class Observed:
     trunk_red_at: str | None = None
     """The trunk commit that failed its verify (while red)."""
     trunk_head: str | None = None
-    """Trunk's commit now (read only while trunk is red)."""
+    """Trunk's commit now (read only while trunk is red, the merge lane's run is under
+    way or not yet taken, or trunk's verify is owed)."""
+    lane: LaneRun | None = None
+    """The merge lane's current (or last) verify run."""
+    trunk_due: tuple[str, ...] = ()
+    """Merges that moved trunk and whose trunk verify (``merge.verify_trunk``) has not
+    started yet: merges wait for it."""
     pauses: tuple[Pause, ...] = ()
     """Active swarm-wide pauses: no worker is started (or restarted) while any lasts."""
     owed: tuple[OwedWrite, ...] = ()
@@ -471,6 +530,9 @@ class MergeResult:
     conflicted: bool = False
     moved: bool = False
     """Trunk moved while the change was verified: it is rebased and verified again."""
+    stale: bool = False
+    """A verified batch is not what would land any more (a change under it changed, the
+    stacked files differ from the verified ones): it is verified again."""
     commit: str | None = None
     """Commit id trunk (or the pushed bookmark) points at after a successful merge."""
     detail: str = ""

@@ -107,6 +107,12 @@ class ProjectPaths:
         return self.state_dir / "trunk-red.json"
 
     @property
+    def lane_dir(self) -> Path:
+        """The merge lane's verify runs (``control.loop.merging``): the current run, each
+        run's process files, and trunk's verify owed after merges."""
+        return self.state_dir / "lane"
+
+    @property
     def pauses_file(self) -> Path:
         """Swarm-wide pauses in force (``core.model.Pause``), one per kind."""
         return self.state_dir / "pauses.json"

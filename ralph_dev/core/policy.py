@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from ralph_dev.core.actions import Action, Hold, Merge, Restart, Spawn
+from ralph_dev.core.actions import Action, Hold, Merge, Restart, Spawn, VerifyMerge
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import WorkerRecord
 
@@ -153,7 +153,7 @@ def verdict(failure: Failure, record: WorkerRecord | None, settings: ProjectSett
                                            "lost_at": now}, stop_starts=True)
         # a half-made start is a failed attempt: backed off before the next
         return Verdict(Blame.OWN, {"last_failure_at": now, "last_failure": error, "lost": None})
-    if isinstance(action, Merge):
+    if isinstance(action, Merge | VerifyMerge):
         if failure.outside:  # its done work never came back: a new attempt does it again
             return Verdict(Blame.OUTSIDE, {"done": False, "lost": error, "lost_at": now})
         feedback = settings.labels.user_feedback_given

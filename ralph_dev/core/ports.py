@@ -260,8 +260,12 @@ class Merger(Protocol):
         or the result that ends the merge here (nothing to merge, a conflict)."""
         ...
 
-    def advance_trunk(self, name: str, head: str) -> MergeResult:
-        """Trunk moved to the prepared ``head``, unless trunk moved since (``moved``)."""
+    def land(self, batch: Sequence[tuple[str, str]], base: str, verified: str = ""
+             ) -> MergeResult:
+        """Trunk moved once to a batch verified together (each issue with its prepared
+        head, in order, on trunk's commit ``base``), each change keeping its own commit;
+        unless trunk moved since (``moved``) or the batch is not what was verified
+        (``stale``)."""
         ...
 
 
@@ -276,6 +280,15 @@ class Trunk(Protocol):
     def trunk_commit(self) -> str: ...
 
     def trunk_checkout(self) -> Path: ...
+
+    def lane_checkout(self, heads: Sequence[str]) -> tuple[Path, str]:
+        """A checkout of the changes ``heads`` together (the merge lane's batch), and the
+        commit it holds."""
+        ...
+
+    def release_lane(self) -> None:
+        """The merge lane's checkout back on trunk."""
+        ...
 
 
 class Publisher(Protocol):

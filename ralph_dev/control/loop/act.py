@@ -31,7 +31,7 @@ from ralph_dev.adapters.store import StateStore, from_iso, utcnow
 from ralph_dev.adapters.writebacks import WriteBackItem, WriteBackQueue
 from ralph_dev.control.loop.heartbeat import while_beating
 from ralph_dev.control.loop.intake import Intake
-from ralph_dev.control.loop.merging import MergeLane
+from ralph_dev.control.loop.merging import MergeLane, MergeOutcome
 from ralph_dev.control.loop.worker_dirs import WorkerDirs
 from ralph_dev.core import writeback as wb
 from ralph_dev.core.actions import (
@@ -54,9 +54,12 @@ from ralph_dev.core.actions import (
     Redo,
     Restart,
     Resume,
+    SendBack,
     Spawn,
     Stop,
     Tell,
+    TrunkVerified,
+    VerifyMerge,
     VerifyTrunk,
     Waited,
     WriteBack,
@@ -66,8 +69,8 @@ from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.environment import ATTEMPT_VAR
 from ralph_dev.core.errors import (
     HostUnavailable,
+    LaneStale,
     RalphError,
-    SentBack,
     TrackerError,
     TrackerUnavailable,
     WorkspaceHookFailed,
@@ -108,7 +111,8 @@ CONTINUE = ("The model API is available again (ralph-dev paused the swarm while 
 DISMISS_SETTLE_S = 0.5
 """An Escape followed at once by text reads as Alt+key to a TUI."""
 
-OWN_EVENTS = (PauseSwarm, EndPause, WriteBack, VerifyTrunk, OpenGroom, Continue, Adopt)
+OWN_EVENTS = (PauseSwarm, EndPause, WriteBack, VerifyTrunk, OpenGroom, Continue, Adopt,
+              VerifyMerge, SendBack, TrunkVerified)
 """Actions whose carrying out writes its own, more telling event (``swarm_paused``,
 ``relayed``, ``trunk_green``…) instead of the action's."""
 
@@ -170,14 +174,14 @@ class Actuator:
         for action in plan.actions:
             if stopping():
                 break
-            if action.issue in failed_issues or (no_starts and isinstance(action, Spawn | Restart)):
+            if failed_issues.intersection(action.issues()) \
+                    or (no_starts and isinstance(action, Spawn | Restart)):
                 continue  # the rest of this issue's chain waits for a later tick
             before(action)
             try:
                 await self.act(action, by_id.get(action.issue), observed)
             except (RalphError, OSError) as exc:
-                if action.issue:
-                    failed_issues.add(action.issue)
+                failed_issues.update(action.issues())
                 failures.append((action, str(exc)))
                 no_starts |= self.failed(action, exc)
         return failures
@@ -218,14 +222,13 @@ class Actuator:
             case Merge():
                 if action.fetch_attempt:
                     await self._bring_in(action.issue, action.fetch_attempt)
-                outcome = await self.merges.merge(action, issue)
-                if outcome.record:
-                    self.store.update_record(action.issue, **outcome.record)
-                for comment in outcome.comments:
-                    with contextlib.suppress(TrackerError):
-                        await self.tracker.comment(action.issue, comment)
-                if outcome.error is not None:
-                    raise outcome.error
+                await self._lane(action, await self.merges.merge(action, issue))
+            case VerifyMerge():
+                await self._lane(action, await self.merges.verify_merge(action, self._bring_in))
+            case SendBack():
+                await self._lane(action, self.merges.send_back(action))
+            case TrunkVerified():
+                await self._lane(action, await self.merges.trunk_verified(action))
             case Forget():
                 await self.intake.accept(action.issue)  # what its outbox still holds
                 await self.server.stop(action.issue)
@@ -268,12 +271,32 @@ class Actuator:
             case EndPause():
                 self.store.clear_pause(action.pause_kind, why=action.reason)
             case VerifyTrunk():
-                await self.merges.verify_trunk_again(action.commit)
+                await self.merges.verify_trunk(action)
             case OpenGroom():
                 await self._open_groom(action)
             case _:
                 raise RalphError(f"unknown action {action!r}")
         return {}
+
+    async def _lane(self, action: Action, outcome: MergeOutcome) -> None:
+        """What a lane action came to, for its issue and the others of its batch: their
+        records written, the comments posted, a failure of another issue's part recorded
+        as that issue's failed merge; the action's own error ends it."""
+        for name, part in outcome.others.items():
+            await self._lane_part(name, part)
+            if part.error is not None:
+                self.failed(Merge(name, action.reason), part.error)
+        if action.issue:
+            await self._lane_part(action.issue, outcome)
+        if outcome.error is not None:
+            raise outcome.error
+
+    async def _lane_part(self, name: str, part: MergeOutcome) -> None:
+        if part.record:
+            self.store.update_record(name, **part.record)
+        for comment in part.comments:
+            with contextlib.suppress(TrackerError):
+                await self.tracker.comment(name, comment)
 
     def failed(self, action: Action, exc: Exception) -> bool:
         """Record one failed action where the failure policy says it ends; True when no
@@ -283,7 +306,8 @@ class Actuator:
         self.store.append_event(
             "action_failed", issue=action.issue or None, action=action.kind,
             reason=action.reason, error=str(exc), retryable=retryable)
-        if isinstance(exc, SentBack) or isinstance(action, WriteBack) or not action.issue:
+        if isinstance(exc, LaneStale) or isinstance(action, WriteBack) \
+                or not action.issue:
             return False  # already where it belongs (the write-back's own item, the lane)
         record = self.store.load_record(action.issue)
         judged = verdict(Failure(action, str(exc), retryable,

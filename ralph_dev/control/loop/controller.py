@@ -117,7 +117,7 @@ class Controller:
         self.server: WorkerMailboxes = host.mailboxes(self.dirs.run_dir, self.intake.hear,
                                                       self._host_attempt)
         self.merges = MergeLane(settings, jj=jj, store=self.store,
-                                pull_requests=pull_requests, beat=self._beat_while)
+                                pull_requests=pull_requests)
         self.tripwires = Tripwires(settings, self.store, config=config_file(), clock=clock)
         self.outage = TrackerOutage(self.store, self.clock)
         self.observer = Observer(settings, tracker=tracker, host=host, jj=jj, store=self.store,

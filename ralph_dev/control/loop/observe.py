@@ -5,8 +5,9 @@ renumbered issue keeps the name its worker started with (:func:`observe`, shared
 with ``ralph-dev plan``, which observes but never acts). The controller's
 :class:`Observer` adds the facts its rules need beyond the world itself: whether
 workers can start, whether jj can use the repository, what the tracker said, what
-the host has free, what the agents spent, what the tripwires saw, trunk's commit
-while it is red, and the tracker writes workers' reports still owe. Observing
+the host has free, what the agents spent, what the tripwires saw, the merge lane's
+verify run (running beside the loop, or what it came to), trunk's commit while it is
+red or the lane has a run, and the tracker writes workers' reports still owe. Observing
 decides nothing and writes nothing a person sees; it only keeps ralph-dev's own
 files in order (pane logs rotated, spend counted, the workers' views refreshed).
 """
@@ -27,7 +28,7 @@ from ralph_dev.adapters.pattern_store import settle_safely
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.writebacks import WriteBackQueue
 from ralph_dev.control.loop.costs import Spending
-from ralph_dev.control.loop.merging import MergeLane
+from ralph_dev.control.loop.merging import MergeLane, read_lane, read_trunk_due
 from ralph_dev.control.loop.tripwires import Tripwires
 from ralph_dev.control.loop.worker_dirs import WorkerDirs
 from ralph_dev.core.agent_profiles import aware_roles
@@ -153,6 +154,8 @@ async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceListe
         tracker_refuses=tracker_error is not None and not tracker_error.retryable,
         trunk_red=store.paths.trunk_red_file.exists(),
         pauses=store.load_pauses(),
+        lane=read_lane(store.paths.lane_dir),
+        trunk_due=read_trunk_due(store.paths.lane_dir),
     )
     return observed, tracker_error
 
@@ -200,8 +203,11 @@ class Observer:
             settle_safely(self.settings, self.store, observed, self.clock())
         over, spent_today = self._spend(observed)
         trunk_head, red_at = None, None
+        lane, due = observed.lane, observed.trunk_due
         if observed.trunk_red:
             red_at = self.merges.red_at()
+        lane_acts = lane is not None and lane.state not in ("void", "concluded")
+        if observed.trunk_red or lane_acts or due:  # one jj call, only when a rule weighs it
             trunk_head = await asyncio.to_thread(self.jj.trunk.trunk_commit)
         return dataclasses.replace(
             observed, setup_error=setup_error, config_loaded_at=self.config_loaded_at,

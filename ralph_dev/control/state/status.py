@@ -30,6 +30,7 @@ from ralph_dev.adapters.store import StateStore, to_iso, utcnow
 from ralph_dev.adapters.terminal import last_words, render_tail
 from ralph_dev.adapters.writebacks import WriteBackQueue
 from ralph_dev.control.loop import costs as spending
+from ralph_dev.control.loop.merging import read_lane
 from ralph_dev.control.state.disk import workspace_sizes
 from ralph_dev.control.state.pause_text import pause_entries
 from ralph_dev.control.state.sources import StateSources
@@ -166,6 +167,7 @@ async def _document(settings: ProjectSettings, sources: StateSources,
     workers = _workers(store, windows, records, by_id, now, spending.load(settings))
     controller = _controller(settings, windows, beat, now)
     trunk, merges = await _trunk(settings, sources)
+    lane = await asyncio.to_thread(_lane, settings, store, waits, now)
     tracker = {
         "kind": settings.tracker.kind,
         "ok": tracker_error is None,
@@ -187,6 +189,7 @@ async def _document(settings: ProjectSettings, sources: StateSources,
         "workers": workers,
         "trunk": trunk,
         "merges": merges,
+        "lane": lane,
         "tracker": tracker,
         "costs": _costs(workers),
         "disk": await asyncio.to_thread(workspace_sizes, settings),
@@ -415,6 +418,54 @@ async def _trunk(settings: ProjectSettings,
             "files_changed": len(change.files),
         })
     return trunk, merges
+
+
+SENT_BACK_SHOWN = 5
+"""Changes the lane sent back lately, listed (the newest)."""
+
+
+def _lane(settings: ProjectSettings, store: StateStore, waits: Mapping[str, Any],
+          now: datetime) -> dict[str, Any]:
+    """The merge lane: how it merges, the verify running beside the loop (the batch,
+    since when, which step of a bisection), what waits behind it, what went back lately
+    and why."""
+    if settings.merge.mode == "pr":
+        mode = "pull requests"
+    elif settings.verifies_merges:
+        mode = "verified" if settings.merge.max_batch > 1 else "verified, one at a time"
+    else:
+        mode = "unverified"
+    run = read_lane(settings.paths.lane_dir)
+    shown: dict[str, Any] | None = None
+    if run is not None:
+        bisecting = run.kind == "merge" and run.bad > 0
+        shown = {
+            "id": run.id, "kind": run.kind, "state": run.state,
+            "batch": list(run.members), "of": list(run.batch) if bisecting else None,
+            "step": (f"bisecting: the first {run.size} of {len(run.batch)} (the first "
+                     f"{run.good} pass together, the first {run.bad} fail)")
+            if bisecting else None,
+            "since": to_iso(run.started_at),
+            "running_s": age(run.started_at, now) if run.state == "running" else None,
+            "finished_at": to_iso(run.finished_at), "exit_code": run.exit_code,
+            "why": run.why, "after": list(run.after) or None,
+        }
+    waiting = sorted(ident for ident, wait in waits.items()
+                     if isinstance(wait, Mapping) and wait.get("kind") == "merge"
+                     and (shown is None or ident not in shown["batch"]))
+    sent_back = [{"issue": e.get("issue"), "time": e.get("time"), "exit_code": e.get("exit_code"),
+                  "why": e.get("reason")}
+                 for e in store.recent_events(500) if e.get("event") == "merge_sent_back"]
+    return {
+        "mode": mode,
+        "max_batch": settings.merge.max_batch,
+        "run": shown,
+        "state": shown["state"] if shown else "idle",
+        "batch": shown["batch"] if shown and shown["kind"] == "merge" else [],
+        "since": shown["since"] if shown else None,
+        "waiting": waiting,
+        "sent_back": sent_back[-SENT_BACK_SHOWN:][::-1],
+    }
 
 
 def _spend(ledger: Mapping[str, Any], issue: str) -> dict[str, Any]:

@@ -83,6 +83,7 @@ def render(doc: Mapping[str, Any], *, login: str | None = None) -> str:
     lines.append(f"  trunk:      {trunk['name']} at {head}, {trunk['colour']}"
                  + (f" (jj: {terminal_line(trunk['error'])})" if trunk["error"] else "")
                  + (f": {terminal_line(trunk['subject'], 60)}" if trunk.get("subject") else ""))
+    lines += lane_lines(doc.get("lane"))
     disk = doc.get("disk") or {}
     if disk.get("workspaces"):
         biggest = sorted(disk["workspaces"].items(), key=lambda kv: -kv[1])[:3]
@@ -143,6 +144,40 @@ def render(doc: Mapping[str, Any], *, login: str | None = None) -> str:
         for event in doc["events"]:
             lines.append("    " + format_event(event))
     return for_terminal("\n".join(lines))
+
+
+def lane_lines(lane: Mapping[str, Any] | None) -> list[str]:
+    """The merge lane: the verify running beside the loop, what waits, what went back."""
+    if not lane:
+        return []
+    run = lane.get("run")
+    if run is None:
+        said = "idle"
+    elif run["kind"] == "trunk":
+        said = f"verifying trunk ({run['state']})"
+        if run["state"] == "running" and run.get("running_s") is not None:
+            said += f" for {fmt_secs(run['running_s'])}"
+    else:
+        batch = ", ".join(run["batch"])
+        said = {"running": f"verifying {batch}", "passed": f"{batch} passed",
+                "failed": f"{batch} failed (exit {run.get('exit_code')})",
+                "lost": f"verifying {batch} again (its process was lost)",
+                "void": f"last batch ({batch}) void: {terminal_line(run.get('why') or '', 80)}",
+                "concluded": f"last batch: {terminal_line(run.get('why') or batch, 100)}",
+                }.get(run["state"], f"{batch}: {run['state']}")
+        if run["state"] == "running" and run.get("running_s") is not None:
+            said += f" for {fmt_secs(run['running_s'])}"
+        if run.get("step"):
+            said += f" — {run['step']}"
+    if lane.get("waiting"):
+        said += f"; waiting: {', '.join(lane['waiting'][:8])}" + (
+            f" and {len(lane['waiting']) - 8} more" if len(lane["waiting"]) > 8 else "")
+    lines = [f"  merges:     {lane['mode']}, {said}"]
+    for back in lane.get("sent_back", [])[:3]:
+        lines.append(f"              sent back {back.get('issue')} at "
+                     f"{local_time(back.get('time'))}: "
+                     f"{terminal_line(back.get('why') or '', 100)}")
+    return lines
 
 
 def wait_text(wait: Mapping[str, Any]) -> str:

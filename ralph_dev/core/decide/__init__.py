@@ -23,6 +23,7 @@ from datetime import datetime
 from ralph_dev.core.actions import SWARM, Continue, OpenGroom, Plan, Waited
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide.issues import Decider
+from ralph_dev.core.decide.lane import Lane
 from ralph_dev.core.decide.orders import fill
 from ralph_dev.core.decide.swarm import SwarmRules, stops
 from ralph_dev.core.decide.views import (
@@ -59,12 +60,13 @@ __all__ = [
 def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan:
     """The actions that bring the world to what it should be, each with its reason.
 
-    Order: the swarm's own (pauses and their ends, agents that go on, trunk's second
+    Order: the swarm's own (pauses and their ends, agents that go on, trunk's own
     verify, tracker writes workers' reports owe, adoption), then workers a budget or a
     tripwire stops, then per-issue upkeep (kill, merge, forget, reap, nudge, restart,
-    hold, feedback, complete) by identifier, then spawns — resolve workers, orphan
-    respawns, new dispatches — within the global and per-role limits, and last a groom
-    run's opening when one is due.
+    hold, feedback, complete) by identifier, then the verified merge lane's landing and
+    sending back, then spawns — resolve workers, orphan respawns, new dispatches — within
+    the global and per-role limits, then the start of the lane's next verify, and last a
+    groom run's opening when one is due.
     """
     world = World.build(observed, settings)
     swarm = SwarmRules(world, now)
@@ -80,7 +82,11 @@ def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan
     idents = set(world.issues) | set(world.windows) | set(world.workspaces) | set(world.records)
     for ident in sorted(idents - skip, key=id_key):
         decider.issue_chain(ident)
+    lane = Lane(decider, decider.ready)
+    lane.decide()
     decider.spawns()
+    if lane.start is not None:
+        decider.emit(lane.start)
     why = decider.groom_due()
     if why:
         decider.emit(OpenGroom(SWARM, f"opening a groom run: {why}"))

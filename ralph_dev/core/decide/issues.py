@@ -92,6 +92,8 @@ class Decider:
     resolves: list[Candidate] = field(default_factory=list)
     orphans: list[Candidate] = field(default_factory=list)
     merged: bool = False
+    ready: list[str] = field(default_factory=list)
+    """Changes ready to merge through the verified lane (``core.decide.lane``)."""
     idle: bool = False
     """Workers could start and no issue waits for one (``groom.when_idle``)."""
 
@@ -131,10 +133,18 @@ class Decider:
         self.wait(ident, "pause", f"the swarm is paused ({pause.kind}): {pause.cause}",
                   until=pause.until)
 
+    @property
+    def trunk_checking(self) -> bool:
+        """Trunk's own verify is owed or under way (``merge.verify_trunk``, or a red trunk
+        that moved): merges wait for it."""
+        obs = self.world.observed
+        return bool(obs.trunk_due) or (obs.lane is not None and obs.lane.kind == "trunk")
+
     def take_merge_slot(self) -> bool:
-        """Merges run one at a time, in identifier order. When merges are verified (before
-        or after trunk moves) only one goes per plan: the next tick takes the next."""
-        if self.merged and (self.settings.merge.verify_trunk or self.settings.verifies_merges):
+        """Merges outside the verified lane run one at a time, in identifier order. When
+        trunk is verified after each (``merge.verify_trunk``) only one goes per plan: its
+        verify comes next (the verified lane batches instead: ``core.decide.lane``)."""
+        if self.merged and self.settings.merge.verify_trunk:
             return False
         self.merged = True
         return True
@@ -310,6 +320,17 @@ class Decider:
                       until=aware(rec.merge_failed_at)
                       + timedelta(seconds=self.policy.delay(rec.merge_failures)))
             return  # its last merge failed: retried after a backoff, not holding the slot
+        if self.trunk_checking:
+            self.wait(ident, "merge", "done; trunk is being verified after the last merge: "
+                                      "merges wait for it")
+            return
+        if self.settings.verifies_merges:
+            if has_window:
+                self.wait(ident, "merge", "done; its window closes, then its change joins "
+                                          "the merge lane")
+            else:
+                self.ready.append(ident)  # the lane's rules take it (``core.decide.lane``)
+            return
         if not self.take_merge_slot():
             self.wait(ident, "merge", "done; merges go one at a time: it is next")
             return  # trunk is verified after each merge: this one goes next tick

@@ -14,7 +14,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from ralph_dev.core.actions import Action, Forget, Kill, Merge, Reap, Restart, Spawn, Stop
+from ralph_dev.core.actions import (
+    Action,
+    Forget,
+    Kill,
+    Merge,
+    Reap,
+    Restart,
+    Spawn,
+    Stop,
+    VerifyMerge,
+)
 from ralph_dev.core.agent_profiles import PROFILES, role_cli, role_model
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import Observed, StateType, WorkerRecord
@@ -62,8 +72,14 @@ def fill(actions: Sequence[Action], observed: Observed, settings: ProjectSetting
             action = _start(action, observed, rec, action.issue in alive, settings)
         if isinstance(action, Kill | Restart | Reap | Stop) and rec is not None:
             action = dataclasses.replace(action, bring_in=rec.done and rec.role.may_edit)
-        if isinstance(action, Merge) and rec is not None and rec.node:
+        if isinstance(action, Merge) and rec is not None and rec.node and not action.run:
             action = dataclasses.replace(action, fetch_attempt=rec.host_attempt)
+        if isinstance(action, VerifyMerge):
+            # work done on other hosts comes in before the lane rebases it (a batch's
+            # verify, not its landing: what lands is what was verified)
+            action = dataclasses.replace(action, fetch=tuple(
+                (name, r.host_attempt) for name in action.batch
+                if (r := observed.records.get(name)) is not None and r.node))
         if isinstance(action, Forget):
             # in pull-request mode the change lives on under its pushed bookmark
             action = dataclasses.replace(

@@ -23,6 +23,7 @@ from ralph_dev.core.actions import (
     Hold,
     PauseSwarm,
     Stop,
+    TrunkVerified,
     VerifyTrunk,
     Waited,
     WriteBack,
@@ -289,13 +290,39 @@ class SwarmRules:
     # -- trunk, stops, write-backs -------------------------------------------------------
 
     def trunk(self) -> None:
-        """A red trunk is verified again once it has moved (a person pushed a fix)."""
+        """Trunk's own verify, beside the loop: a red trunk is verified again once it has
+        moved (a person pushed a fix), and with ``merge.verify_trunk`` trunk is verified
+        after merges moved it; an ended verify says trunk is red or green, a lost one is
+        run again."""
         obs = self.observed
-        if obs.trunk_red and self.settings.verify_command and obs.trunk_head is not None \
-                and obs.trunk_head != obs.trunk_red_at:
+        run = obs.lane
+        if run is not None and run.kind == "trunk":
+            if run.finished:
+                ok = run.state == "passed"
+                self.actions.append(TrunkVerified(
+                    SWARM, f"trunk's verify at {run.base[:12]} "
+                           f"{'passed' if ok else f'failed (exit {run.exit_code})'}",
+                    run=run.id, commit=run.base, ok=ok, after=run.after))
+            elif run.state != "running":
+                self.actions.append(VerifyTrunk(
+                    SWARM, f"the process verifying trunk at {run.base[:12]} ended without an "
+                           "outcome: verifying it again",
+                    commit=run.base, after=run.after, replaces=run.id))
+            return
+        if not self.settings.verify_command or obs.trunk_head is None:
+            return
+        if obs.trunk_red and obs.trunk_head != obs.trunk_red_at:
             self.actions.append(VerifyTrunk(SWARM, f"trunk is red and moved to "
                                                    f"{obs.trunk_head[:12]}: verifying it again",
-                                            commit=obs.trunk_head))
+                                            commit=obs.trunk_head,
+                                            replaces=run.id if run is not None else ""))
+        elif obs.trunk_due and not obs.trunk_red:
+            merged = [a for a in obs.trunk_due if a]
+            self.actions.append(VerifyTrunk(
+                SWARM, f"merges moved trunk to {obs.trunk_head[:12]}"
+                       f"{' (' + ', '.join(merged) + ')' if merged else ''}: verifying it "
+                       "(merge.verify_trunk)", commit=obs.trunk_head, after=tuple(merged),
+                replaces=run.id if run is not None else ""))
 
     def write_backs(self) -> None:
         self.actions += write_backs(self.observed.owed, self.observed.tracker_ok,

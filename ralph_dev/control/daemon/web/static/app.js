@@ -75,6 +75,28 @@ function pauseFact(pause) {
   return el("li", { "data-tone": "bad", "data-pause": pause.kind, title: pause.cause }, text);
 }
 
+function laneFact(lane) {
+  // the merge lane: the verify running beside the loop, what waits, what went back
+  const run = lane.run;
+  let text = "merges: idle";
+  let tone = null;
+  if (run && run.kind === "trunk") {
+    text = `verifying trunk (${run.state})`;
+  } else if (run && run.state === "running") {
+    text = `verifying ${run.batch.join(", ")}` + (run.since ? ` since ${when(run.since)}` : "")
+      + (run.step ? ` (${run.step})` : "");
+  } else if (run && run.state === "failed") {
+    text = `${run.batch.join(", ")} failed the verify`;
+    tone = "bad";
+  } else if (run && run.why) {
+    text = `last batch: ${run.why}`;
+  }
+  if (lane.waiting.length) text += `; waiting: ${lane.waiting.join(", ")}`;
+  const back = lane.sent_back[0];
+  const title = back ? `last sent back: ${back.issue}: ${back.why || ""}` : lane.mode;
+  return el("li", { "data-tone": tone, "data-lane": run ? run.state : "idle", title }, text);
+}
+
 function renderFacts(doc) {
   const facts = (doc.pauses || []).map(pauseFact);
   facts.push(fact(doc.daemon.running ? "daemon running" : "daemon stopped",
@@ -85,6 +107,8 @@ function renderFacts(doc) {
   const trunk = doc.trunk;
   facts.push(fact(`trunk ${trunk.name} ${trunk.head ? trunk.head.slice(0, 8) : "?"}: ${trunk.colour}`,
                   trunk.colour === "red" ? "bad" : trunk.colour === "green" ? "good" : null));
+  const lane = doc.lane;
+  if (lane) facts.push(laneFact(lane));
   const usage = doc.tracker.usage;
   if (!doc.tracker.ok) facts.push(fact(`tracker: ${doc.tracker.error}`, "bad"));
   else if (usage && usage.requests_this_hour !== undefined) {
