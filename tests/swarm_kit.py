@@ -171,6 +171,12 @@ def run_cli(*args: str, env: dict[str, str], check: bool = True, timeout: float 
     return proc
 
 
+def lane_only(command: str, otherwise: str = "true") -> str:
+    """A verify command that runs ``command`` in the merge lane's workspace and
+    ``otherwise`` in a worker's (its own check at ``worker done``)."""
+    return f'case "$PWD" in *ralph-lane*) {command} ;; *) {otherwise} ;; esac'
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
              interval: float = 0.25) -> Any:
     deadline = time.monotonic() + timeout

@@ -38,7 +38,7 @@ def test_a_cluster_table_is_read_with_its_defaults(xdg: Path) -> None:
     assert settings.cluster == ClusterSettings(engine="ray", address="auto", remote=None,
                                                snapshot_interval=300.0)
     assert project_table(settings)["cluster"] == {"engine": "ray", "address": "auto",
-                                                  "snapshot_interval": 300.0}
+                                                  "snapshot_interval": 300.0, "lease": 30.0}
 
     write_config('[projects.app]\nrepo = "/srv/app"\n[projects.app.cluster]\n'
                  'address = "10.0.0.5:6379"\nremote = "git@host:team/app.git"\n')
@@ -61,6 +61,7 @@ def test_a_cluster_table_is_read_with_its_defaults(xdg: Path) -> None:
         ('remote = ""', "projects.app.cluster.remote: '' is not a git URL"),
         ("slots = 4", "projects.app.cluster: unknown key 'slots'"),
         ("snapshot_interval = 0", "projects.app.cluster.snapshot_interval: must be greater"),
+        ("lease = 2", "projects.app.cluster.lease: must be at least 5"),
     ],
 )
 def test_a_bad_cluster_table_names_key_and_fix(xdg: Path, table: str, expected: str) -> None:

@@ -299,6 +299,50 @@ def test_a_relay_that_fails_unexpectedly_is_said_and_started_again(tmp_path: Pat
     assert failed[:1] == ["TypeError('a bug')"]
 
 
+def test_each_call_its_host_answered_renews_the_lease_from_when_it_was_sent(
+        tmp_path: Path) -> None:
+    """Issue 37: the lease the controller counts runs from the sending of the last call
+    the host answered; a refused call (a host cut off, an attempt whose lease ran out)
+    renews nothing."""
+    from datetime import UTC, datetime
+
+    from ralph_dev.core.errors import HostUnavailable
+
+    here = _run_dir(tmp_path / "controller" / "run")
+    answering = {"yes": True}
+    arrived: list[datetime] = []
+    renewed: list[tuple[str, int, datetime]] = []
+
+    def exchange(issue: str, attempt: int, files: dict[str, bytes],
+                 answers: dict[str, bytes], taken: list[str], wait: float) -> dict[str, bytes]:
+        arrived.append(datetime.now(UTC))
+        time.sleep(0.05)
+        if not answering["yes"]:
+            raise HostUnavailable("its lease ran out")
+        return {}
+
+    async def scenario() -> None:
+        carrier = MailboxCarrier(lambda name: here, _Controller(here).hear, exchange,
+                                 lambda name: 2, renewed=lambda *said: renewed.append(said))
+        await carrier.listen(["APP-1"])
+        deadline = time.monotonic() + 10
+        while len(renewed) < 3:
+            assert time.monotonic() < deadline, "no renewals"
+            await asyncio.sleep(0.02)
+        answering["yes"] = False
+        count, refused = len(renewed), len(arrived)
+        while len(arrived) < refused + 2:
+            assert time.monotonic() < deadline, "no more calls"
+            await asyncio.sleep(0.02)
+        assert len(renewed) <= count + 1  # at most the one answered as it turned
+        await carrier.close()
+
+    asyncio.run(scenario())
+    assert all(issue == "APP-1" and attempt == 2 for issue, attempt, _ in renewed)
+    for _, _, sent in renewed:  # sent before it arrived on its host
+        assert any(sent <= at for at in arrived)
+
+
 def test_a_sandbox_made_on_the_controller_hides_what_its_host_has(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 37: the sandbox's hide list was computed on the controller's host and moved

@@ -419,6 +419,32 @@ def test_a_cluster_worker_whose_host_was_lost_starts_again_free(windows: list[Wi
                 if isinstance(a, Reap)]
 
 
+def test_a_lost_hosts_issue_starts_again_only_once_its_last_attempts_lease_ran_out() -> None:
+    """Issue 37: a host that stopped answering may only be cut off, its agent alive; it
+    stops that agent itself within the lease, so the next attempt waits the lease out
+    (from the last call the host answered, plus a margin) and status says until when.
+    An attempt the controller ended itself (its final push came back) waits for
+    nothing."""
+    from ralph_dev.core.cluster import LEASE_MARGIN
+    from ralph_dev.core.config import ClusterSettings
+
+    on_cluster = settings(cluster=ClusterSettings(lease=30))
+    renewed = NOW - timedelta(seconds=10)
+    lost = rec("DEMO-4", attempts=1, node="n1", host="h1", host_attempt=1,
+               lease_renewed_at=renewed, lost="its host was lost")
+    plan = run(world(issues=[issue(4, "started")], records=[lost]), on_cluster)
+    assert plan.actions == ()
+    wait = plan.waits["DEMO-4"]
+    assert wait.kind == "lease" and "h1" in wait.why
+    assert wait.until == renewed + timedelta(seconds=30 + LEASE_MARGIN)
+    [spawn] = run(world(issues=[issue(4, "started")], records=[lost]), on_cluster,
+                  now=wait.until).actions
+    assert isinstance(spawn, Spawn)
+    ended = dataclasses.replace(lost, final_push=1)
+    [spawn] = run(world(issues=[issue(4, "started")], records=[ended]), on_cluster).actions
+    assert isinstance(spawn, Spawn)
+
+
 def test_a_cluster_workers_tmux_server_ended_on_its_host_charges_nothing() -> None:
     """Issue 37: its tmux server killed on its host (its pane never exited) is a cause
     outside the issue, as a tmux session gone on one host: no attempt charged."""

@@ -385,7 +385,23 @@ def test_list_workspaces_costs_one_jj_call_whatever_their_number(jj: JjRepositor
     assert len(fresh.workspaces.list_workspaces()) == 4
     assert fresh.cli.calls == 1
     fresh.workspaces.list_workspaces()
-    assert fresh.cli.calls == 2
+    assert fresh.cli.calls == 1  # nothing happened in the repository: nothing to ask
+
+
+def test_a_listing_is_read_again_after_any_operation(jj: JjRepository) -> None:
+    path = jj.workspaces.add_workspace("ENG-1")
+    fresh = JjRepository.open(jj.cli.repo, jj.home.root, jj_bin=jj.cli.jj_bin)
+    (before,) = fresh.workspaces.list_workspaces()
+    assert not before.has_unmerged_change
+    work(jj, "ENG-2", {"f2": "x\n"})  # another process's operations
+    assert [w.name for w in fresh.workspaces.list_workspaces()] == ["ENG-1", "ENG-2"]
+    (path / "f1").write_text("x\n")
+    calls = fresh.cli.calls
+    assert fresh.workspaces.list_workspaces()[0] == before  # not snapshotted yet: as it was
+    assert fresh.cli.calls == calls
+    jj.workspaces.snapshot("ENG-1")  # an operation: read again, and the change is there
+    assert fresh.workspaces.list_workspaces()[0].has_unmerged_change
+    assert fresh.cli.calls == calls + 1
 
 
 # --- forget -----------------------------------------------------------------------

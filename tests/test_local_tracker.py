@@ -528,3 +528,30 @@ async def test_a_sub_issue_cannot_be_blocked_by_its_own_parent(tracker: LocalTra
     (sub,) = await tracker.create_issues([NewIssue("sub", parent=parent)])
     with pytest.raises(TrackerInputError, match=f"dependency cycle {parent} → {sub} → {parent}"):
         await tracker.add_blocker(sub, parent)
+
+
+async def test_a_listing_is_read_again_only_when_the_database_changed(
+        tracker: LocalTracker, db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tick lists every issue; what another process (a person's `issue` command)
+    committed is in the next listing, and nothing else makes one read the database."""
+    (first,) = await tracker.create_issues([NewIssue(title="one")])
+    reads = []
+    load = tracker.reader.load
+    monkeypatch.setattr(tracker.reader, "load", lambda conn, numbers: (
+        reads.append(numbers), load(conn, numbers))[1])
+    assert [i.title for i in await tracker.list_issues()] == ["one"]
+    assert [i.title for i in await tracker.list_issues()] == ["one"]
+    assert reads == [None]
+    person = LocalTracker(db, "DEMO")  # another writer, as another process would be
+    await person.set_state(first, name="Done")
+    await person.create_issues([NewIssue(title="two")])
+    listed = await tracker.list_issues()
+    assert [(i.title, i.state_type) for i in listed] == [
+        ("one", StateType.COMPLETED), ("two", StateType.UNSTARTED)]
+    assert len(reads) == 2
+    await person.close()
+    db.rename(db.with_name("aside.db"))  # a person moves the file aside: a fresh tracker
+    for suffix in ("-wal", "-shm"):
+        db.with_name(db.name + suffix).unlink(missing_ok=True)
+    assert await tracker.list_issues() == []
+    await tracker.close()

@@ -8,6 +8,7 @@ scripted worker in a tmux server of its own; the work comes back through the rem
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import time
@@ -20,7 +21,7 @@ import pytest
 from conftest import make_jj_repo, retry_until, running
 from ray_kit import NAMESPACE, bare_remote, hosts_dir, local_cluster
 
-from ralph_dev.adapters.jj_cli import JjCli, child_path
+from ralph_dev.adapters.jj_cli import JjCli, JJError, child_path
 from ralph_dev.core import cluster
 from ralph_dev.core.environment import ATTEMPT_VAR
 from ralph_dev.core.errors import HostUnavailable
@@ -178,6 +179,50 @@ def test_a_tmux_server_killed_on_its_host_is_said_as_lost_not_as_a_dead_pane(
         seen = retry_until(gone, timeout=30, what="the killed server seen")
         assert isinstance(seen, Window)
         assert seen.server_lost and not seen.host_lost, seen
+    finally:
+        plane.kill_window(opened.pane_id)
+
+
+def test_an_attempt_the_controller_stops_calling_stops_its_agent_within_its_lease(
+        ray_cluster: Any, remote: Path, tmp_path: Path, jj_bin: str) -> None:
+    """Issue 37: while the controller calls, the attempt runs past its lease; once the
+    calls stop (a cut-off host, a lost controller) its host stops the agent itself
+    before the lease runs out, and pushes its work once more."""
+    from ralph_dev.hosts.node.worker import LEASE_STOP
+    from ralph_dev.hosts.ray.plane import RayPlane
+
+    lease = 6.0
+    plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
+                     root=str(tmp_path / "hosts"), namespace=NAMESPACE, lease=lease)
+    work = ["sh", "-c", 'echo "work of $RALPH_DEV_ISSUE" > "$RALPH_DEV_ISSUE.txt"; sleep 600']
+    opened = plane.open_window("APP-9", 1, command=work, environment=_environment("APP-9", 1))
+    calls = plane.attempt(opened.pane_id)
+
+    def alive() -> bool:
+        return any(w.name == "APP-9" and w.alive for w in plane.list_windows())
+
+    try:
+        retry_until(alive, timeout=30, what="the attempt's window")
+        renewing_until = time.monotonic() + lease * 1.5
+        while time.monotonic() < renewing_until:  # the carrier's calls
+            calls.exchange({}, {}, [], 0.5)
+            assert alive(), "stopped while the controller was calling"
+        silent = time.monotonic()
+        retry_until(lambda: not alive(), timeout=lease * 2, what="the agent stopped")
+        stopped_after = time.monotonic() - silent
+        assert stopped_after < lease, stopped_after  # before the lease ran out
+        assert stopped_after >= lease * LEASE_STOP - 1.5, stopped_after
+        controller = _controller_clone(tmp_path, remote, jj_bin)
+        pushed = cluster.attempt_bookmark("APP-9", 1)
+
+        def pushed_work() -> str | None:  # its host pushes once the agent has stopped
+            with contextlib.suppress(JJError):
+                return _fetched(controller, pushed, "APP-9.txt")
+            return None
+
+        assert retry_until(pushed_work, timeout=30, what="the last push") == "work of APP-9\n"
+        with pytest.raises(HostUnavailable, match="lease ran out"):  # no renewal counted
+            calls.exchange({}, {}, [], 0.1)
     finally:
         plane.kill_window(opened.pane_id)
 

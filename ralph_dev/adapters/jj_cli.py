@@ -175,6 +175,19 @@ class JjCli:
             env["JJ_USER"], env["JJ_EMAIL"] = self.user
         return env
 
+    def op_heads(self) -> tuple[str, ...] | None:
+        """The repository's operation heads (None: not readable). Every jj operation,
+        a snapshot of any workspace included, changes them, and a command run with
+        ``--ignore-working-copy`` reads nothing else (nor imports git refs): the same
+        heads, the same answer."""
+        repo = self.repo / ".jj" / "repo"
+        try:
+            if repo.is_file():  # a secondary workspace names the repository's store
+                repo = (repo.parent / repo.read_text(encoding="utf-8").strip()).resolve()
+            return tuple(sorted(p.name for p in (repo / "op_heads" / "heads").iterdir()))
+        except (OSError, ValueError):
+            return None
+
     def owns_checkout(self, where: Path) -> bool:
         """Whether jj may snapshot and update the working copy at ``where``: only in
         ralph-dev's own workspaces, below ``workspace_root``."""

@@ -63,6 +63,8 @@ class JjWorkspaces:
         self.home = home
         self.cli = home.cli
         self.trunk = trunk
+        self._listed: tuple[tuple[str, ...], list[Workspace]] | None = None
+        """The last listing and the operation heads it was read at."""
 
     @property
     def _trunk(self) -> str:
@@ -207,8 +209,19 @@ class JjWorkspaces:
         """ralph-dev's workspaces (those under the root) with what decide needs.
 
         Costs one ``jj log`` over every workspace's ``@`` and its non-trunk
-        ancestors, whatever the number of workspaces.
+        ancestors, whatever the number of workspaces; none while the repository's
+        operation heads are the ones the last listing was read at (read before it, so
+        an operation in between makes the next call read again).
         """
+        heads = self.cli.op_heads()
+        if heads is not None and self._listed is not None and self._listed[0] == heads:
+            return list(self._listed[1])
+        listed = self._list_workspaces()
+        if heads is not None:
+            self._listed = (heads, listed)
+        return list(listed)
+
+    def _list_workspaces(self) -> list[Workspace]:
         template = (
             f'commit_id ++ "{FIELD_SEP}" '
             f'++ parents.map(|c| c.commit_id()).join(",") ++ "{FIELD_SEP}" '

@@ -65,9 +65,10 @@ _DATETIME_FIELDS = {
 
 
 _FIELDS = [f.name for f in dataclasses.fields(WorkerRecord)]
-FACT_SOURCES = ("reports", "observer", "daemon")
+FACT_SOURCES = ("reports", "observer", "daemon", "carrier")
 """Who notes facts about a worker beside its record: the controller's intake (what the
-worker said), its observer (what its pane shows), the daemon (its tmux session went)."""
+worker said), its observer (what its pane shows), the daemon (its tmux session went),
+the cluster mailbox carrier (its host answered: the attempt's lease renewed)."""
 WRITTEN, BORN = "_written", "_born"
 """In a record's file: when the actuator wrote each field; when it made the record."""
 NEVER = datetime.min.replace(tzinfo=UTC)

@@ -58,6 +58,10 @@ class Action:
         """Every issue the action is for: a failure stops each one's chain in the plan."""
         return (self.issue,) if self.issue else ()
 
+    def touches(self) -> tuple[str, ...]:
+        """Every issue whose workspace the action may change (the tripwires are told)."""
+        return self.issues()
+
 
 @dataclass(frozen=True)
 class Spawn(Action):
@@ -227,6 +231,9 @@ class VerifyMerge(Action):
 
     def issues(self) -> tuple[str, ...]:
         return self.batch[:self.size]
+
+    def touches(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.issue, *self.batch)))  # the whole batch is rebased
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from pathlib import PurePath
 
 from ralph_dev.core.model import IDENTIFIER_RE
@@ -27,6 +28,19 @@ SLOT_RESOURCE = "ralph_worker"
 
 _ACTOR_RE = re.compile(r"(?P<project>[^:#]+):(?P<issue>[^:#]+)#(?P<attempt>\d+)")
 _PUSH_RE = re.compile(r"(?P<issue>[^/]+)/a(?P<attempt>\d+)")
+
+
+LEASE_MARGIN = 5.0
+"""Seconds past an attempt's lease before the controller starts the issue's next
+attempt: its host stops the agent at ``LEASE_STOP`` (0.75) of the lease after the last
+call it heard, which may be a call whose answer the controller never saw (one
+long-poll, 3 s, after the last that came back)."""
+
+
+def lease_ends(renewed_at: datetime, lease: float) -> datetime:
+    """When an attempt whose host last answered a call sent at ``renewed_at`` has
+    surely stopped its agent, whatever became of the host."""
+    return renewed_at + timedelta(seconds=lease + LEASE_MARGIN)
 
 
 def actor_name(project: str, issue: str, attempt: int) -> str:

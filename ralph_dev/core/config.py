@@ -270,6 +270,11 @@ class ClusterSettings:
     snapshot_interval: float = 300.0
     """Seconds between a worker's work-in-progress pushes: what a lost host loses at
     most."""
+    lease: float = 30.0
+    """Seconds an attempt runs on without hearing from the controller: its host stops
+    the agent before they are up, and the controller starts no next attempt of the issue
+    until they (and a margin) have passed since it last reached the host. Never two
+    agents on one issue, whatever the network does."""
 
 
 @dataclass(frozen=True)

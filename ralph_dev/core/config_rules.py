@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 KEY_RE = re.compile(r"[A-Z][A-Z0-9]{0,9}")
 """A tracker key: the ``KEY`` in ``KEY-N`` identifiers."""
 
+MIN_LEASE = 5.0
+"""Shortest ``cluster.lease``: shorter, and a controller's busy tick would stop agents."""
+
 
 def validate(settings: ProjectSettings, where: str) -> None:
     """Rules that types alone cannot express."""
@@ -126,6 +129,9 @@ def cluster_rules(cluster: ClusterSettings, bad: Callable[[str, str], ConfigErro
     if cluster.snapshot_interval <= 0:
         raise bad("cluster.snapshot_interval", "must be greater than 0 (seconds between a "
                   "worker's work-in-progress pushes)")
+    if cluster.lease < MIN_LEASE:
+        raise bad("cluster.lease", f"must be at least {MIN_LEASE:g} (seconds an attempt runs "
+                  "without hearing from the controller; its host checks every second)")
     if address != "auto" and not _RAY_ADDRESS.fullmatch(address):
         raise bad("cluster.address", f"{address!r} is not a Ray address: write 'auto' (the "
                   "cluster this host joined with `ray start`), HOST:6379, or ray://HOST:10001")

@@ -110,7 +110,9 @@ class LocalTracker:
         return await asyncio.to_thread(self.writer.remove_blocker, identifier, blocker)
 
     async def close(self) -> None:
-        """Nothing to release: every call opens and closes its own connection."""
+        """Every call opens and closes its own connection; the one kept to see whether
+        the database changed is closed here."""
+        self.db.close()
 
     def renamed(self) -> dict[str, str]:
         """Local issues are never renumbered."""

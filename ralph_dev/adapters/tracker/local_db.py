@@ -16,6 +16,7 @@ import getpass
 import os
 import re
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -141,6 +142,8 @@ class TrackerDb:
         self.db_path = Path(db_path)
         self.key = key
         self._ready = False
+        self._probe: tuple[tuple[int, int], sqlite3.Connection] | None = None
+        self._probe_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"TrackerDb({str(self.db_path)!r}, key={self.key!r})"
@@ -327,6 +330,36 @@ class TrackerDb:
             raise
         else:
             conn.commit()
+
+    def version(self) -> tuple[int, int, int] | None:
+        """Which file the database is and how many commits it has seen since this
+        object first looked (SQLite's ``data_version`` on a connection kept for it:
+        another connection's commit, from any process, changes it); None when it cannot
+        say. Equal versions, equal contents: a reader may answer from what it read."""
+        try:
+            stat = self.db_path.stat()
+        except OSError:
+            return None
+        where = (stat.st_dev, stat.st_ino)
+        with self._probe_lock:
+            try:
+                if self._probe is None or self._probe[0] != where:  # first, or replaced
+                    self._close_probe()
+                    self._probe = (where, self._open(self.db_path))
+                (changes,) = self._probe[1].execute("PRAGMA data_version").fetchone()
+            except (sqlite3.Error, TrackerError):
+                self._close_probe()
+                return None
+        return (*where, int(changes))
+
+    def _close_probe(self) -> None:
+        if self._probe is not None:
+            self._probe[1].close()
+            self._probe = None
+
+    def close(self) -> None:
+        with self._probe_lock:
+            self._close_probe()
 
     def call(self, doing: str, func: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._connect()

@@ -15,6 +15,8 @@ class LocalReader:
 
     def __init__(self, db: TrackerDb) -> None:
         self.db = db
+        self._listed: tuple[tuple[int, int, int], list[Issue]] | None = None
+        """The last full listing and the database version it was read at."""
 
     def load(self, conn: sqlite3.Connection, numbers: Iterable[int] | None) -> list[Issue]:
         """Build Issue objects (all, or just ``numbers``) with a handful of queries."""
@@ -85,7 +87,16 @@ class LocalReader:
         return found[0]
 
     def list_issues(self) -> list[Issue]:
-        return self.db.call("listing issues", lambda conn: self.load(conn, None))
+        """Every issue; read again only when the database changed since the last
+        listing (its version is taken before the read, so a commit in between makes the
+        next call read again): a controller's tick lists them all, every tick."""
+        version = self.db.version()
+        if version is not None and self._listed is not None and self._listed[0] == version:
+            return list(self._listed[1])
+        issues = self.db.call("listing issues", lambda conn: self.load(conn, None))
+        if version is not None:
+            self._listed = (version, issues)
+        return list(issues)
 
     def get(self, identifier: str) -> Issue:
         number = self.db.number(identifier)

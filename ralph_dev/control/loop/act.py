@@ -189,8 +189,8 @@ class Actuator:
     async def act(self, action: Action, issue: Issue | None, observed: Observed) -> None:
         """Carry out one action; on success, its record changes and its event."""
         log.info("act", action=action.kind, issue=action.issue, reason=action.reason)
-        if action.issue:
-            self.acted_on(action.issue)
+        for name in action.touches():
+            self.acted_on(name)
         learned = await self._do(action, issue, observed)
         if action.record_deleted:
             self.store.delete_record(action.issue)
@@ -385,7 +385,8 @@ class Actuator:
             and before.lost.startswith(STOPPED) else None
         # a new attempt's number before anything is placed by it: never two of one name
         attempt = (before.host_attempt if before else 0) + 1
-        self.store.update_record(action.issue, host_attempt=attempt, final_push=0)
+        self.store.update_record(action.issue, host_attempt=attempt, final_push=0,
+                                 lease_renewed_at=None)
         workspace: Path = await while_beating(
             self.beat, "spawn", self.host.make_workspace, action.issue, attempt,
             rebase=action.role is Role.RESOLVE)
@@ -433,6 +434,9 @@ class Actuator:
         if shipped:
             launch.discard_secrets()  # its host's copy is the launcher's to read and delete
         log.info("spawned", issue=action.issue, role=record.role.value, attempt=record.attempts)
+        # its change so far (`worker diff` asks for a fresh one): two jj calls its start
+        # need not wait for
+        await asyncio.to_thread(self.dirs.publish_diff, action.issue)
         where = await asyncio.to_thread(self.host.placement, action.issue, attempt)
         if where is None:
             return {}

@@ -129,15 +129,18 @@ async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceListe
                   ) -> tuple[Observed, TrackerError | None]:
     """The world: issues, windows, workspaces and records, read now; and the tracker's
     error when it could not be read."""
-    tracker_error: TrackerError | None = None
-    issues: tuple[Issue, ...] = ()
-    try:
-        issues = tuple(await tracker.list_issues())
-    except TrackerError as exc:
-        tracker_error = exc
-        log.warning("tracker_unavailable", error=str(exc))
-    windows = await asyncio.to_thread(tmux.list_windows)
-    workspaces = await asyncio.to_thread(jj.list_workspaces)
+    async def read_issues() -> tuple[tuple[Issue, ...], TrackerError | None]:
+        try:
+            return tuple(await tracker.list_issues()), None
+        except TrackerError as exc:
+            log.warning("tracker_unavailable", error=str(exc))
+            return (), exc
+
+    # at once: each waits on another process (the tracker, tmux, jj), and a tick is as
+    # long as the slowest of them, not their sum
+    (issues, tracker_error), windows, workspaces = await asyncio.gather(
+        read_issues(), asyncio.to_thread(tmux.list_windows),
+        asyncio.to_thread(jj.list_workspaces))
     records = store.load_records()
     local = {*records, *(w.name for w in windows), *(w.name for w in workspaces)}
     renamed = tracker.renamed()

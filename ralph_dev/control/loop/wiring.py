@@ -69,7 +69,10 @@ def ray_host_for(settings: ProjectSettings, repository: JjRepository | None = No
                    hook_failed=hook_failed, log_path=records.log_path,
                    kept_transcript=lambda issue, session: kept_transcript(
                        settings.paths.worker_dir(issue), session),
-                   say=records.append_event, merge_remote=settings.merge.remote,
+                   say=records.append_event,
+                   lease_renewed=lambda issue, at: records.note_facts(
+                       issue, "carrier", lease_renewed_at=at),
+                   merge_remote=settings.merge.remote,
                    agent_bin=agent_bin_dir(settings))
 
 

@@ -118,8 +118,7 @@ class WorkerDirs:
             iteration_cap=self.settings.agent.iteration_cap,
             review_after_execute=self.settings.review_after_execute))
         self.issues[issue.identifier] = issue
-        self._write_view(issue)
-        self.publish_diff(issue.identifier)
+        self._write_view(issue)  # its change's diff comes once its agent runs (publish_diff)
         if role is Role.GROOM:
             self._write_backlog(issue.identifier)
         return base

@@ -28,6 +28,7 @@ from ralph_dev.core.actions import (
     Tell,
     Wait,
 )
+from ralph_dev.core.cluster import lease_ends
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide.world import (
     World,
@@ -754,6 +755,11 @@ class Decider:
         placeable = w.observed.cluster_slots
         for cand in queue:
             ident = cand.issue.identifier
+            if (until := self.lease_runs(ident)) is not None:
+                self.wait(ident, "lease", f"its last attempt's host ({w.records[ident].host}) "
+                                          "has not answered since; it stops that agent "
+                                          "itself when the lease runs out", until=until)
+                continue
             if total >= s.limits.max_workers:
                 self.wait(ident, "slot", f"{wanted} issue(s) want a worker; {total}/"
                                          f"{s.limits.max_workers} workers busy")
@@ -780,6 +786,16 @@ class Decider:
                     model=model_for(cand.issue, cand.role, s),
                 )
             )
+
+    def lease_runs(self, ident: str) -> datetime | None:
+        """Until when the issue's last cluster attempt may still run, if its host never
+        answered its end (lost, cut off): no next attempt starts before."""
+        rec, cluster_settings = self.world.records.get(ident), self.settings.cluster
+        if rec is None or cluster_settings is None or rec.lease_renewed_at is None \
+                or rec.final_push == rec.host_attempt:
+            return None
+        until = lease_ends(rec.lease_renewed_at, cluster_settings.lease)
+        return until if until > self.now else None
 
     def blocked_waits(self) -> None:
         """An issue that would be ready but for a blocker says which one it waits on."""

@@ -3,10 +3,12 @@ the small questions every rule asks of it (held? settled? blocked by what? which
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, TypeVar, cast
 
 from ralph_dev.core.agent_profiles import role_model
 from ralph_dev.core.config import ProjectSettings
@@ -22,6 +24,9 @@ from ralph_dev.core.model import (
     WorkerRecord,
     Workspace,
 )
+
+T = TypeVar("T")
+NO_LABELS: frozenset[str] = frozenset()
 
 NUDGE_MESSAGE = (
     "ralph-dev: no activity for a while. Continue working on {issue}. "
@@ -64,6 +69,13 @@ def dispatch_key(issue: Issue) -> tuple[int, float, tuple[int, float], tuple[str
     return (rank, issue.sort_order, created, id_key(issue.identifier))
 
 
+@functools.lru_cache(maxsize=256)
+def _folded(label: str) -> str:
+    """A configured label as labels are compared (they are few, asked thousands of times
+    a tick)."""
+    return label.casefold()
+
+
 def label_set(labels: Iterable[str]) -> frozenset[str]:
     return frozenset(label.casefold() for label in labels)
 
@@ -102,6 +114,16 @@ class World:
     windows: dict[str, list[Window]] = field(default_factory=dict)
     workspaces: dict[str, Workspace] = field(default_factory=dict)
     records: dict[str, WorkerRecord] = field(default_factory=dict)
+    _memo: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
+    """Answers already worked out this tick (a world never changes once built): a tick
+    asks whether each of thousands of issues is ready, blocked or settled more than
+    once."""
+
+    def _remember(self, question: str, ident: str, answer: Callable[[], T]) -> T:
+        key = (question, ident)
+        if key not in self._memo:
+            self._memo[key] = answer()
+        return cast(T, self._memo[key])
 
     @classmethod
     def build(cls, observed: Observed, settings: ProjectSettings) -> World:
@@ -147,11 +169,11 @@ class World:
     # -- small questions --------------------------------------------------------
 
     def has(self, ident: str, label: str) -> bool:
-        return label.casefold() in self.labels.get(ident, frozenset())
+        return _folded(label) in self.labels.get(ident, NO_LABELS)
 
     def held(self, ident: str) -> bool:
-        lab = self.settings.labels
-        return self.has(ident, lab.hold) or self.has(ident, lab.user_input_needed)
+        lab, labels = self.settings.labels, self.labels.get(ident, NO_LABELS)
+        return _folded(lab.hold) in labels or _folded(lab.user_input_needed) in labels
 
     def feedback(self, ident: str) -> bool:
         return self.has(ident, self.settings.labels.user_feedback_given)
@@ -169,6 +191,11 @@ class World:
         """
         if not self.finished(ident) or ident in _seen:
             return self.finished(ident)
+        if not _seen:
+            return self._remember("settled", ident, lambda: self._settled(ident))
+        return self._settled(ident, _seen)
+
+    def _settled(self, ident: str, _seen: frozenset[str] = frozenset()) -> bool:
         issue = self.issues[ident]
         ws = self.workspaces.get(ident)
         if (issue.state_type == StateType.COMPLETED and ws is not None
@@ -192,11 +219,15 @@ class World:
         A blocker we cannot see counts as unfinished: dispatching too late is
         cheap, dispatching work before its prerequisite is in trunk is not.
         """
+        return self._remember("blocker", issue.identifier, lambda: self._blocker_of(issue))
+
+    def _blocker_of(self, issue: Issue) -> str | None:
         seen: set[str] = set()
         current: Issue | None = issue
         while current is not None and current.identifier not in seen:
             seen.add(current.identifier)
-            for blocker in sorted(current.blocked_by, key=blocker_key):
+            blockers = current.blocked_by  # in identifier order when there is a choice
+            for blocker in (blockers if len(blockers) < 2 else sorted(blockers, key=blocker_key)):
                 if not self.settled(blocker):
                     return blocker
             current = self.issues.get(current.parent) if current.parent else None
@@ -244,6 +275,9 @@ class World:
     def ready_but_for_blockers(self, issue: Issue) -> bool:
         """Everything but its blockers lets a first worker start: when a blocker does
         not, the person sees it waits on that blocker."""
+        return self._remember("ready", issue.identifier, lambda: self._ready(issue))
+
+    def _ready(self, issue: Issue) -> bool:
         ident = issue.identifier
         if issue.foreign:
             return False  # another project's: seen only as a blocker, child or parent

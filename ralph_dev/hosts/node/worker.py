@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,9 @@ class WorkerSpec:
     hooks: Hooks | None = None
     """The project's workspace hooks, run here in the attempt's workspace (their output
     goes to the attempt's log on this host)."""
+    lease: float = 0.0
+    """Seconds the attempt runs on without a call from the controller (``cluster.lease``;
+    0: for as long as it likes). It stops its agent itself at ``LEASE_STOP`` of them."""
 
     @property
     def bookmark(self) -> str:
@@ -88,6 +92,12 @@ class WorkerSpec:
     @property
     def workspace_name(self) -> str:
         return f"{self.issue}-a{self.attempt}"
+
+
+LEASE_STOP = 0.75
+"""The share of its lease after which an attempt that heard nothing from the controller
+stops its agent: well before the controller, counting from the last call it made that
+came back, may start the issue's next attempt elsewhere."""
 
 
 WORKER_TOOLS = ("jj", "git", "tmux", "setpriv", "bwrap")
@@ -144,6 +154,10 @@ class NodeWorker:
         self._agent_home: Path | None = None
         self._fresh = False
         """The workspace was made by this attempt and its ``after_create`` has not run."""
+        self._lease_ran_out = False
+        self._renewed = time.monotonic()
+        """When the controller last called (this host's monotonic clock: no clock is
+        shared between hosts)."""
 
     def where(self) -> Placement:
         return self.placement
@@ -313,7 +327,37 @@ class NodeWorker:
                                        environment=env, log_file=log_file)
         if self.spec.snapshot_interval > 0:
             threading.Thread(target=self._snapshots, name="snapshots", daemon=True).start()
+        self.renew()
+        if self.spec.lease > 0:
+            threading.Thread(target=self._keep_lease, name="lease", daemon=True).start()
         return window
+
+    def renew(self) -> None:
+        """The controller called: the lease runs from now."""
+        self._renewed = time.monotonic()
+
+    def _keep_lease(self) -> None:
+        """Stop the agent once the controller has not called for ``LEASE_STOP`` of the
+        lease (a cut-off host, a lost controller): the controller may then start the
+        issue's next attempt, and two agents never work on one issue. Its work is pushed
+        once more if the remote can still be reached."""
+        limit = self.spec.lease * LEASE_STOP
+        while not self._stopped.wait(min(1.0, limit / 10)):
+            silent = time.monotonic() - self._renewed
+            if silent < limit:
+                continue
+            log.warning("lease_expired", issue=self.spec.issue, attempt=self.spec.attempt,
+                        silent_s=round(silent, 1), lease_s=self.spec.lease)
+            self._lease_ran_out = True
+            self._stopped.set()
+            self.tmux.kill_server()
+            if self._server is not None:
+                self._server.kill()
+            try:
+                self.push()
+            except RalphError as exc:
+                log.warning("lease_push_failed", issue=self.spec.issue, error=str(exc))
+            return
 
     def receive(self, bundle: Bundle) -> None:
         """The worker's launch files, from the controller's host: unpacked here by
@@ -356,7 +400,12 @@ class NodeWorker:
     def exchange(self, files: Mapping[str, bytes], answers: Mapping[str, bytes],
                  taken: list[str], wait: float) -> dict[str, bytes]:
         """The carrier's call (``hosts.node.mailbox``); nothing before the window
-        started."""
+        started. Every call renews the attempt's lease; one that ran out is refused (the
+        controller counts no renewal from it: the issue's next attempt may start)."""
+        if self._lease_ran_out:
+            raise HostUnavailable(f"{self.spec.issue}: attempt {self.spec.attempt} stopped "
+                                  "itself: its lease ran out")
+        self.renew()
         if self._mailbox is None:
             self._stopped.wait(min(wait, 1.0))
             return {}
@@ -398,6 +447,9 @@ class NodeWorker:
         found = self.tmux.find(self.spec.issue)
         if found:
             return found[0]
+        if self._lease_ran_out:  # stopped by its host, for no failure of the issue's
+            return Window(name=self.spec.issue, pane_id="", window_id="", alive=False,
+                          server_lost=True)
         if self._server is not None and self._server.poll() is not None \
                 and not self._stopped.is_set():
             return Window(name=self.spec.issue, pane_id="", window_id="", alive=False,

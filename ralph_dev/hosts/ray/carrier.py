@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -42,6 +43,8 @@ CARRY_RETRY = RetryPolicy(initial=1.0, backoff=2.0, cap=30.0)
 does not answer, an attempt not started yet, one that ended)."""
 
 Hear = Callable[[str, str], Awaitable[mailbox.Answer | None]]
+Renewed = Callable[[str, int, datetime], None]
+"""An attempt's host answered a call sent then: its lease runs from there."""
 
 
 class Exchange(Protocol):
@@ -52,14 +55,17 @@ class Exchange(Protocol):
 
 class MailboxCarrier:
     def __init__(self, run_dir: Callable[[str], Path], hear: Hear, exchange: Exchange,
-                 attempt_of: Callable[[str], int], wake: Callable[[], None] = lambda: None
-                 ) -> None:
+                 attempt_of: Callable[[str], int], wake: Callable[[], None] = lambda: None,
+                 renewed: Renewed = lambda name, attempt, at: None) -> None:
         self.run_dir = run_dir
         self.hear = hear
         self.exchange = exchange
         self.attempt_of = attempt_of
         """The issue's current cluster attempt: the only one the carrier talks to."""
         self.wake = wake
+        self.renewed = renewed
+        """Told of every call the host answered (each renews the attempt's lease on its
+        host), with when it was sent."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     async def listen(self, names: Iterable[str]) -> None:
@@ -105,6 +111,7 @@ class MailboxCarrier:
             try:
                 if attempt < 1:
                     raise RalphError(f"{name}: no cluster attempt yet")
+                sent_at = datetime.now(UTC)  # the host renews when the call arrives
                 got = await asyncio.to_thread(self.exchange, name, attempt, files, answers,
                                               taken, CARRY_WAIT)
             except RalphError as exc:
@@ -113,6 +120,7 @@ class MailboxCarrier:
                 await self._pause(name, attempt, CARRY_RETRY.delay(failures))
                 continue
             failures = 0
+            self.renewed(name, attempt, sent_at)
             sent.update({f: changed[f] for f in files})
             answered.update(answers)
             taken = _kept(run, got)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 
 import structlog
@@ -48,6 +49,7 @@ class RayHost:
                  attempt_of: Callable[[str], int], hooks: Callable[[str], Hooks],
                  hook_failed: HookFailed, log_path: Callable[[str], Path],
                  kept_transcript: Callable[[str, str], Path], say: Say,
+                 lease_renewed: Callable[[str, datetime], None] = lambda issue, at: None,
                  merge_remote: str = "origin", agent_bin: Path | None = None) -> None:
         self.plane = plane
         self.jj = jj
@@ -61,6 +63,9 @@ class RayHost:
         self.log_path = log_path
         self.kept_transcript = kept_transcript
         self.say = say
+        self.lease_renewed = lease_renewed
+        """Told when the current attempt of an issue last answered a call sent when
+        (the worker record's ``lease_renewed_at``)."""
         self.agent_bin = agent_bin
         """The directory of the ``ralph-dev`` link workers' PATH starts with
         (``agent.launch.agent_bin_dir``): its link travels, to the same program on each
@@ -96,7 +101,11 @@ class RayHost:
                      ) -> dict[str, bytes]:
             return self._attempt(issue, attempt).exchange(files, answers, taken, wait)
 
-        return MailboxCarrier(run_dir, hear, exchange, attempt_of)
+        def renewed(issue: str, attempt: int, sent_at: datetime) -> None:
+            if attempt == self.attempt_of(issue):  # the record's attempt, not a stale one
+                self.lease_renewed(issue, sent_at)
+
+        return MailboxCarrier(run_dir, hear, exchange, attempt_of, renewed=renewed)
 
     def list_windows(self) -> list[Window]:
         return self.plane.list_windows()

@@ -187,7 +187,7 @@ class RayPlane:
 
     def __init__(self, project: str, *, address: str, remote: str, trunk: str = "main",
                  root: str | None = None, snapshot_interval: float = 0.0,
-                 namespace: str = NAMESPACE,
+                 lease: float = 0.0, namespace: str = NAMESPACE,
                  call_timeout: float = CALL_TIMEOUT, start_timeout: float = START_TIMEOUT
                  ) -> None:
         self.project = project
@@ -196,6 +196,8 @@ class RayPlane:
         self.trunk = trunk
         self.root = root
         self.snapshot_interval = snapshot_interval
+        self.lease = lease
+        """Each attempt's lease (``WorkerSpec.lease``): the carrier's calls renew it."""
         self.namespace = namespace
         self.call_timeout = call_timeout
         self.start_timeout = start_timeout
@@ -220,7 +222,8 @@ class RayPlane:
         # hosts start from what the controller pushed of trunk (``RayHost.make_workspace``)
         return cls(settings.name, address=settings.cluster.address, remote=remote,
                    trunk=cluster.BASE_BOOKMARK,
-                   snapshot_interval=settings.cluster.snapshot_interval)
+                   snapshot_interval=settings.cluster.snapshot_interval,
+                   lease=settings.cluster.lease)
 
     def _connect(self) -> None:
         if not ray.is_initialized():
@@ -300,7 +303,7 @@ class RayPlane:
         spec = WorkerSpec(project=self.project, issue=name, attempt=attempt,
                           remote=self.remote, trunk=self.trunk, root=self.root,
                           snapshot_interval=self.snapshot_interval, rebase=rebase,
-                          hooks=hooks)
+                          hooks=hooks, lease=self.lease)
         try:
             return _RemoteWorker.options(
                 name=target, namespace=self.namespace, lifetime="detached", max_restarts=0,
