@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -37,6 +38,11 @@ log = structlog.get_logger(__name__)
 CARRY_WAIT = 3.0
 """Seconds one exchange waits on the host for a report: short, so a controller that
 stops waits no longer than this for its last call."""
+
+CARRIER_THREADS = 128
+"""Calls carried at once (one per cluster worker, each a long-poll of ``CARRY_WAIT``):
+a pool of their own, as the event loop's default one (a few threads per core) would
+queue them behind one another, and each call renews its attempt's lease."""
 
 CARRY_RETRY = RetryPolicy(initial=1.0, backoff=2.0, cap=30.0)
 """The wait before the next exchange after ones that failed in a row (a host that
@@ -67,6 +73,7 @@ class MailboxCarrier:
         """Told of every call the host answered (each renews the attempt's lease on its
         host), with when it was sent."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._pool = ThreadPoolExecutor(CARRIER_THREADS, thread_name_prefix="carrier")
 
     async def listen(self, names: Iterable[str]) -> None:
         """A carrier for every worker in ``names``; none for any other."""
@@ -90,6 +97,7 @@ class MailboxCarrier:
     async def close(self) -> None:
         for name in list(self._tasks):
             await self.stop(name)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def _carry(self, name: str) -> None:
         attempt, failures = 0, 0
@@ -112,8 +120,9 @@ class MailboxCarrier:
                 if attempt < 1:
                     raise RalphError(f"{name}: no cluster attempt yet")
                 sent_at = datetime.now(UTC)  # the host renews when the call arrives
-                got = await asyncio.to_thread(self.exchange, name, attempt, files, answers,
-                                              taken, CARRY_WAIT)
+                got = await asyncio.get_running_loop().run_in_executor(
+                    self._pool, self.exchange, name, attempt, files, answers, taken,
+                    CARRY_WAIT)
             except RalphError as exc:
                 failures += 1
                 log.debug("carrier_waits", issue=name, attempt=attempt, error=str(exc))
