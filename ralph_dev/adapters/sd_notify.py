@@ -31,6 +31,9 @@ class SystemdNotifier:
         self.watchdog_s = int(usec) / 1e6 if usec.isdigit() and mine else None
         """The watchdog timeout systemd started us with (None: no watchdog)."""
         self._warned = False
+        self._ready = False
+        """READY=1 was sent: the watchdog is fed only from then on (a health check due
+        while a slow start is still under way would otherwise say WATCHDOG=1 first)."""
 
     def send(self, **fields: str | int) -> bool:
         """Send one message (``READY=1``, ``WATCHDOG=1``, ``STATUS=…``); False when there is
@@ -57,11 +60,12 @@ class SystemdNotifier:
             self.watchdog_s = watchdog_s
         if self.watchdog_s is not None:
             fields["WATCHDOG"] = 1
+        self._ready = True
         return self.send(**fields)
 
     def alive(self) -> bool:
-        """Feed the watchdog (a no-op when systemd set none)."""
-        return self.watchdog_s is not None and self.send(WATCHDOG=1)
+        """Feed the watchdog (a no-op when systemd set none, or before READY=1)."""
+        return self._ready and self.watchdog_s is not None and self.send(WATCHDOG=1)
 
     def stopping(self) -> bool:
         return self.send(STOPPING=1, STATUS="stopping")
