@@ -3,10 +3,12 @@ jj and local tracker; scripted agents as workers."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import make_jj_repo
 from swarm_kit import Swarm, attach_fake_linear, event_times, max_concurrency, wait_for
 
 pytestmark = pytest.mark.slow
@@ -96,3 +98,26 @@ def test_start_twice_refuses_and_stop_then_start_resumes(swarm: Swarm) -> None:
     wait_for(swarm.all_done, timeout=240, what="every issue Done after restart")
     spawns = [e for e in swarm.events() if e["event"] == "spawn"]
     assert len({e["issue"] for e in spawns}) == len(spawns)  # never two workers for one issue
+
+
+def test_start_all_and_stop_all_take_every_configured_project(swarm: Swarm,
+                                                              tmp_path: Path) -> None:
+    """Issue 36: one command starts (and stops) every project of the config; a command
+    naming neither a project nor --all says how to."""
+    agent = next(line for line in swarm.config_file.read_text().splitlines()
+                 if line.startswith("command = "))
+    swarm.cli("init", "second", "--repo", str(make_jj_repo(tmp_path / "second")), "--agent",
+              "command", "--agent-command", json.loads(agent.split(" = ", 1)[1]),
+              "--key", "SEC")
+    neither = swarm.cli("start", check=False)
+    assert neither.returncode == 2 and "--all" in neither.stderr
+    try:
+        started = swarm.cli("start", "--all")
+        assert "started for demo" in started.stdout, started
+        assert "started for second" in started.stdout, started
+        projects = json.loads(swarm.cli("status", "--json").stdout)["projects"]
+        assert sorted(p["project"] for p in projects) == ["demo", "second"]
+        stopped = swarm.cli("stop", "--all")
+        assert stopped.stdout.count("stopped daemon pid") == 2, stopped
+    finally:
+        swarm.cli("stop", "--all", check=False)

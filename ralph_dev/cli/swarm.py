@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -70,12 +71,47 @@ def reload(cli: CliContext, project: str) -> None:
                + "; `ralph-dev events` shows what changed.")
 
 
+def every_project(cli: CliContext, project: str | None, everyone: bool, verb: str,
+                  done: str, one: Callable[[str], None]) -> None:
+    """``one`` for PROJECT, or with ``--all`` for each configured project in turn: one that
+    fails is said and the others go on; the command then fails, naming them."""
+    if everyone == (project is not None):
+        raise click.UsageError(f"name a PROJECT to {verb}, or --all for every configured "
+                               "project")
+    if project is not None:
+        one(project)
+        return
+    names = cli.project_names_to_read()
+    if not names:
+        raise ConfigError("no projects configured yet: run `ralph-dev init PROJECT --repo PATH`")
+    failed = []
+    for name in names:
+        try:
+            one(name)
+        except (RalphError, click.ClickException) as exc:
+            message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+            click.echo(f"{name}: not {done}: {message}", err=True)
+            failed.append(name)
+    if failed:
+        raise click.ClickException(f"{len(failed)} of {len(names)} projects were not {done} "
+                                   f"({', '.join(failed)}): see above why")
+
+
 @main.command()
-@project_argument
+@click.argument("project", envvar="RALPH_DEV_PROJECT", required=False)
+@click.option("--all", "everyone", is_flag=True, help="Every configured project.")
 @click.option("--foreground", is_flag=True, help="Stay attached (what systemd runs).")
 @pass_ctx
-def start(cli: CliContext, project: str, foreground: bool) -> None:
-    """Start PROJECT: tmux session, controller window, health loop."""
+def start(cli: CliContext, project: str | None, everyone: bool, foreground: bool) -> None:
+    """Start PROJECT (or --all): tmux session, controller window, health loop."""
+    if foreground and everyone:
+        raise click.UsageError("--foreground runs one project's daemon (one systemd unit "
+                               "each): name the PROJECT")
+    every_project(cli, project, everyone, "start", "started",
+                  lambda name: _start(cli, name, foreground))
+
+
+def _start(cli: CliContext, project: str, foreground: bool) -> None:
     from ralph_dev.adapters.processes import start_background
     from ralph_dev.agent.probe import try_worker_sandbox
     from ralph_dev.control.daemon.daemon import Daemon
@@ -142,14 +178,20 @@ def _dashboard_login(settings: ProjectSettings, pid: int) -> str:
 
 
 @main.command()
-@project_argument
+@click.argument("project", envvar="RALPH_DEV_PROJECT", required=False)
+@click.option("--all", "everyone", is_flag=True, help="Every configured project.")
 @click.option("--workers", is_flag=True,
               help="Also stop the workers (their workspaces are snapshotted first) and the "
                    "merge lane's verify.")
 @pass_ctx
-def stop(cli: CliContext, project: str, workers: bool) -> None:
-    """Stop PROJECT's daemon and controller; workers (and the merge lane's verify) keep
-    running unless --workers."""
+def stop(cli: CliContext, project: str | None, everyone: bool, workers: bool) -> None:
+    """Stop PROJECT's (or --all) daemon and controller; workers (and the merge lane's
+    verify) keep running unless --workers."""
+    every_project(cli, project, everyone, "stop", "stopped",
+                  lambda name: _stop(cli, name, workers))
+
+
+def _stop(cli: CliContext, project: str, workers: bool) -> None:
     from ralph_dev.adapters.processes import stop_controller_window, stop_daemon
     from ralph_dev.adapters.store import StateStore
     from ralph_dev.adapters.systemd import stop_unit_if_active
