@@ -756,9 +756,10 @@ class Decider:
         for cand in queue:
             ident = cand.issue.identifier
             if (until := self.lease_runs(ident)) is not None:
-                self.wait(ident, "lease", f"its last attempt's host ({w.records[ident].host}) "
-                                          "has not answered since; it stops that agent "
-                                          "itself when the lease runs out", until=until)
+                host = w.records[ident].host or "unknown"
+                self.wait(ident, "lease", f"its last attempt's host ({host}) has not "
+                                          "answered since; it stops that agent itself "
+                                          "when the lease runs out", until=until)
                 continue
             if total >= s.limits.max_workers:
                 self.wait(ident, "slot", f"{wanted} issue(s) want a worker; {total}/"
