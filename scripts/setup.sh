@@ -70,40 +70,31 @@ if [ "$WITH_TEST" = 1 ] && ! { command -v chromium && command -v chromedriver; }
   fi
 fi
 
-# --- Claude Code (pinned; the tests and the demo drive the real CLI) ------
+# --- agent CLIs (pinned; the tests and the demo drive the real CLIs) -------
+# npm_cli DIR PACKAGE@VERSION BIN WHAT-WITHOUT-IT: install into DIR once, say its version
+npm_cli() {
+  local dir=$1 package=$2 bin=$1/node_modules/.bin/$3 without=$4
+  if [ ! -x "$bin" ]; then
+    if command -v npm >/dev/null 2>&1; then
+      say "installing $package into $dir"
+      mkdir -p "$dir"
+      (cd "$dir" && npm install --no-audit --no-fund --loglevel=error "$package" >/dev/null)
+    else
+      say "npm not found: $package not installed ($without)"
+    fi
+  fi
+  if [ -x "$bin" ]; then
+    say "$3 $("$bin" --version) (ralph-dev finds it there)"
+  fi
+}
 if [ "$WITH_TEST" = 1 ] || [ "${RALPH_DEV_WITH_CLAUDE:-1}" = 1 ]; then
-  CLAUDE_DIR="$CACHE/claude-code-$CLAUDE_CODE_VERSION"
-  if [ ! -x "$CLAUDE_DIR/node_modules/.bin/claude" ]; then
-    if command -v npm >/dev/null 2>&1; then
-      say "installing Claude Code $CLAUDE_CODE_VERSION into $CLAUDE_DIR"
-      mkdir -p "$CLAUDE_DIR"
-      (cd "$CLAUDE_DIR" && npm install --no-audit --no-fund --loglevel=error \
-        "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" >/dev/null)
-    else
-      say "npm not found: Claude Code not installed (the demo falls back to a scripted agent)"
-    fi
-  fi
-  if [ -x "$CLAUDE_DIR/node_modules/.bin/claude" ]; then
-    say "claude $("$CLAUDE_DIR/node_modules/.bin/claude" --version) (ralph-dev finds it there)"
-  fi
+  npm_cli "$CACHE/claude-code-$CLAUDE_CODE_VERSION" \
+    "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" claude \
+    "the demo falls back to a scripted agent"
 fi
-
-# --- Codex CLI (pinned; its tests and `ralph-dev demo --agent codex` drive it) ---
 if [ "$WITH_TEST" = 1 ] || [ "${RALPH_DEV_WITH_CODEX:-1}" = 1 ]; then
-  CODEX_DIR="$CACHE/codex-$CODEX_VERSION"
-  if [ ! -x "$CODEX_DIR/node_modules/.bin/codex" ]; then
-    if command -v npm >/dev/null 2>&1; then
-      say "installing Codex CLI $CODEX_VERSION into $CODEX_DIR"
-      mkdir -p "$CODEX_DIR"
-      (cd "$CODEX_DIR" && npm install --no-audit --no-fund --loglevel=error \
-        "@openai/codex@$CODEX_VERSION" >/dev/null)
-    else
-      say "npm not found: Codex CLI not installed (agent.cli = \"codex\" and its tests need it)"
-    fi
-  fi
-  if [ -x "$CODEX_DIR/node_modules/.bin/codex" ]; then
-    say "$("$CODEX_DIR/node_modules/.bin/codex" --version) (ralph-dev finds it there)"
-  fi
+  npm_cli "$CACHE/codex-$CODEX_VERSION" "@openai/codex@$CODEX_VERSION" codex \
+    "agent.cli = \"codex\" and its tests need it"
 fi
 
 # --- the PATH line ---------------------------------------------------------

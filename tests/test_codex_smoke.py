@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 from channel_kit import ControllerEnd
-from conftest import retry_until
+from conftest import make_jj_repo, retry_until
 
 from ralph_dev.adapters.jj import JjRepository
-from ralph_dev.adapters.jj_cli import child_path
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker.local import LocalTracker
@@ -60,12 +59,7 @@ def test_setup_installs_the_pinned_codex() -> None:
 
 @pytest.fixture
 def world(xdg: Path, jj_bin: str, tmux_socket: str, codex_bin: str) -> Iterator[Any]:
-    repo = xdg / "repo"
-    env = {**os.environ, "JJ_USER": "t", "JJ_EMAIL": "t@example.com", "PATH": child_path()}
-    subprocess.run([jj_bin, "git", "init", str(repo)], check=True, capture_output=True, env=env)
-    (repo / "README").write_text("hello\n")
-    for args in (["commit", "-m", "init"], ["bookmark", "create", "main", "-r", "@-"]):
-        subprocess.run([jj_bin, *args], cwd=repo, check=True, capture_output=True, env=env)
+    repo = make_jj_repo(xdg / "repo")
     config = xdg / "config" / "ralph-dev" / "config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text("\n".join([
