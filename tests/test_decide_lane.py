@@ -186,3 +186,13 @@ def test_trunks_own_verify_runs_beside_the_loop_and_merges_wait_for_it() -> None
     assert isinstance(verdict, TrunkVerified) and not verdict.ok and verdict.commit == TRUNK
     red = contract_apply(plan, failed, NOW, Labels())
     assert red.trunk_red and steps(run(red, s)) == []  # red: nothing merges
+
+
+def test_a_bisection_step_touches_every_workspace_its_batch_rebases() -> None:
+    """The lane rebases the whole batch, not only the prefix a bisection step verifies:
+    the tripwires must hear of each of those workspaces as the controller's own act (a
+    batch rebased while another worker was live tripped them, the later changes'
+    workspaces holding the earlier ones' files)."""
+    step = VerifyMerge("DEMO-2", "bisecting", batch=("DEMO-2", "DEMO-3", "DEMO-5"), size=1)
+    assert step.issues() == ("DEMO-2",)  # a failure stops only the verified prefix
+    assert step.touches() == ("DEMO-2", "DEMO-3", "DEMO-5")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from swarm_kit import Swarm, lane_only, wait_for
+from swarm_kit import Swarm, wait_for
 from test_failure_policy import in_process, tick
 
 from ralph_dev.adapters.store import from_iso
@@ -185,30 +185,3 @@ def test_six_changes_done_together_are_in_trunk_within_50_s_of_the_last_done(
     finally:
         swarm.teardown()
 
-
-def test_a_batch_rebased_under_a_live_worker_trips_no_wire(
-        tmp_path: Path, jj_bin: str, tmux_socket: str) -> None:
-    """The lane rebases every change of a batch onto the ones before it: the controller's
-    own act on each of those workspaces, never a foreign hand (seen: the files of the
-    batch's earlier changes appeared in a later one's workspace while another worker
-    was live, and the tripwires fired; unconfined, those issues would have been held)."""
-    shared = tmp_path / "shared"
-    # a worker's own verify (in its workspace) says it is done; the lane's first verify,
-    # of DEMO-1 alone, waits for DEMO-2 and DEMO-3 to be done, so those two are batched
-    both = f"test -e {shared}/done-DEMO-2 && test -e {shared}/done-DEMO-3"
-    swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=4, verify=lane_only(
-        f"test -e changes/DEMO-2.txt || {{ until {both}; do sleep 0.2; done; sleep 3; }}",
-        otherwise=f'touch "{shared}/done-$(basename "$PWD")"'))
-    swarm.script.update({"DEMO-1": "work:0.2", "DEMO-2": "work:1", "DEMO-3": "work:1",
-                         "DEMO-4": "hang"})
-    swarm.write_script()
-    try:
-        swarm.import_plan("".join(f'[[task]]\ntitle = "T{n}"\n' for n in range(4)))
-        swarm.start()
-        wait_for(lambda: len(events_of(swarm, "merge_verified")) == 3, 120,
-                 "DEMO-1 alone, then DEMO-2 and DEMO-3 together, in trunk")
-        batches = [e["batch"] for e in events_of(swarm, "merge_verify_started")]
-        assert ["DEMO-2", "DEMO-3"] in batches, batches
-        assert swarm.worker_windows() == ["DEMO-4"]  # live all along
-    finally:
-        swarm.teardown()  # no tripwire fired
