@@ -155,6 +155,42 @@ def test_one_attempt_is_never_placed_twice(ray_cluster: Any, remote: Path,
     assert not [w for w in plane.list_windows() if w.name == "APP-3"]
 
 
+def test_a_host_slow_to_start_its_attempt_is_waited_for_and_a_full_cluster_is_not(
+        ray_cluster: Any, remote: Path, tmp_path: Path) -> None:
+    """Under load, a host that took an attempt can take longer than the placement's
+    timeout to start its process. Seen in CI: each try was given up, killed and placed
+    again, and each new try started over, so the issue never started. A host that took
+    the attempt is waited for; only an attempt no host has a slot for is given up."""
+    import ray
+
+    from ralph_dev.hosts.ray.plane import RayPlane
+
+    plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
+                     root=str(tmp_path / "hosts"), namespace=NAMESPACE, place_timeout=0.001)
+    workspace = plane.place("APP-20", 1)  # no process starts within a millisecond
+    target = cluster.actor_name(PROJECT, "APP-20", 1)
+    assert plane.attempt(target).where().node
+    assert workspace.name == "APP-20-a1"
+    plane.kill_window(target)
+
+    @ray.remote
+    class Holder:
+        def ready(self) -> bool:
+            return True
+
+    holders = [Holder.options(num_cpus=0, resources={cluster.SLOT_RESOURCE: 2},
+                              namespace=NAMESPACE).remote() for _ in ray_cluster[1]]
+    try:
+        ray.get([h.ready.remote() for h in holders], timeout=60)  # every slot taken
+        plane.place_timeout = 2.0
+        with pytest.raises(HostUnavailable, match="no host took it within 2s"):
+            plane.place("APP-21", 1)
+    finally:
+        for holder in holders:
+            ray.kill(holder)
+    assert not [w for w in plane.list_windows() if w.name == "APP-21"]
+
+
 def test_a_tmux_server_killed_on_its_host_is_said_as_lost_not_as_a_dead_pane(
         ray_cluster: Any, remote: Path, tmp_path: Path) -> None:
     """Issue 37: its tmux server ended from outside (its pane never exited) was seen as

@@ -185,7 +185,9 @@ def test_an_answer_to_a_waiting_worker_lifts_the_attempt_cap(
 
 def test_an_answer_while_the_asking_worker_exits_is_not_lost(swarm: Swarm) -> None:
     (ident,) = _import(swarm, "Pick a database")
-    swarm.script = {"*": "block-linger:4"}
+    # long enough that the answer reaches it before it exits, on a loaded machine too
+    # (seen in CI: with 4 s, the worker had gone before the controller's next tick)
+    swarm.script = {"*": "block-linger:10"}
     swarm.write_script()
     swarm.start()
     wait_for(lambda: "user-input-needed" in _labels(swarm, ident), 40,

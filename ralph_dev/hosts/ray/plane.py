@@ -36,6 +36,7 @@ from typing import Any
 
 import ray
 from ray._private import state as ray_state  # free slots per node
+from ray.autoscaler.v2.sdk import get_cluster_status  # slots waited for
 from ray.exceptions import RayError, RayTaskError
 from ray.util import list_named_actors
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -61,7 +62,10 @@ START_TIMEOUT = 180.0
 clone of a large project on a new host is the slow part)."""
 PLACE_TIMEOUT = 20.0
 """Seconds for Ray to find a host with a free slot for an attempt: the controller places
-only as many as it saw free, so waiting longer means the slot went elsewhere."""
+only as many as it saw free, so waiting longer means the slot went elsewhere. A host that
+took it but is still starting its process (slow under load: a new Python process per
+attempt) is waited for up to ``START_TIMEOUT`` instead: giving up then and placing again
+would only start the same slow start over."""
 LIST_TIMEOUT = 5.0
 """Seconds a tick waits for its workers to say how their windows are: one that has not
 answered by then counts as running (never start a second on a guess), and the tick goes
@@ -188,8 +192,8 @@ class RayPlane:
     def __init__(self, project: str, *, address: str, remote: str, trunk: str = "main",
                  root: str | None = None, snapshot_interval: float = 0.0,
                  lease: float = 0.0, namespace: str = NAMESPACE,
-                 call_timeout: float = CALL_TIMEOUT, start_timeout: float = START_TIMEOUT
-                 ) -> None:
+                 call_timeout: float = CALL_TIMEOUT, start_timeout: float = START_TIMEOUT,
+                 place_timeout: float = PLACE_TIMEOUT) -> None:
         self.project = project
         self.address = address
         self.remote = remote
@@ -201,6 +205,7 @@ class RayPlane:
         self.namespace = namespace
         self.call_timeout = call_timeout
         self.start_timeout = start_timeout
+        self.place_timeout = place_timeout
         self._connected_here = False
         self._node_of: dict[str, str] = {}
         """Each attempt's node (actor name → Ray node id), as it answered."""
@@ -263,19 +268,47 @@ class RayPlane:
         worker's launch."""
         actor = self._placed(name, attempt, rebase=rebase, hooks=hooks)
         try:
-            try:  # an actor no host has a slot for waits, unplaced, for ever
-                where: Placement = self._get(actor.where.remote(), PLACE_TIMEOUT)
-                self._node_of[cluster.actor_name(self.project, name, attempt)] = where.node
-            except ClusterError:
+            where = self._placement(actor)
+            if where is None:
                 raise ClusterError(
                     f"{cluster.actor_name(self.project, name, attempt)}: no host took it "
-                    f"within {PLACE_TIMEOUT:g}s (no free {cluster.SLOT_RESOURCE} slot); "
-                    "tried again when one is free") from None
+                    f"within {self.place_timeout:g}s (no free {cluster.SLOT_RESOURCE} slot); "
+                    "tried again when one is free")
+            self._node_of[cluster.actor_name(self.project, name, attempt)] = where.node
             hook_time = hooks.config.timeout if hooks and hooks.config.after_create else 0.0
             return Path(self._get(actor.prepare.remote(), self.start_timeout + hook_time))
         except BaseException:
             self._end(actor)
             raise
+
+    def _placement(self, actor: Any) -> Placement | None:
+        """Where the attempt's actor runs, or None once it is seen waiting for a slot
+        after ``place_timeout`` (an actor no host has a slot for waits, unplaced, for
+        ever). One that no longer waits for a slot has a host, starting its process:
+        that start is waited out (up to ``start_timeout``)."""
+        where = actor.where.remote()
+        deadline = time.monotonic() + self.start_timeout
+        wait = self.place_timeout
+        while True:
+            ready, _ = ray.wait([where], timeout=wait)
+            if ready:
+                placed: Placement = self._get(where)
+                return placed
+            if self._slot_wanted() or time.monotonic() > deadline:
+                return None
+            wait = min(1.0, max(0.0, deadline - time.monotonic()))
+
+    @staticmethod
+    def _slot_wanted() -> bool:
+        """Whether an actor on the cluster waits for a worker slot (Ray reports the
+        demand it cannot place; a placed actor starting its process is not in it)."""
+        try:
+            status = get_cluster_status(ray.get_runtime_context().gcs_address)
+        except Exception:  # unknown counts as waiting for a slot: given up, as before
+            return True
+        return any(cluster.SLOT_RESOURCE in request.bundle
+                   for demand in status.resource_demands.ray_task_actor_demand
+                   for request in demand.bundles_by_count)
 
     def open_window(self, name: str, attempt: int, *, command: Sequence[str],
                     environment: Mapping[str, str]) -> Window:
