@@ -133,3 +133,30 @@ def test_uninstall_of_an_unknown_project_fails(demo: Path) -> None:
     assert result.exit_code != 0
     assert "no ralph-dev@nope.service is installed (installed: none)" in result.output
     assert "Removed" not in result.output
+
+
+def test_service_install_all_installs_one_instance_per_project(demo: Path, tmp_path: Path,
+                                                               xdg: Path) -> None:
+    """Issue 36: the template unit, one instance per project, installed for all at once;
+    a project that cannot be installed is said and the others are not held back."""
+    second = make_jj_repo(tmp_path / "second")
+    assert CliRunner().invoke(main, ["init", "second", "--repo", str(second)]).exit_code == 0
+    keys = xdg / "config/ralph-dev/second.env"
+    keys.write_text("ANTHROPIC_API_KEY=sk-ant-not-real\n")
+    keys.chmod(0o644)  # second's keys are readable by others: second is refused
+    result = CliRunner().invoke(main, ["service", "install", "--all", "--no-enable"])
+    assert result.exit_code != 0
+    assert f"second: not installed: {keys}" in result.output and "chmod 600" in result.output
+    assert "1 of 2 projects were not installed (second)" in result.output
+    assert "sk-ant" not in result.output
+    assert demo.exists()  # demo's went in
+    keys.chmod(0o600)
+    result = CliRunner().invoke(main, ["service", "install", "--all", "--no-enable"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count(f"Wrote {demo}") == 2
+    neither = CliRunner().invoke(main, ["service", "install", "--no-enable"])
+    assert neither.exit_code == 2 and "--all" in neither.output
+    result = CliRunner().invoke(main, ["service", "uninstall", "--all", "--no-disable"])
+    assert result.exit_code == 0, result.output
+    assert "Removed ralph-dev@demo" in result.output and "Removed ralph-dev@second" in result.output
+    assert not demo.exists()

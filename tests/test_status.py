@@ -118,6 +118,18 @@ def test_status_json_has_one_shape_for_one_or_many_projects(swarm: Swarm, tmp_pa
         validator.validate(doc)
     broken = next(d for d in many["projects"] if d["project"] == "other")
     assert broken["trunk"]["error"]  # not a jj repo: said, not crashed
+    # issue 36: the text of every project puts what needs you, in any project, first
+    swarm.import_plan()  # ready work, and neither daemon runs: each project needs you
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[task]]\ntitle = "A"\n')
+    swarm.cli("issue", "import", "other", str(plan))
+    text = swarm.cli("status").stdout
+    lines = text.splitlines()
+    assert lines[0] == "NEEDS YOU (every project):", text
+    first_project = next(i for i, line in enumerate(lines) if line.startswith("project "))
+    needs = lines[:first_project]
+    assert "  demo:" in needs and "  other:" in needs, text
+    assert "  NEEDS YOU:  " in text and "said above" in text
 
 
 @pytest.mark.parametrize("args, complaint", [

@@ -7,6 +7,7 @@ sandboxed worker reads nothing without it); browsers log in with the one-time li
 
 from __future__ import annotations
 
+import asyncio
 import http.cookiejar
 import json
 import os
@@ -325,6 +326,89 @@ async def test_on_loopback_every_route_but_health_and_metrics_needs_the_token(
         await services.stop()
     assert not (services.store.paths.state_dir / "web.json").exists()
     assert not (services.store.paths.state_dir / "web-login.key").exists()
+
+
+async def test_the_fleet_api_answers_every_project_behind_the_one_token(
+        services_env: Swarm, tmp_path: Path) -> None:
+    """Issue 36: one daemon's dashboard answers for every project of the config, each
+    as its own state document, behind that dashboard's token; a project that cannot be
+    read at all is named, and the others still answer."""
+    from conftest import make_jj_repo
+
+    swarm = services_env
+    swarm.cli("init", "second", "--repo", str(make_jj_repo(tmp_path / "second")),
+              "--key", "SEC")
+    swarm.import_plan('[[task]]\ntitle = "A"\n')
+    swarm.config_file.write_text(swarm.config_file.read_text()
+                                 + '\n[projects.broken]\nrepo = "relative/path"\n')
+    services = await _services(swarm)
+    try:
+        url = services.url
+        assert url is not None
+        token = (services.store.paths.state_dir / "web-token").read_text().strip()
+        async with aiohttp.ClientSession() as http:
+            async with http.get(url + "api/v1/fleet") as answer:
+                assert answer.status == 401
+            async with http.get(url + "api/v1/fleet",
+                                headers={"Authorization": f"Bearer {token}"}) as answer:
+                assert answer.status == 200
+                fleet = await answer.json()
+    finally:
+        await services.stop()
+    assert fleet["schema_version"] == 1
+    assert [d["project"] for d in fleet["projects"]] == ["demo", "second"]
+    validator = jsonschema.Draft202012Validator(load_schema())
+    for doc in fleet["projects"]:
+        validator.validate(doc)
+    assert fleet["projects"][0]["issues"]["total"] == 1
+    assert "projects.broken.repo" in fleet["errors"]["broken"]
+
+
+
+@pytest.mark.slow
+async def test_the_fleet_page_puts_what_needs_you_in_any_project_first(
+        services_env: Swarm, tmp_path: Path, browser: Any) -> None:
+    """Issue 36: one page, behind the one token, with each project's workers, waits,
+    trunk and spend, and every project's NEEDS YOU on top, named by project."""
+    from conftest import make_jj_repo
+
+    swarm = services_env
+    swarm.cli("init", "second", "--repo", str(make_jj_repo(tmp_path / "second")),
+              "--key", "SEC")
+    swarm.import_plan('[[task]]\ntitle = "A"\n')
+    plan = tmp_path / "second.toml"
+    plan.write_text('[[task]]\ntitle = "B"\n')
+    swarm.cli("issue", "import", "second", str(plan))
+    services = await _services(swarm)
+    url = services.url
+    assert url is not None
+    token = (services.store.paths.state_dir / "web-token").read_text().strip()
+
+    def shown() -> list[str]:
+        return list(browser.execute_script(
+            "return [...document.querySelectorAll('article[data-project]')]"
+            ".map(a => a.dataset.project);"))
+
+    def drive() -> tuple[list[str], str]:  # the browser in a thread: the server runs here
+        browser.get(url + "fleet")
+        assert "needs its access token" in browser.find_element("tag name", "body").text
+        browser.get(f"{url}?token={token}")
+        browser.get(url + "fleet")
+        wait_for(lambda: shown() == ["demo", "second"], 30, "both projects on the page")
+        assert browser.find_element("id", "needs-you").is_displayed()
+        said = browser.execute_script(
+            "return [...document.querySelectorAll('#needs-list li')]"
+            ".map(li => li.dataset.project);")
+        return list(said), browser.find_element(
+            "css selector", 'article[data-project="second"]').text
+
+    try:
+        said, second = await asyncio.to_thread(drive)
+        assert "demo" in said and "second" in said, said
+        assert "daemon not running" in second and "1 ready" in second
+        assert "trunk main" in second and "spend of live workers" in second
+    finally:
+        await services.stop()
 
 
 async def test_a_login_link_works_once_and_leaves_an_httponly_cookie(services_env: Swarm

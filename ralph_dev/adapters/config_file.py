@@ -156,3 +156,16 @@ def projects_run() -> list[str]:
         return sorted(d.name for d in root.iterdir() if (d / LAST_GOOD).is_file())
     except OSError:
         return []
+
+
+def settings_as_running(name: str, config_path: Path) -> tuple[ProjectSettings, str | None]:
+    """The project's settings, and the config's problem when the file is invalid now (or
+    lost the project's table): then the last good settings the swarm runs on (``status``
+    and the fleet view still show it all)."""
+    try:
+        return project_from_table(name, read_project_table(name, config_path), config_path), None
+    except ConfigError as exc:
+        settings = last_good(name, config_path)
+        if settings is None:
+            raise
+        return settings, str(exc)

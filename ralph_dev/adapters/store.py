@@ -371,7 +371,8 @@ class StateStore:
                                     fix=str(data.get("fix", "")), since=from_iso(data.get("since")),
                                     until=from_iso(data.get("until")),
                                     quiet_workers=bool(data.get("quiet_workers")),
-                                    probe=str(data["probe"]) if data.get("probe") else None))
+                                    probe=str(data["probe"]) if data.get("probe") else None,
+                                    shared_from=str(data.get("shared_from") or "")))
         return tuple(pauses)
 
     def set_pause(self, pause: Pause) -> bool:
@@ -380,14 +381,15 @@ class StateStore:
         with self._pauses_locked():
             current = {p.kind: p for p in self.load_pauses()}
             old = current.get(pause.kind)
-            if old is not None and (old.cause, old.until, old.probe) == (
-                    pause.cause, pause.until, pause.probe):
+            if old is not None and (old.cause, old.until, old.probe, old.shared_from) == (
+                    pause.cause, pause.until, pause.probe, pause.shared_from):
                 return False
             since = old.since if old is not None else (pause.since or utcnow())
             current[pause.kind] = dataclasses.replace(pause, since=since)
             self._save_pauses(current)
         self.append_event("swarm_paused", kind=pause.kind, cause=pause.cause, fix=pause.fix,
-                          until=pause.until, probe=pause.probe)
+                          until=pause.until, probe=pause.probe,
+                          shared_from=pause.shared_from or None)
         return old is None
 
     def clear_pause(self, kind: str, *, why: str) -> bool:
@@ -404,7 +406,7 @@ class StateStore:
     def _save_pauses(self, pauses: Mapping[str, Pause]) -> None:
         data = {kind: {"cause": p.cause, "fix": p.fix, "since": to_iso(p.since),
                        "until": to_iso(p.until), "quiet_workers": p.quiet_workers,
-                       "probe": p.probe}
+                       "probe": p.probe, "shared_from": p.shared_from}
                 for kind, p in pauses.items()}
         atomic_write_text(self.paths.pauses_file, json.dumps(data, indent=1) + "\n")
 

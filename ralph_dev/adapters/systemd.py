@@ -153,10 +153,11 @@ def uninstall(project: str, *, disable: bool = True, configured: bool = False) -
     """Stop and disable the instance; remove the template once no instance uses it.
 
     Refuses (non-zero) a project that has no unit installed and is not configured:
-    a typo must not read as success.
+    a typo must not read as success. A configured one whose template an earlier
+    uninstall removed (``--all``) has nothing left to remove.
     """
     path = unit_dir() / UNIT_NAME
-    if not _wants_link(project).exists() and not (configured and path.exists()):
+    if not _wants_link(project).exists() and not configured:
         others = ", ".join(installed_projects()) or "none"
         raise RalphError(f"no {unit_name(project)} is installed (installed: {others}); "
                          "check the project name")

@@ -46,15 +46,9 @@ class CliContext:
         """The project's settings, and the config's problem when the file is invalid now
         (or lost the project's table): then the last good settings the swarm runs on
         (``status`` still shows it all)."""
-        try:
-            return self.project(name), None
-        except ConfigError as exc:
-            from ralph_dev.adapters.config_file import last_good
+        from ralph_dev.adapters.config_file import settings_as_running
 
-            settings = last_good(name, self.config_path)
-            if settings is None:
-                raise
-            return settings, str(exc)
+        return settings_as_running(name, self.config_path)
 
     def project_or_last_good(self, name: str) -> ProjectSettings:
         """For a command that only reads (``status``, ``events``, ``logs``, ``issue list``,

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ralph_dev.cli import CliContext, main, pass_ctx
+from ralph_dev.cli.swarm import every_project
 from ralph_dev.core.errors import RalphError
 
 
@@ -29,11 +30,18 @@ def service_path() -> str:
 
 
 @service.command("install")
-@click.argument("project")
+@click.argument("project", required=False)
+@click.option("--all", "everyone", is_flag=True,
+              help="Every configured project (one instance of the unit each).")
 @click.option("--no-enable", is_flag=True, help="Only write the unit file.")
 @pass_ctx
-def install_cmd(cli: CliContext, project: str, no_enable: bool) -> None:
-    """Write the unit and `systemctl --user enable --now ralph-dev@PROJECT`."""
+def install_cmd(cli: CliContext, project: str | None, everyone: bool, no_enable: bool) -> None:
+    """Write the unit and `systemctl --user enable --now ralph-dev@PROJECT` (or --all)."""
+    every_project(cli, project, everyone, "install", "installed",
+                  lambda name: _install(cli, name, no_enable))
+
+
+def _install(cli: CliContext, project: str, no_enable: bool) -> None:
     from ralph_dev.adapters.processes import lock_holder
     from ralph_dev.adapters.systemd import check_env_files, env_files, install, unit_name
 
@@ -56,14 +64,20 @@ def install_cmd(cli: CliContext, project: str, no_enable: bool) -> None:
 
 
 @service.command("uninstall")
-@click.argument("project")
+@click.argument("project", required=False)
+@click.option("--all", "everyone", is_flag=True, help="Every configured project.")
 @click.option("--no-disable", is_flag=True, help="Only remove the unit file.")
 @pass_ctx
-def uninstall_cmd(cli: CliContext, project: str, no_disable: bool) -> None:
-    """Stop and disable ralph-dev@PROJECT; remove the unit when no project uses it."""
+def uninstall_cmd(cli: CliContext, project: str | None, everyone: bool,
+                  no_disable: bool) -> None:
+    """Stop and disable ralph-dev@PROJECT (or --all); remove the unit when no project
+    uses it."""
     from ralph_dev.adapters.systemd import uninstall
     from ralph_dev.core.config import project_names
 
-    uninstall(project, disable=not no_disable,
-              configured=project in project_names(cli.config_path))
-    click.echo(f"Removed ralph-dev@{project}")
+    def one(name: str) -> None:
+        uninstall(name, disable=not no_disable,
+                  configured=name in project_names(cli.config_path))
+        click.echo(f"Removed ralph-dev@{name}")
+
+    every_project(cli, project, everyone, "uninstall", "uninstalled", one)

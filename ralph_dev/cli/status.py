@@ -47,7 +47,7 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
     from ralph_dev.control.daemon.web.access import login_url
     from ralph_dev.control.state.sources import StateSources
     from ralph_dev.control.state.status import SCHEMA_VERSION, snapshot, tracker_ttl
-    from ralph_dev.control.state.text import render
+    from ralph_dev.control.state.text import render_fleet
 
     if watch and as_json:
         raise click.UsageError("--watch redraws the terminal view; use --json without it")
@@ -66,8 +66,7 @@ def status(cli: CliContext, project: str | None, as_json: bool, n_events: int, w
                                config_error=errors[s.settings.name]) for s in sources]
 
     def shown(docs: list[dict[str, Any]]) -> str:
-        return "\n\n".join(render(d, login=login_url(s.paths)) for d, s in zip(docs, settings,
-                                                                                strict=True))
+        return render_fleet(docs, [login_url(s.paths) for s in settings])
 
     async def once() -> list[dict[str, Any]]:
         sources = [StateSources(s) for s in settings]

@@ -19,6 +19,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, ClassVar
 
+from ralph_dev.core.host_share import ProjectLoad
 from ralph_dev.core.model import Role
 
 STOPPED = "stopped: "
@@ -383,6 +384,11 @@ class PauseSwarm(Action):
     until: datetime | None = None
     quiet_workers: bool = False
     probe: str | None = None
+    shared_from: str = ""
+    """The project on the same account that met it ("": this project met it)."""
+    share_account: bool = False
+    """The pause is the account's (an agent's API said it): every project on the account
+    pauses with it (``adapters.accounts``)."""
 
 
 @dataclass(frozen=True)
@@ -390,6 +396,8 @@ class EndPause(Action):
     """End the swarm-wide pause of ``pause_kind``."""
 
     pause_kind: str = ""
+    share_account: bool = False
+    """The pause was the account's, met here: the other projects on it go on too."""
 
 
 @dataclass(frozen=True)
@@ -434,6 +442,9 @@ class Plan:
     actions: tuple[Action, ...] = ()
     waits: Mapping[str, Wait] = field(default_factory=dict)
     """Each issue ``decide`` leaves alone this tick for a reason, with the reason."""
+    load: ProjectLoad | None = None
+    """The project's load on the host, for the other projects on it (``[host]
+    max_workers``; None: no host limit, or workers run on a cluster)."""
 
     def __bool__(self) -> bool:
         return bool(self.actions)

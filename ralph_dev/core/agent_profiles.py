@@ -78,6 +78,9 @@ class AgentProfile:
     """Where a session's transcript lives, a pattern under its config home."""
     signals: Signals
     states: Mapping[str, str] = field(default_factory=dict)
+    login_variables: tuple[str, ...] = ()
+    """Variables that carry a subscriber's login (not an API key): with the key
+    variables, what names the account its workers spend (``adapters.accounts``)."""
     """How it says busy, idle, asking, rate_limited and out_of_quota: the event or
     text ralph-dev reads each from."""
     version_args: tuple[str, ...] = ("--version",)
@@ -112,7 +115,7 @@ CLAUDE = AgentProfile(
     key_variables=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
     base_url_variable="ANTHROPIC_BASE_URL", env_prefixes=("ANTHROPIC_", "CLAUDE_CODE_"),
     transcript="projects/<workspace, slashes as dashes>/<session>.jsonl",
-    signals="hooks",
+    signals="hooks", login_variables=("CLAUDE_CODE_OAUTH_TOKEN",),
     states={
         "busy": "UserPromptSubmit / PreToolUse / PostToolUse hooks",
         "idle": "Stop hook (the Ralph loop decides whether it may stop)",

@@ -278,6 +278,21 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True)
+class HostSettings:
+    """What every project on this host shares (the config's top-level ``[host]``)."""
+
+    max_workers: int | None = None
+    """Workers at most on this host, all projects together (None: only each project's
+    own ``limits.max_workers``). Cluster projects' workers run elsewhere and do not
+    count."""
+
+
+HOST_TABLE = "host"
+"""The config's top-level table of the host's settings; each project's settings carry
+it (``ProjectSettings.host``), so a change to it reaches every controller live."""
+
+
+@dataclass(frozen=True)
 class ProjectSettings:
     name: str
     repo: Path
@@ -308,6 +323,12 @@ class ProjectSettings:
     """None (no ``[cluster]`` table): every worker on this host."""
     roles: Mapping[str, RoleAgent] = field(default_factory=dict)
     """Per role, the agent CLI and model its workers run (``[projects.NAME.roles.ROLE]``)."""
+    share: float = 1.0
+    """This project's weight when projects compete for the host's workers
+    (``[host] max_workers``): a project of share 2 gets twice the workers of one of
+    share 1 while both wait for more."""
+    host: HostSettings = field(default_factory=HostSettings)
+    """The host's own settings (the top-level ``[host]``, never a project's table)."""
 
     @property
     def paths(self) -> ProjectPaths:
@@ -358,6 +379,7 @@ _SECTIONS: dict[str, type] = {
     "groom": GroomSettings,
     "costs": CostSettings,
     "cluster": ClusterSettings,
+    HOST_TABLE: HostSettings,
 }
 
 
@@ -382,9 +404,10 @@ def _build(cls: type, raw: Mapping[str, Any], where: str, **fixed: Any) -> Any:
             values[name] = {str(role): _build(RoleAgent, table, f"{where}.roles.{role}")
                             for role, table in value.items()}
         elif name in _SECTIONS and cls is ProjectSettings:
+            within = name if name == HOST_TABLE else f"{where}.{name}"
             if not isinstance(value, Mapping):
-                raise ConfigError(f"{where}.{name}: expected a table, got {value!r}")
-            values[name] = _build(_SECTIONS[name], value, f"{where}.{name}")
+                raise ConfigError(f"{within}: expected a table, got {value!r}")
+            values[name] = _build(_SECTIONS[name], value, within)
         else:
             values[name] = coerce(value, tp, f"{where}.{name}")
     return cls(**values)
@@ -490,7 +513,19 @@ def read_project_table(name: str, path: Path) -> Any:
             f"unknown project {name!r} (configured in {path}: {known}); "
             f"create it with: ralph-dev init {name} --repo PATH"
         )
-    return projects[name]
+    return with_host(name, projects[name], read_config_file(path).get(HOST_TABLE), path)
+
+
+def with_host(name: str, table: Any, host: Any, path: Path) -> Any:
+    """A project's table with the host's (``[host]``) in it: a project's settings carry
+    what its host shares. The host's table is the host's alone."""
+    if not isinstance(table, dict):
+        return table
+    if HOST_TABLE in table:
+        raise ConfigError(
+            f"{path}: projects.{name}.{HOST_TABLE}: the host's settings hold across every "
+            f"project on it: write them once, in a top-level [{HOST_TABLE}] table")
+    return table if host is None else {**table, HOST_TABLE: host}
 
 
 def project_from_table(name: str, raw: Any, path: Path,

@@ -55,6 +55,11 @@ def validate(settings: ProjectSettings, where: str) -> None:
     for key in ("max_workers", "plan_issues", "plan_issues_per_hour"):
         if getattr(settings.limits, key) < 1:
             raise bad(f"limits.{key}", "must be at least 1")
+    if settings.host.max_workers is not None and settings.host.max_workers < 1:
+        raise ConfigError("host.max_workers: must be at least 1 (leave it out for no "
+                          "limit across projects)")
+    if not settings.share > 0:
+        raise bad("share", "must be greater than 0 (1 is an even share)")
     for role, cap in settings.limits.per_role.items():
         if role not in {r.value for r in Role}:
             raise bad(f"limits.per_role.{role}", f"unknown role (roles: {', '.join(Role)})")

@@ -16,6 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from ralph_dev.core.errors import RalphError
+from ralph_dev.core.host_share import ProjectLoad
 
 IDENTIFIER_RE = re.compile(r"[A-Z][A-Z0-9]{0,9}-[1-9][0-9]{0,8}")
 """What an issue identifier may look like.
@@ -383,6 +384,9 @@ class Pause:
     probe: str | None = None
     """The worker whose session tries the model API again while an outage pause stands
     (one probe per step): its first answer ends the pause for everyone."""
+    shared_from: str = ""
+    """The project on the same account whose worker met it (``adapters.accounts``): it
+    lasts as long as that project's does ("": this project's own)."""
 
 
 @dataclass(frozen=True)
@@ -467,6 +471,9 @@ class Observed:
     started yet: merges wait for it."""
     pauses: tuple[Pause, ...] = ()
     """Active swarm-wide pauses: no worker is started (or restarted) while any lasts."""
+    account_pauses: tuple[Pause, ...] = ()
+    """Pauses other projects on this project's account met and still stand there
+    (``Pause.shared_from`` names each one's project)."""
     owed: tuple[OwedWrite, ...] = ()
     """Accepted worker reports whose tracker writes are still to be made."""
     setup_error: str | None = None
@@ -477,6 +484,9 @@ class Observed:
     """What the host has free now (None: not sampled)."""
     cluster_slots: int | None = None
     """Free worker slots on the project's cluster now (None: workers run on this host)."""
+    host_loads: Mapping[str, ProjectLoad] | None = None
+    """The other projects' loads on this host, as they last published them (None: no
+    ``[host] max_workers``, or this project's workers run on a cluster)."""
     sessions_kept: frozenset[str] = frozenset()
     """Issues whose record's agent session can be resumed: its transcript is kept here
     (on another host's worker, only once its end brought it back)."""

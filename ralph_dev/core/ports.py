@@ -11,10 +11,12 @@ there is no optional method that is probed for at run time. The adapters in
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.host_share import ProjectLoad
 from ralph_dev.core.model import (
     Ended,
     HostSlots,
@@ -170,6 +172,23 @@ class WorkerHost(WindowLister, Protocol):
     def slots(self) -> HostSlots | None:
         """Worker slots free where workers run, beyond this host's own admission
         (None: workers run on this host only)."""
+        ...
+
+    def shared_with(self) -> Mapping[str, ProjectLoad] | None:
+        """The loads of the other projects whose workers share this host's (``[host]
+        max_workers``), as they last published them; None: nothing is shared (no host
+        limit, or the workers run on a cluster's hosts)."""
+        ...
+
+    def publish(self, load: ProjectLoad | None, windows: Sequence[Window]) -> None:
+        """This project's load and its live workers, for the projects it shares the host
+        with (nothing when it shares none)."""
+        ...
+
+    def admit(self, issue: str, priority: int) -> AbstractContextManager[None]:
+        """A place for ``issue``'s worker, taken before its start and given back if the
+        start fails (``open_window`` hands it to the worker's process); raises
+        ``HostUnavailable`` when the projects sharing the host leave this one none."""
         ...
 
 

@@ -9,10 +9,14 @@ itself, or nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from ralph_dev.adapters.host_admission import HostAdmission
 from ralph_dev.adapters.mailbox_server import MailboxServer
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.host_share import ProjectLoad
 from ralph_dev.core.model import Ended, HostSlots, Launch, Placement, Window
 from ralph_dev.core.ports import Hear, Panes, WorkerChanges, WorkerMailboxes, Workspaces
 from ralph_dev.hosts.hooks import HookFailed, Hooks
@@ -22,12 +26,20 @@ class LocalHost:
     """This host's tmux and jj, as the one worker-host port."""
 
     def __init__(self, panes: Panes, workspaces: Workspaces, *,
-                 hooks: Callable[[str], Hooks], hook_failed: HookFailed) -> None:
+                 hooks: Callable[[str], Hooks], hook_failed: HookFailed,
+                 settings: Callable[[], ProjectSettings] | None = None,
+                 admission: HostAdmission | None = None) -> None:
         self.panes = panes
         self.workspaces = workspaces
         self.hooks = hooks
         """The project's hooks for an issue, as the settings in force now say them."""
         self.hook_failed = hook_failed
+        self.settings = settings
+        """The settings in force now (``[host] max_workers`` applies live)."""
+        self.admission = admission
+        """The host's workers as every project on it shares them (None: not shared)."""
+        self._admitted: set[str] = set()
+        """Issues whose start holds a place on the host until its window opens."""
 
     @property
     def changes(self) -> WorkerChanges:
@@ -53,8 +65,11 @@ class LocalHost:
 
     def open_window(self, issue: str, attempt: int, *, cwd: Path, command: Sequence[str],
                     environment: Mapping[str, str], log_file: Path) -> Window:
-        return self.panes.open_window(issue, cwd=cwd, command=command,
-                                      environment=environment, log_file=log_file)
+        window = self.panes.open_window(issue, cwd=cwd, command=command,
+                                        environment=environment, log_file=log_file)
+        if self.admission is not None and issue in self._admitted:
+            self.admission.hold(issue, window.pid)  # its place lives with its process
+        return window
 
     def placement(self, issue: str, attempt: int) -> Placement | None:
         return None
@@ -83,3 +98,37 @@ class LocalHost:
 
     def slots(self) -> HostSlots | None:
         return None
+
+    def _shared(self) -> tuple[HostAdmission, ProjectSettings] | None:
+        settings = self.settings() if self.settings is not None else None
+        if self.admission is None or settings is None or settings.host.max_workers is None:
+            return None
+        return self.admission, settings
+
+    def shared_with(self) -> Mapping[str, ProjectLoad] | None:
+        shared = self._shared()
+        return None if shared is None else shared[0].loads()
+
+    def publish(self, load: ProjectLoad | None, windows: Sequence[Window]) -> None:
+        shared = self._shared()
+        if shared is None:
+            return
+        admission, settings = shared
+        live = {w.name: w.pid for w in windows if w.alive and w.pid is not None}
+        admission.publish(load or ProjectLoad(used=len(live), share=settings.share), live)
+
+    @contextlib.contextmanager
+    def admit(self, issue: str, priority: int) -> Iterator[None]:
+        shared = self._shared()
+        if shared is None:
+            yield
+            return
+        admission, settings = shared
+        assert settings.host.max_workers is not None  # _shared says so
+        with admission.admit(issue, max_workers=settings.host.max_workers,
+                             share=settings.share, top_priority=priority):
+            self._admitted.add(issue)
+            try:
+                yield
+            finally:
+                self._admitted.discard(issue)

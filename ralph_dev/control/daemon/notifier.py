@@ -63,6 +63,9 @@ class Cause:
     """A ``notify`` setting that must be on for this cause to be told at all."""
     edge: bool = False
     """Every raising event is its own message (e.g. each merge); nothing to clear."""
+    told_elsewhere: str | None = None
+    """An event field that, when set, says another project tells it (an account's pause:
+    the project that met it notifies, once for every project on the account)."""
 
 
 CAUSES: tuple[Cause, ...] = (
@@ -92,7 +95,8 @@ CAUSES: tuple[Cause, ...] = (
           "Running workers go on; nothing new starts until it can.",
           cleared_by=frozenset({"tracker_recovered"}), cleared_when_heartbeat="tracker_ok"),
     Cause("paused", frozenset({"swarm_paused"}), "the swarm paused: {headline}",
-          "{cause}\n\n{fix}", cleared_by=frozenset({"swarm_resumed"}), per="kind"),
+          "{cause}\n\n{fix}", cleared_by=frozenset({"swarm_resumed"}), per="kind",
+          told_elsewhere="shared_from"),
     Cause("tracker_write", frozenset({"relay_refused"}),
           "{issue}: the tracker refused a write",
           "The tracker refused the writes {issue}'s {report} report owes: {error}. Fix the "
@@ -187,6 +191,8 @@ class Notifier:
 
     async def _raise(self, cause: Cause, event: Mapping[str, Any]) -> int:
         if cause.only_if is not None and not cause.only_if(self.settings.notify):
+            return 0
+        if cause.told_elsewhere is not None and event.get(cause.told_elsewhere):
             return 0
         key = self._key(cause, event)
         if cause.edge:

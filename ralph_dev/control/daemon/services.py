@@ -33,6 +33,7 @@ from ralph_dev.control.daemon.web.access import (
 from ralph_dev.control.state.sources import StateSources
 from ralph_dev.control.state.status import heartbeat_health, snapshot, tracker_ttl
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.paths import config_file
 from ralph_dev.core.ports import RemoteWorkers
 
 log = structlog.get_logger(__name__)
@@ -232,6 +233,14 @@ class DaemonServices:
                                      sources=self.sources)
                 self._document = (loop.time(), doc)
             return self._document[1]
+
+    async def fleet(self) -> dict[str, Any]:
+        """Every configured project's state document, this one's from its cache (the
+        others are read afresh: a fleet view is asked for now and then, not pushed)."""
+        from ralph_dev.control.state.fleet import fleet_document
+
+        return await fleet_document(config_file(), events=EVENTS_IN_DOCUMENT, own=(
+            self.settings.name, lambda: self.document(max_age=1.0)))
 
     # -- what the server and the notifier ask ------------------------------------------
 

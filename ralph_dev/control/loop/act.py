@@ -26,6 +26,7 @@ from typing import Any
 
 import structlog
 
+from ralph_dev.adapters.accounts import AccountPauses
 from ralph_dev.adapters.pattern_store import remember_safely
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
 from ralph_dev.adapters.writebacks import WriteBackItem, WriteBackQueue
@@ -139,7 +140,8 @@ class Actuator:
                  dirs: WorkerDirs, intake: Intake, server: WorkerMailboxes,
                  merges: MergeLane, writebacks: WriteBackQueue,
                  clock: Callable[[], datetime], beat: Callable[[str], None],
-                 acted_on: Callable[[str], None] = lambda issue: None) -> None:
+                 acted_on: Callable[[str], None] = lambda issue: None,
+                 accounts: AccountPauses | None = None) -> None:
         self.settings = settings
         self.tracker = tracker
         self.host = host
@@ -155,6 +157,8 @@ class Actuator:
         self.beat = beat
         self.acted_on = acted_on
         """Told before each action on an issue (the tripwires see its workspace afresh)."""
+        self.accounts = accounts
+        """The account the project's agents run on: its pauses are every project's."""
         self.writer = WriteBackWriter(settings, tracker=tracker, store=store,
                                       writebacks=writebacks, clock=clock)
 
@@ -264,12 +268,17 @@ class Actuator:
                 if error is not None:
                     raise error
             case PauseSwarm():
-                self.store.set_pause(Pause(kind=action.pause_kind, cause=action.cause,
-                                           fix=action.fix, since=self.clock(), until=action.until,
-                                           quiet_workers=action.quiet_workers,
-                                           probe=action.probe))
+                pause = Pause(kind=action.pause_kind, cause=action.cause, fix=action.fix,
+                              since=self.clock(), until=action.until,
+                              quiet_workers=action.quiet_workers, probe=action.probe,
+                              shared_from=action.shared_from)
+                self.store.set_pause(pause)
+                if action.share_account and self.accounts is not None:
+                    self.accounts.share(pause)
             case EndPause():
                 self.store.clear_pause(action.pause_kind, why=action.reason)
+                if action.share_account and self.accounts is not None:
+                    self.accounts.withdraw(action.pause_kind)
             case VerifyTrunk():
                 await self.merges.verify_trunk(action)
             case OpenGroom():
@@ -378,6 +387,12 @@ class Actuator:
         ``ended``: what a restart's end of the worker brought back."""
         if issue is None:
             raise TrackerError(f"{action.issue}: not in the tracker's answer this tick")
+        # a place on the host first: one refused changes nothing, and charges nothing
+        with self.host.admit(action.issue, issue.priority):
+            return await self._start(action, issue, ended)
+
+    async def _start(self, action: Spawn | Restart, issue: Issue,
+                     ended: Ended | None) -> dict[str, object]:
         if action.fresh_why:
             self.store.append_event("session_fresh", issue=action.issue, why=action.fresh_why)
         before = self.store.load_record(action.issue)

@@ -14,6 +14,7 @@ it from there at the next tick.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 
 import structlog
 
+from ralph_dev.adapters.accounts import AccountPauses, account_of
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.writebacks import WriteBackQueue
 from ralph_dev.control.daemon.metrics import TickHistogram
@@ -100,6 +102,7 @@ class Controller:
         store: StateStore | None = None,
         clock: Callable[[], datetime] = utcnow,
         agent_check: SetupCheck | None = None,
+        accounts: AccountPauses | None = None,
     ) -> None:
         self.settings = settings
         self.tracker = tracker
@@ -120,15 +123,17 @@ class Controller:
                                 pull_requests=pull_requests)
         self.tripwires = Tripwires(settings, self.store, config=config_file(), clock=clock)
         self.outage = TrackerOutage(self.store, self.clock)
+        # the account its agents run on, as this process's environment gives them keys
+        accounts = accounts or AccountPauses(account_of(settings, os.environ), settings.name)
         self.observer = Observer(settings, tracker=tracker, host=host, jj=jj, store=self.store,
                                  writebacks=self.writebacks, dirs=self.dirs, merges=self.merges,
                                  tripwires=self.tripwires, spending=Spending(settings, clock),
-                                 setup_check=agent_check, clock=clock)
+                                 setup_check=agent_check, clock=clock, accounts=accounts)
         self.actuator = Actuator(settings, tracker=tracker, host=host, launcher=launcher,
                                  store=self.store, dirs=self.dirs, intake=self.intake,
                                  server=self.server, merges=self.merges,
                                  writebacks=self.writebacks, clock=clock, beat=self._beat_while,
-                                 acted_on=self.tripwires.controller_acted)
+                                 acted_on=self.tripwires.controller_acted, accounts=accounts)
         self.intake.write_now = self._write_now
         self.config = ConfigWatch(settings.name, config_file(), self.store)
         self._waits: dict[str, Any] | None = None
@@ -197,6 +202,8 @@ class Controller:
             self.outage.saw(observed)
             plan = decide(observed, self.settings, self.clock())
             self._publish_waits(plan)
+            # before acting: the projects sharing this host see what it runs and wants
+            self.host.publish(plan.load, worker_windows(observed.windows))
             result = TickResult(self.tick_number, plan, observed)
             result.failures = await self.actuator.carry_out(
                 plan, observed, stopping=lambda: self.stopping,

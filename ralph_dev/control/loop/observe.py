@@ -24,6 +24,7 @@ from pathlib import Path
 import structlog
 
 from ralph_dev.adapters import host
+from ralph_dev.adapters.accounts import AccountPauses
 from ralph_dev.adapters.pattern_store import settle_safely
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.writebacks import WriteBackQueue
@@ -170,7 +171,7 @@ class Observer:
                  host: WorkerHost, jj: Repository, store: StateStore,
                  writebacks: WriteBackQueue, dirs: WorkerDirs, merges: MergeLane,
                  tripwires: Tripwires, spending: Spending, setup_check: SetupCheck | None,
-                 clock: Callable[[], datetime]) -> None:
+                 clock: Callable[[], datetime], accounts: AccountPauses | None = None) -> None:
         self.settings = settings
         self.tracker = tracker
         self.host = host
@@ -183,6 +184,8 @@ class Observer:
         self.spending = spending
         self.setup_check = setup_check
         self.clock = clock
+        self.accounts = accounts
+        """The pauses of the account this project's agents run on."""
         self.config_loaded_at = clock()
         """When this controller read its config."""
 
@@ -222,6 +225,8 @@ class Observer:
             trunk_head=trunk_head, trunk_red_at=red_at,
             unadopted=self._unadopted(observed),
             cluster_slots=await self._cluster_slots(observed),
+            host_loads=self.host.shared_with(),
+            account_pauses=self.accounts.read(self.clock()) if self.accounts else (),
             sessions_kept=self._sessions_kept(observed))
 
     async def _cluster_slots(self, observed: Observed) -> int | None:

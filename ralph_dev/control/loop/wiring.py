@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ralph_dev.adapters.gh import Gh
+from ralph_dev.adapters.host_admission import HostAdmission
 from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
@@ -45,7 +46,9 @@ def host_for(settings: ProjectSettings, repository: JjRepository | None = None,
     records = store or StateStore(settings.paths)
     hooks, hook_failed = _hooks(settings, records, settings_now)
     return LocalHost(tmux_for(settings), (repository or jj_for(settings)).workspaces,
-                     hooks=hooks, hook_failed=hook_failed)
+                     hooks=hooks, hook_failed=hook_failed,
+                     settings=settings_now or (lambda: settings),
+                     admission=HostAdmission(settings.name))
 
 
 def ray_host_for(settings: ProjectSettings, repository: JjRepository | None = None,

@@ -8,7 +8,7 @@ so no escape sequence in an issue reaches the person's terminal.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -44,14 +44,36 @@ def fmt_secs(value: float | None) -> str:
     return f"{value / 86400:.1f}d"
 
 
-def render(doc: Mapping[str, Any], *, login: str | None = None) -> str:
+def render_fleet(docs: Sequence[Mapping[str, Any]],
+                 logins: Sequence[str | None]) -> str:
+    """Every project's state document: what needs a person in any project first (each
+    need under its project's name), then each project as ``render`` shows it."""
+    if len(docs) == 1:
+        return render(docs[0], login=logins[0])
+    lines = []
+    if any(doc["needs_you"] for doc in docs):
+        lines.append("NEEDS YOU (every project):")
+        for doc in docs:
+            if doc["needs_you"]:
+                lines.append(f"  {doc['project']}:")
+                for need in doc["needs_you"]:
+                    lines += _need_lines(need)
+        lines.append("")
+    views = [render(doc, login=login, needs=False)
+             for doc, login in zip(docs, logins, strict=True)]
+    return "\n".join(lines) + "\n\n".join(views)
+
+
+def render(doc: Mapping[str, Any], *, login: str | None = None, needs: bool = True) -> str:
     """The state document as text for a terminal (and for the supervisor's prompt):
-    what needs a person first. ``login``: a one-time link into the dashboard, for the
-    person's own terminal only (never in the document, which the API and the supervisor
-    get)."""
+    what needs a person first (``needs``: False when ``render_fleet`` said it already).
+    ``login``: a one-time link into the dashboard, for the person's own terminal only
+    (never in the document, which the API and the supervisor get)."""
     lines = [f"project {doc['project']}  (tmux session {terminal_line(doc['session'])})  "
              f"at {local_time(doc['generated_at'])}"]
-    if doc["needs_you"]:
+    if doc["needs_you"] and not needs:
+        lines.append(f"  NEEDS YOU:  {len(doc['needs_you'])} thing(s), said above")
+    elif doc["needs_you"]:
         lines.append("  NEEDS YOU:")
         for need in doc["needs_you"]:
             lines += _need_lines(need)

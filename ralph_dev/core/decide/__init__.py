@@ -90,4 +90,5 @@ def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan
     why = decider.groom_due()
     if why:
         decider.emit(OpenGroom(SWARM, f"opening a groom run: {why}"))
-    return Plan(fill((*actions, *decider.actions), observed, settings), waits=decider.waits)
+    return Plan(fill((*actions, *decider.actions), observed, settings), waits=decider.waits,
+                load=decider.load)

@@ -4,6 +4,7 @@ zombies, stuck workers, merges, retries and holds, and whether a groom run is du
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,6 +41,13 @@ from ralph_dev.core.decide.world import (
     seconds,
 )
 from ralph_dev.core.groom import PRIORITY_NAMES
+from ralph_dev.core.host_share import (
+    NO_PRIORITY,
+    ProjectLoad,
+    host_allowance,
+    host_said,
+    urgency,
+)
 from ralph_dev.core.model import (
     MODEL_CALL_STATES,
     Issue,
@@ -97,6 +105,8 @@ class Decider:
     """Changes ready to merge through the verified lane (``core.decide.lane``)."""
     idle: bool = False
     """Workers could start and no issue waits for one (``groom.when_idle``)."""
+    load: ProjectLoad | None = None
+    """The project's load on the host (``host_share``), for the plan."""
 
     @property
     def settings(self) -> ProjectSettings:
@@ -753,6 +763,7 @@ class Decider:
         self.idle = not queue and total < s.limits.max_workers
         wanted = len(queue)
         placeable = w.observed.cluster_slots
+        on_host = self.host_share(total, queue)
         for cand in queue:
             ident = cand.issue.identifier
             if (until := self.lease_runs(ident)) is not None:
@@ -769,6 +780,10 @@ class Decider:
                 self.wait(ident, "slot", f"{wanted} issue(s) want a worker; no host of the "
                                          "cluster has a free ralph_worker slot")
                 continue
+            if on_host is not None and on_host <= 0:
+                self.wait(ident, "slot", f"{wanted} issue(s) want a worker; "
+                                         f"{self.host_full(total)}")
+                continue
             if per_role[cand.role] >= self.role_cap(cand.role):
                 self.wait(ident, "slot", f"the {cand.role.value} role is at its limit "
                                          f"({self.role_cap(cand.role)} at once)")
@@ -777,6 +792,8 @@ class Decider:
             total += 1
             if placeable is not None:
                 placeable -= 1
+            if on_host is not None:
+                on_host -= 1
             self.emit(
                 Spawn(
                     cand.issue.identifier,
@@ -787,6 +804,30 @@ class Decider:
                     model=model_for(cand.issue, cand.role, s),
                 )
             )
+
+    def host_share(self, used: int, queue: Sequence[Candidate]) -> int | None:
+        """How many of ``queue`` the host's other projects leave this one to start now
+        (None: no ``[host] max_workers``); the project's load, for them to see, becomes
+        the plan's (``Plan.load``)."""
+        s, others = self.settings, self.world.observed.host_loads
+        if others is None or s.host.max_workers is None:
+            return None
+        top = min((c.issue.priority for c in queue), key=urgency, default=NO_PRIORITY)
+        self.load = ProjectLoad(used=used, wanting=len(queue), top_priority=top,
+                                share=s.share)
+        return host_allowance(s.name, {**others, s.name: self.load}, s.host.max_workers)
+
+    def host_full(self, used: int) -> str:
+        """Why no more of this project's workers start on the host, ``used`` of them
+        running or starting."""
+        s, others = self.settings, self.world.observed.host_loads or {}
+        max_workers = s.host.max_workers or 0
+        loads = {**others, s.name: ProjectLoad(used=used)}
+        said = f"{host_said(loads, max_workers)} ([host] max_workers)"
+        if sum(load.used for load in loads.values()) < max_workers:
+            said += ("; its free places go first to projects with more urgent issues or "
+                     "below their share")
+        return said
 
     def lease_runs(self, ident: str) -> datetime | None:
         """Until when the issue's last cluster attempt may still run, if its host never

@@ -118,6 +118,7 @@ class SwarmRules:
         self.resources()
         self.day_budget()
         self.agent_pauses()
+        self.account()
         self.agents_go_on()
         self.trunk()
         self.write_backs()
@@ -127,17 +128,46 @@ class SwarmRules:
     # -- pauses --------------------------------------------------------------------------
 
     def start(self, kind: str, cause: str, fix: str, *, until: datetime | None = None,
-              quiet_workers: bool = False, probe: str | None = None) -> None:
+              quiet_workers: bool = False, probe: str | None = None,
+              shared_from: str = "") -> None:
         self.pauses[kind] = Pause(kind=kind, cause=cause, fix=fix, since=self.now, until=until,
-                                  quiet_workers=quiet_workers, probe=probe)
+                                  quiet_workers=quiet_workers, probe=probe,
+                                  shared_from=shared_from)
         doing = f"probing the model API through {probe}'s session: " if probe else ""
         self.actions.append(PauseSwarm(SWARM, f"pausing the swarm: {doing}{cause}",
                                        pause_kind=kind, cause=cause, fix=fix, until=until,
-                                       quiet_workers=quiet_workers, probe=probe))
+                                       quiet_workers=quiet_workers, probe=probe,
+                                       shared_from=shared_from,
+                                       share_account=kind in AGENT_PAUSES and not shared_from))
 
     def end(self, kind: str, why: str) -> None:
-        if self.pauses.pop(kind, None) is not None:
-            self.actions.append(EndPause(SWARM, f"the {kind} pause ends: {why}", pause_kind=kind))
+        ended = self.pauses.pop(kind, None)
+        if ended is not None:
+            self.actions.append(EndPause(
+                SWARM, f"the {kind} pause ends: {why}", pause_kind=kind,
+                share_account=kind in AGENT_PAUSES and not ended.shared_from))
+
+    def account(self) -> None:
+        """A pause another project on the same account met (its usage limit, an outage)
+        is this project's too, at once and for as long as it lasts there: no start here
+        meets it again. This project's own, longer pause of the kind stands."""
+        shared = {p.kind: p for p in self.observed.account_pauses}
+        for kind, pause in shared.items():
+            current = self.pauses.get(kind)
+            if current is not None and not current.shared_from and (
+                    current.until is None or pause.until is None
+                    or aware(current.until) >= aware(pause.until)):
+                continue
+            if current is not None and current.shared_from == pause.shared_from \
+                    and current.until == pause.until:
+                continue
+            self.start(kind, f"{pause.cause} (met by project {pause.shared_from}, on the "
+                             "same account)", pause.fix, until=pause.until, quiet_workers=True,
+                       shared_from=pause.shared_from)
+        for kind, current in list(self.pauses.items()):
+            if current.shared_from and kind not in shared:
+                self.end(kind, f"project {current.shared_from}'s pause on the same account "
+                               "is over")
 
     def pause_ends(self) -> None:
         """A pause with a stated end (a usage limit's reset, a day's budget) ends then. An

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from ralph_dev.adapters.jj_cli import JjCli, JJError, quote_revset
 from ralph_dev.core import cluster
 from ralph_dev.core.cluster import session_folder
 from ralph_dev.core.errors import RalphError
+from ralph_dev.core.host_share import ProjectLoad
 from ralph_dev.core.model import Ended, HostSlots, Launch, NodeSlots, Placement, Window
 from ralph_dev.core.ports import Hear, WorkerChanges, WorkerMailboxes, Workspaces
 from ralph_dev.hosts import bundle as launch_bundle
@@ -172,6 +174,15 @@ class RayHost:
 
     def slots(self) -> HostSlots | None:
         return HostSlots(free=self.plane.free_slots(), nodes=tuple(self.plane.nodes()))
+
+    def shared_with(self) -> Mapping[str, ProjectLoad] | None:
+        return None  # the cluster's slots are its hosts' own
+
+    def publish(self, load: ProjectLoad | None, windows: Sequence[Window]) -> None:
+        return None
+
+    def admit(self, issue: str, priority: int) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()  # a slot is taken as Ray places the attempt
 
     # -- the change where its worker works (``WorkerChanges``) ---------------------------
 

@@ -67,7 +67,11 @@ STATIC = {
     "index.html": "text/html",
     "app.js": "text/javascript",
     "style.css": "text/css",
+    "fleet.html": "text/html",
+    "fleet.js": "text/javascript",
 }
+PAGES = frozenset({"index.html", "fleet.html"})
+"""Static files served at their own routes (``/``, ``/fleet``), not under /static."""
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -183,8 +187,10 @@ class DashboardServer:
     def app(self) -> web.Application:
         application = web.Application(middlewares=[self.guard], client_max_size=1024)
         application.router.add_get("/", self.page)
+        application.router.add_get("/fleet", self.fleet_page)
         application.router.add_get("/static/{name}", self.static)
         application.router.add_get("/api/v1/state", self.state)
+        application.router.add_get("/api/v1/fleet", self.fleet)
         application.router.add_get("/api/v1/events", self.events)
         application.router.add_get("/api/v1/workers/{issue}/pane", self.pane)
         application.router.add_get("/metrics", self.metrics)
@@ -195,15 +201,22 @@ class DashboardServer:
         return web.Response(body=self._static["index.html"], content_type="text/html",
                             charset="utf-8")
 
+    async def fleet_page(self, request: web.Request) -> web.Response:
+        return web.Response(body=self._static["fleet.html"], content_type="text/html",
+                            charset="utf-8")
+
     async def static(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        if name not in STATIC or name == "index.html":
+        if name not in STATIC or name in PAGES:
             raise web.HTTPNotFound()
         return web.Response(body=self._static[name], content_type=STATIC[name],
                             charset="utf-8")
 
     async def state(self, request: web.Request) -> web.Response:
         return _json(await self.services.document(max_age=1.0))
+
+    async def fleet(self, request: web.Request) -> web.Response:
+        return _json(await self.services.fleet())
 
     async def pane(self, request: web.Request) -> web.Response:
         try:

@@ -1,0 +1,119 @@
+"""Accounts, shared by every project on this host that runs its agents on them.
+
+An account is the credential a worker's agent runs on: an API key (with the endpoint it
+is for), or the person's own login of the agent CLI. It is known by a fingerprint, a
+hash of it that says nothing of the key; the key is never stored.
+
+A usage limit, a rate limit, an outage or a refused key that one project's worker meets
+is the account's, not the project's: the project that met it writes it here
+(``accounts/FINGERPRINT.json``, one entry per kind, naming the project), every other
+project on the same account reads it each tick and pauses the same way, and its end
+(the reset passed, the outage's probe answered) is withdrawn by the project that met it.
+An entry whose stated end has passed stands for nothing, so a project that met a limit
+and then stopped holds no one back for longer than the limit said.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ralph_dev.adapters.files import atomic_write_text, private_dir
+from ralph_dev.adapters.store import from_iso, to_iso
+from ralph_dev.core.agent_profiles import PROFILES
+from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.model import Pause
+from ralph_dev.core.paths import state_home
+
+
+def accounts_dir() -> Path:
+    return state_home() / "accounts"
+
+
+def account_of(settings: ProjectSettings, environ: Mapping[str, str]) -> str:
+    """The fingerprint of the account the project's agents run on: its CLI, the endpoint
+    and the first key or login token the environment sets (else the person's own login
+    of the CLI, in their HOME); "" for a command runner, whose program names none."""
+    profile = PROFILES.get(settings.agent.cli)
+    if profile is None or settings.agent.runner != "claude":
+        return ""  # a command runner's program says nothing of an account
+    key = next((environ[v] for v in (*profile.key_variables, *profile.login_variables)
+                if environ.get(v)), None)
+    endpoint = environ.get(profile.base_url_variable, "")
+    what = f"key:{key}" if key else f"login:{environ.get('HOME', '')}"
+    digest = hashlib.sha256(f"{profile.name}\0{endpoint}\0{what}".encode()).hexdigest()
+    return f"{profile.name}-{digest[:16]}"
+
+
+class AccountPauses:
+    """The pauses of one project's account: read by the project, shared by it."""
+
+    def __init__(self, account: str, project: str, directory: Path | None = None) -> None:
+        self.account = account
+        self.project = project
+        self.directory = directory or accounts_dir()
+
+    @property
+    def _file(self) -> Path:
+        return self.directory / f"{self.account}.json"
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self._file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def read(self, now: datetime) -> tuple[Pause, ...]:
+        """The account's pauses other projects met, in force at ``now``."""
+        if not self.account:
+            return ()
+        found = []
+        for kind, entry in sorted(self._load().items()):
+            if not isinstance(entry, dict) or entry.get("by") in (None, self.project):
+                continue
+            until = from_iso(entry.get("until"))
+            if until is None or until <= now:
+                continue
+            found.append(Pause(kind=str(kind), cause=str(entry.get("cause", "")),
+                               fix=str(entry.get("fix", "")), since=from_iso(entry.get("since")),
+                               until=until, quiet_workers=True, shared_from=str(entry["by"])))
+        return tuple(found)
+
+    def share(self, pause: Pause) -> None:
+        """This project met ``pause``: every project on the account pauses with it."""
+        if not self.account:
+            return
+        with self._locked():
+            data = self._load()
+            data[pause.kind] = {"cause": pause.cause, "fix": pause.fix,
+                                "since": to_iso(pause.since), "until": to_iso(pause.until),
+                                "by": self.project}
+            atomic_write_text(self._file, json.dumps(data, indent=1) + "\n")
+
+    def withdraw(self, kind: str) -> None:
+        """This project's pause of ``kind`` is over: so is the account's, if it said it."""
+        if not self.account:
+            return
+        with self._locked():
+            data = self._load()
+            entry = data.get(kind)
+            if isinstance(entry, dict) and entry.get("by") == self.project:
+                del data[kind]
+                atomic_write_text(self._file, json.dumps(data, indent=1) + "\n")
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        private_dir(self.directory)
+        with (self.directory / f".{self.account}.lock").open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
