@@ -272,4 +272,9 @@ def test_two_projects_on_a_host_of_three_never_run_more_than_three(
                     and "host" not in e.get("error", "")], events
     status = json.loads(swarm.cli("status", "--json").stdout)["projects"]
     assert sorted(p["project"] for p in status) == ["demo", "second"]
+    for doc in status:  # each project says the host's load, every project's part in it
+        assert doc["host"]["max_workers"] == 3
+        assert sorted(doc["host"]["projects"]) == ["demo", "second"]
+    text = swarm.cli("status", "demo").stdout
+    assert "host:       " in text and "/3 workers, every project ([host] max_workers)" in text
     retry_until(lambda: not _live_workers(swarm), 30, what="every worker ended")

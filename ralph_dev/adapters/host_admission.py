@@ -141,14 +141,14 @@ class HostAdmission:
         except (OSError, ValueError):
             return Published()
 
-    def loads(self) -> dict[str, ProjectLoad]:
+    def loads(self, *, own: bool = False) -> dict[str, ProjectLoad]:
         """Every other project's load on the host now (this project's own is what its
-        controller sees of its workers)."""
+        controller sees of its workers; ``own``: as published, too, for ``status``)."""
         if not self.directory.is_dir():
             return {}
         found = {}
         for path in sorted(self.directory.glob("*.json")):
-            if path.stem != self.project:
+            if own or path.stem != self.project:
                 found[path.stem] = self._read(path).live_load()
         return found
 

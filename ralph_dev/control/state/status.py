@@ -25,6 +25,7 @@ from datetime import datetime
 from importlib import resources
 from typing import Any
 
+from ralph_dev.adapters.host_admission import HostAdmission
 from ralph_dev.adapters.processes import lock_holder
 from ralph_dev.adapters.store import StateStore, to_iso, utcnow
 from ralph_dev.adapters.terminal import last_words, render_tail
@@ -195,6 +196,8 @@ async def _document(settings: ProjectSettings, sources: StateSources,
         "disk": await asyncio.to_thread(workspace_sizes, settings),
         "events": store.recent_events(n_events),
         **({"cluster": _cluster(free_slots, nodes, workers)} if settings.cluster else {}),
+        **({"host": _host(settings)} if settings.host.max_workers and not settings.cluster
+           else {}),
     }
     needs_you = _needs_you(settings, document)
     config_error = config_error or (beat or {}).get("config_error")
@@ -210,6 +213,15 @@ async def _document(settings: ProjectSettings, sources: StateSources,
             "restart`)")})
     document["needs_you"] = needs_you
     return document
+
+
+def _host(settings: ProjectSettings) -> dict[str, Any]:
+    """The host's workers as every project on it last published them."""
+    loads = HostAdmission(settings.name).loads(own=True)
+    return {"max_workers": settings.host.max_workers,
+            "used": sum(load.used for load in loads.values()),
+            "projects": {name: {"used": load.used, "wanting": load.wanting,
+                                "share": load.share} for name, load in loads.items()}}
 
 
 def dashboard(settings: ProjectSettings) -> dict[str, str | None]:

@@ -134,6 +134,12 @@ def render(doc: Mapping[str, Any], *, login: str | None = None, needs: bool = Tr
                      f"({terminal_line(wait_text(item['wait']), 160)})")
     if len(waiting) > ON_HOLD_SHOWN:
         lines.append(f"  waits:      … and {len(waiting) - ON_HOLD_SHOWN} more")
+    if (host := doc.get("host")) is not None:
+        parts = ", ".join(f"{terminal_line(name)}: {load['used']}"
+                          + (f" (+{load['wanting']} waiting)" if load["wanting"] else "")
+                          for name, load in sorted(host["projects"].items()))
+        lines.append(f"  host:       {host['used']}/{host['max_workers']} workers, every "
+                     f"project ([host] max_workers)" + (f": {parts}" if parts else ""))
     if (on_cluster := doc.get("cluster")) is not None:
         hosts = ", ".join(f"{terminal_line(n['host'], 30)} ({n['node'][:8]}) "
                           f"{n['workers']}/{n['slots']}" for n in on_cluster["nodes"])

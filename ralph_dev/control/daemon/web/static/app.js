@@ -116,6 +116,10 @@ function renderFacts(doc) {
   } else facts.push(fact(`tracker ${doc.tracker.kind}`));
   const counts = doc.issues;
   facts.push(fact(`${counts.done}/${counts.total} done`));
+  if (doc.host) {  // [host] max_workers: every project's workers on this host
+    const parts = Object.entries(doc.host.projects).map(([name, load]) => `${name} ${load.used}`);
+    facts.push(fact(`host ${doc.host.used}/${doc.host.max_workers} workers (${parts.join(", ")})`));
+  }
   if (doc.costs.known) {
     const tokens = Object.entries(doc.costs.tokens || {}).map(([k, v]) => `${k} ${v}`).join(", ");
     const cost = doc.costs.cost_usd !== null ? `$${doc.costs.cost_usd.toFixed(2)} ` : "";
