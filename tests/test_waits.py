@@ -6,6 +6,7 @@ real cause — here the file ``worker done`` refused, not just "the pane died"."
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -45,6 +46,7 @@ def test_a_retry_and_a_free_slot_are_waits_with_their_reasons(
         assert slot["kind"] == "slot" and "1/1 workers busy" in slot["why"]
         shown = swarm.cli("status", swarm.project).stdout
         assert "DEMO-1" in shown and "attempt 2/3" in shown and "workers busy" in shown
+        assert re.search(r", until [^(]+ \(in (9|10)m\)", shown), shown  # and how long
     finally:
         swarm.teardown()
 

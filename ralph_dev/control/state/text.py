@@ -208,10 +208,13 @@ def lane_lines(lane: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
-def wait_text(wait: Mapping[str, Any]) -> str:
-    """What an issue waits on, in one line: the controller's reason, its due time, the
-    last error."""
-    until = f", until {local_time(wait['until'])}" if wait.get("until") else ""
+def wait_text(wait: Mapping[str, Any], now: datetime | None = None) -> str:
+    """What an issue waits on, in one line: the controller's reason, its due time and
+    the time left (a lease waited out, a retry's backoff), the last error."""
+    due = from_iso(wait.get("until"))
+    left = age(now or utcnow(), due) if due is not None else None
+    until = "" if due is None else f", until {local_time(due)}" + (
+        f" (in {fmt_secs(left)})" if left is not None and left > 0 else "")
     last = f"; last error: {wait['last_error']}" if wait.get("last_error") else ""
     return f"{wait['why']}{until}{last}"
 
