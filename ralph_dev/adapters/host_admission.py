@@ -162,9 +162,9 @@ class HostAdmission:
 
     @contextlib.contextmanager
     def admit(self, issue: str, *, max_workers: int, share: float,
-              top_priority: int) -> Iterator[Admission]:
+              top_priority: int) -> Iterator[None]:
         """A place on the host for ``issue``'s worker, held by this controller until the
-        worker's process holds it (``Admission.hold``); given back if the start fails.
+        worker's process holds it (``hold``); given back if the start fails.
         Raises ``HostFull`` when the host's rule leaves this project none."""
         with self._locked():
             mine = self._read(self._file(self.project))
@@ -180,9 +180,8 @@ class HostAdmission:
             mine.workers[issue] = self.me
             mine.controller = self.me
             self._write(mine)
-        admission = Admission(self, issue)
         try:
-            yield admission
+            yield
         except BaseException:
             self._release(issue)
             raise
@@ -225,13 +224,3 @@ class HostAdmission:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-
-@dataclass
-class Admission:
-    """One admitted start: its worker's process takes the place over once it runs."""
-
-    admission: HostAdmission
-    issue: str
-
-    def hold(self, pid: int | None) -> None:
-        self.admission.hold(self.issue, pid)
