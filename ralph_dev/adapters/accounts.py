@@ -16,15 +16,14 @@ and then stopped holds no one back for longer than the limit said.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ralph_dev.adapters.files import atomic_write_text, private_dir
+from ralph_dev.adapters.files import atomic_write_text, flocked, private_dir
 from ralph_dev.adapters.store import from_iso, to_iso
 from ralph_dev.core.agent_profiles import PROFILES
 from ralph_dev.core.config import ProjectSettings
@@ -108,12 +107,6 @@ class AccountPauses:
                 del data[kind]
                 atomic_write_text(self._file, json.dumps(data, indent=1) + "\n")
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
         private_dir(self.directory)
-        with (self.directory / f".{self.account}.lock").open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        return flocked(self.directory / f".{self.account}.lock")

@@ -52,6 +52,18 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o600) -> None:
 
 
 @contextlib.contextmanager
+def flocked(path: Path) -> Iterator[None]:
+    """Hold an exclusive OS lock (flock) on ``path`` for the block: one process at a
+    time; the kernel drops it with a killed holder."""
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def pid_lock(path: Path, refuse: Callable[[str], Exception]) -> Iterator[None]:
     """Hold an OS lock (flock) on ``path`` with our pid in it, for as long as we run.
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import os
 import shutil
 import subprocess
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import structlog
 
-from ralph_dev.adapters.files import atomic_write_bytes, private_dir, read_tail
+from ralph_dev.adapters.files import atomic_write_bytes, flocked, private_dir, read_tail
 from ralph_dev.adapters.jj_cli import JjCli, child_path, find_jj, quote_revset
 from ralph_dev.adapters.jj_home import JjHome
 from ralph_dev.adapters.jj_workspaces import JjWorkspaces
@@ -184,12 +183,8 @@ class NodeWorker:
         """The node's clone, one attempt at a time: a clone, a fetch, a new workspace and
         a push each write its operation log."""
         self.home.mkdir(parents=True, exist_ok=True)
-        with (self.home / f"{self.spec.project}.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with flocked(self.home / f"{self.spec.project}.lock"):
+            yield
 
     def _fetched_clone(self) -> None:
         repo = self.jj.repo

@@ -69,6 +69,7 @@ STATIC = {
     "style.css": "text/css",
     "fleet.html": "text/html",
     "fleet.js": "text/javascript",
+    "dom.js": "text/javascript",
 }
 PAGES = frozenset({"index.html", "fleet.html"})
 """Static files served at their own routes (``/``, ``/fleet``), not under /static."""

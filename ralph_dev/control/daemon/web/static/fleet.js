@@ -5,20 +5,6 @@
 
 const EVERY_MS = 5000;
 
-function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs || {})) {
-    if (value === null || value === undefined || value === false) continue;
-    if (key === "class") node.className = value;
-    else node.setAttribute(key, String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
-
 function money(value) {
   return value === null || value === undefined ? "unknown" : `$${Number(value).toFixed(2)}`;
 }
