@@ -11,9 +11,9 @@ from ralph_dev.core.agent_faults import (
     API_OUTAGE,
     CLI_OWN_WAIT,
     OUTAGE_WAIT,
+    PROBE_STEP,
     RATE_LIMIT,
     RESET_MARGIN,
-    TEXT_RESOLUTION,
     USAGE_LIMIT,
     classify_stop_failure,
     reset_from_headers,
@@ -41,19 +41,19 @@ def test_usage_limit_reset(text: str, reset: datetime | None) -> None:
     assert usage_limit_reset(text, NOW) == expected
 
 
-def test_a_usage_limit_pauses_until_just_after_the_reset() -> None:
-    """Claude Code cuts the reset to the minute (21:51:33 is "9:51pm"): the pause lasts
-    past the end of the stated minute, or the first call after it is refused again."""
+def test_a_usage_limit_pauses_until_the_minute_it_states_and_then_probes() -> None:
+    """Issue 36: back to work at the reset, not after it. Claude Code cuts the reset to
+    the minute (21:51:33 is "9:51pm"), so the stated minute is the earliest it lifts: one
+    worker's session asks then (``probe``), and while the limit still refuses it asks
+    again a step later (a refused request costs nothing)."""
     fault = classify_stop_failure(
         "rate_limit", "You've hit your session limit · resets 3:06am (UTC)", NOW)
-    assert fault.kind == USAGE_LIMIT
-    assert fault.until == datetime(2026, 11, 23, 3, 6, tzinfo=UTC) + TEXT_RESOLUTION \
-        + RESET_MARGIN
-    assert fault.until > datetime(2026, 11, 23, 3, 6, 59, tzinfo=UTC)
+    assert fault.kind == USAGE_LIMIT and fault.probe
+    assert fault.until == datetime(2026, 11, 23, 3, 6, tzinfo=UTC)
     assert "session limit" in fault.cause
     late = classify_stop_failure(  # the stated minute is over, the limit still holds
         "rate_limit", "You've hit your session limit · resets 2:10am (UTC)", NOW)
-    assert late.until == NOW + timedelta(minutes=1)
+    assert late.until == NOW + PROBE_STEP and late.probe
 
 
 @pytest.mark.parametrize(("error", "text", "kind"), [
@@ -95,15 +95,17 @@ KEY_429 = ("API Error: Request rejected (429) · This request would exceed the r
 """Claude Code 2.1.197's text for an API key's 429 (measured: docs/claude-code-limits.md)."""
 
 
-def test_a_key_limit_with_a_read_reset_pauses_until_just_after_it() -> None:
-    """The hook read the API's retry-after: that is the pause, not an outage's backoff."""
+def test_a_key_limit_with_a_read_reset_pauses_until_exactly_then() -> None:
+    """The hook read the API's retry-after: that is the pause, not an outage's backoff,
+    and everyone goes on at it (the API stated it: no probe first). Refused at or after
+    it (clocks differ), the limit is asked again a step later, by one probe."""
     reset = NOW + timedelta(seconds=600)
     fault = classify_stop_failure("rate_limit", KEY_429, NOW, reset_at=reset, streak=3)
     assert fault.kind == USAGE_LIMIT
-    assert fault.until == reset + RESET_MARGIN
+    assert fault.until == reset and not fault.probe
     assert "failed" not in fault.cause and "rate limit" in fault.cause
     lifted = classify_stop_failure("rate_limit", KEY_429, NOW, reset_at=NOW - timedelta(1))
-    assert lifted.until == NOW + RESET_MARGIN  # lifted already: go on, never in the past
+    assert lifted.until == NOW + PROBE_STEP and lifted.probe  # never a pause in the past
 
 
 def test_a_subscribers_read_reset_wins_over_the_minute_its_text_states() -> None:
@@ -111,7 +113,7 @@ def test_a_subscribers_read_reset_wins_over_the_minute_its_text_states() -> None
     fault = classify_stop_failure(
         "rate_limit", "You've hit your session limit · resets 3:06am (UTC)", NOW,
         reset_at=reset)
-    assert fault.kind == USAGE_LIMIT and fault.until == reset + RESET_MARGIN
+    assert fault.kind == USAGE_LIMIT and fault.until == reset and not fault.probe
 
 
 def test_a_key_limit_whose_reset_is_unknown_is_a_rate_limit_not_an_outage() -> None:

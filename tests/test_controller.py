@@ -290,3 +290,36 @@ def test_a_cli_retrying_by_itself_is_read_from_its_screen() -> None:
     limited = "Rate limited · Retrying in 4m (resets 3:05pm) · attempt 2/10"
     assert retry_said(limited) == "retrying in 4m, attempt 2/10"
     assert retry_said("✻ Thinking… (12s · ↓ 300 tokens · esc to interrupt)") is None
+
+
+def test_a_pause_ends_at_its_stated_end_not_at_the_next_poll(
+        swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36: back to work at a usage limit's reset, not at the first poll after it.
+    With a two-minute poll the pause still ends at its stated end: the tick that read it
+    left the loop due then."""
+    from datetime import UTC, datetime, timedelta
+
+    from ralph_dev.adapters.wake import poke
+    from ralph_dev.core.agent_faults import USAGE_LIMIT
+    from ralph_dev.core.model import Pause
+
+    config = swarm.config_file
+    config.write_text(config.read_text().replace("poll_interval = 0.3", "poll_interval = 120"))
+    swarm.start()
+    swarm.wait_first_tick()
+    for key, value in swarm.env.items():
+        monkeypatch.setenv(key, value)
+    store = StateStore(load_project(swarm.project).paths)
+    until = datetime.now(UTC) + timedelta(seconds=4)
+    store.set_pause(Pause(kind=USAGE_LIMIT, cause="the model's usage limit was reached",
+                          fix="nothing: wait", since=datetime.now(UTC), until=until,
+                          quiet_workers=True))
+    ticks = swarm.ticks()
+    wait_for(lambda: poke(store) and swarm.ticks() > ticks, 30, "a tick that reads the pause")
+
+    def resumed() -> dict | None:
+        return next((e for e in swarm.events() if e["event"] == "swarm_resumed"), None)
+
+    wait_for(lambda: resumed() is not None, 40, "the pause's end")
+    ended = datetime.fromisoformat(resumed()["time"])  # type: ignore[index]
+    assert until <= ended < until + timedelta(seconds=4), ended - until

@@ -977,7 +977,8 @@ def test_the_end_of_a_pause_costs_no_nudge_no_restart_and_no_attempt() -> None:
     nudged = NOW - timedelta(seconds=timing.restart_timeout + 483)
     records = [
         rec("DEMO-3", attempts=1, nudged_at=nudged, agent_error="rate_limit",
-            agent_error_text="You've hit your limit", agent_error_at=NOW - timedelta(hours=1)),
+            agent_error_text="You've hit your limit", agent_error_at=NOW - timedelta(hours=1),
+            agent_error_reset_at=ended),
         rec("DEMO-4", attempts=1, nudged_at=nudged),
         rec("DEMO-5", attempts=1),
     ]
@@ -1096,6 +1097,49 @@ def test_an_outage_is_probed_by_one_worker_and_its_answer_resumes_everyone() -> 
     assert steps(resumed) == [("endpause", ""), ("waited", "DEMO-3"), ("continue", "DEMO-4"),
                               ("continue", "DEMO-5")]
     assert "answered DEMO-3" in resumed.actions[0].reason
+
+
+def test_a_usage_limit_is_resumed_at_its_reset_by_one_probe_until_it_lifts() -> None:
+    """Issue 36: back to work at the reset, not after it. The plan is due at the stated
+    reset (the loop ticks then); at it one worker's session asks the model while the
+    others wait; a refusal then (the minute was cut) asks again 3 s later, charging
+    nothing; the model's answer resumes everyone."""
+    said = "You've hit your session limit · resets 2:10am (UTC)"
+    minute = datetime(2026, 11, 23, 2, 10, tzinfo=UTC)
+    stopped = minute - timedelta(minutes=20)
+    records = [rec(f"DEMO-{n}", attempts=1, agent_error="rate_limit", agent_error_text=said,
+                   agent_error_at=stopped, agent_error_streak=1) for n in (3, 4)]
+    obs = world(issues=[issue(n, "started") for n in (3, 4)], records=records,
+                windows=[win(f"DEMO-{n}") for n in (3, 4)])
+    paused = run(obs, now=stopped + timedelta(seconds=1))
+    (pause,) = [a for a in paused.actions if isinstance(a, PauseSwarm)]
+    assert pause.until == minute and paused.due == minute
+    limit = Pause(kind="usage-limit", cause=pause.cause, since=stopped, until=minute,
+                  quiet_workers=True)
+    held = dataclasses.replace(obs, pauses=(limit,))
+    assert run(held, now=minute - timedelta(seconds=1)).actions == ()
+    at_reset = run(held, now=minute + timedelta(milliseconds=60))
+    assert steps(at_reset) == [("pauseswarm", ""), ("continue", "DEMO-3")]
+    probing = at_reset.actions[0]
+    assert isinstance(probing, PauseSwarm) and probing.probe == "DEMO-3"
+    out = dataclasses.replace(records[0], **at_reset.actions[1].record_changes(minute))
+    probe_pause = dataclasses.replace(limit, until=probing.until, probe="DEMO-3")
+    refused_at = minute + timedelta(seconds=1)
+    refused = dataclasses.replace(out, agent_error="rate_limit", agent_error_text=said,
+                                  agent_error_at=refused_at, agent_error_streak=2)
+    again = run(dataclasses.replace(held, pauses=(probe_pause,),
+                                    records={"DEMO-3": refused, "DEMO-4": records[1]}),
+                now=refused_at + timedelta(milliseconds=500))
+    (step,) = again.actions
+    assert isinstance(step, PauseSwarm) and step.until == refused_at + timedelta(seconds=3)
+    assert again.due == step.until
+    for action in (*at_reset.actions, *again.actions):  # nobody charged, held or restarted
+        assert not isinstance(action, Hold | Restart | Spawn), action
+    answered = dataclasses.replace(out, agent_error_streak=0)
+    resumed = run(dataclasses.replace(held, pauses=(probe_pause,),
+                                      records={"DEMO-3": answered, "DEMO-4": records[1]}),
+                  now=minute + timedelta(seconds=3))
+    assert steps(resumed) == [("endpause", ""), ("waited", "DEMO-3"), ("continue", "DEMO-4")]
 
 
 def test_a_held_issue_is_never_shown_as_done() -> None:

@@ -317,7 +317,7 @@ async def test_a_usage_limit_is_told_once_by_its_reset(
     """Issue 24: the limit pauses the swarm, a second worker's error lengthens the pause
     with another cause: one message, "usage limit until HH:MM" (local), cause and fix."""
     from ralph_dev.control.state.pause_text import clock, limit_lifts
-    from ralph_dev.core.agent_faults import RESET_MARGIN, USAGE_LIMIT
+    from ralph_dev.core.agent_faults import USAGE_LIMIT
     from ralph_dev.core.model import Pause
 
     settings = _settings(tmp_path, receiver)
@@ -328,11 +328,11 @@ async def test_a_usage_limit_is_told_once_by_its_reset(
     for n, cause in enumerate(("the model's usage limit was reached: You've hit your limit",
                                "the API's rate limit was reached (…): Request rejected")):
         store.set_pause(Pause(kind=USAGE_LIMIT, cause=cause, fix="nothing: wait", since=now,
-                              until=reset + RESET_MARGIN + timedelta(minutes=n),
+                              until=reset + timedelta(minutes=n),
                               quiet_workers=True))
     assert await notifier.poll() == 1
     (message,) = receiver.messages
     assert message["title"] == (f"ralph-dev demo: the swarm paused: usage limit until "
-                                f"{clock(limit_lifts(reset + RESET_MARGIN), now)}")
+                                f"{clock(limit_lifts(reset), now)}")
     assert "You've hit your limit" in message["message"] and "nothing: wait" in message["message"]
     assert "?" not in message["message"].split("See `")[0]  # every field was there

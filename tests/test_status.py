@@ -291,19 +291,21 @@ def test_a_usage_limit_is_said_by_its_local_reset(monkeypatch: pytest.MonkeyPatc
     """Issue 24: "usage limit until 14:05", the reset in local time (the date when not
     today); a rate limit whose reset is unknown says when it is asked again."""
     from ralph_dev.control.state.pause_text import limit_lifts, pause_headline
-    from ralph_dev.core.agent_faults import RATE_LIMIT, RESET_MARGIN, USAGE_LIMIT
+    from ralph_dev.core.agent_faults import RATE_LIMIT, USAGE_LIMIT
 
     monkeypatch.setenv("TZ", "Europe/Paris")
     time.tzset()
     try:
         now = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
         reset = datetime(2026, 7, 1, 12, 5, tzinfo=UTC)
-        assert pause_headline(USAGE_LIMIT, "c", reset + RESET_MARGIN, now) \
-            == "usage limit until 14:05"
-        assert limit_lifts(reset + RESET_MARGIN + timedelta(seconds=1)) \
+        assert pause_headline(USAGE_LIMIT, "c", reset, now) == "usage limit until 14:05"
+        assert limit_lifts(reset + timedelta(seconds=1)) \
             == reset + timedelta(minutes=1)  # never before the reset: the next minute
-        assert pause_headline(USAGE_LIMIT, "c", reset + timedelta(days=1, seconds=30), now) \
+        assert pause_headline(USAGE_LIMIT, "c", reset + timedelta(days=1), now) \
             == "usage limit until 2026-07-02 14:05"
+        # its reset came and one worker's session asks the API first (issue 36)
+        assert pause_headline(USAGE_LIMIT, "c", reset, now, probe="DEMO-3") == \
+            "usage limit: its end has come; DEMO-3's session asks the model API first"
         assert pause_headline(RATE_LIMIT, "c", reset, now).endswith("trying again at 14:05")
         assert pause_headline("api-outage", "the model API failed", None, now) \
             == "the model API failed"
@@ -315,7 +317,7 @@ def test_a_usage_limit_is_said_by_its_local_reset(monkeypatch: pytest.MonkeyPatc
 def test_status_and_its_document_say_the_pause(swarm: Swarm,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from ralph_dev.control.state.pause_text import clock
-    from ralph_dev.core.agent_faults import RESET_MARGIN, USAGE_LIMIT
+    from ralph_dev.core.agent_faults import USAGE_LIMIT
     from ralph_dev.core.model import Pause
 
     store = _store(swarm, monkeypatch)
@@ -323,7 +325,7 @@ def test_status_and_its_document_say_the_pause(swarm: Swarm,
     reset = now.replace(second=0, microsecond=0) + timedelta(hours=1)
     store.set_pause(Pause(kind=USAGE_LIMIT, cause="the model's usage limit was reached: "
                           "You've hit your session limit", fix="nothing: wait", since=now,
-                          until=reset + RESET_MARGIN, quiet_workers=True))
+                          until=reset, quiet_workers=True))
     doc = swarm.status()
     jsonschema.Draft202012Validator(load_schema()).validate(doc)
     (pause,) = doc["pauses"]

@@ -190,7 +190,7 @@ def test_dashboard_shows_a_running_swarm_and_follows_it(
     assert browser.execute_script("return document.body.dataset.pwned") is None
 
     # issue 24: a usage limit is one fact on top, its reset as HH:MM in the browser's zone
-    from ralph_dev.core.agent_faults import RESET_MARGIN, USAGE_LIMIT
+    from ralph_dev.core.agent_faults import USAGE_LIMIT
     from ralph_dev.core.model import Pause
 
     for key, value in swarm.env.items():
@@ -198,7 +198,7 @@ def test_dashboard_shows_a_running_swarm_and_follows_it(
     reset = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=3)
     StateStore(load_project(swarm.project).paths).set_pause(Pause(
         kind=USAGE_LIMIT, cause="the model's usage limit was reached: You've hit your limit",
-        fix="nothing", since=datetime.now(UTC), until=reset + RESET_MARGIN, quiet_workers=True))
+        fix="nothing", since=datetime.now(UTC), until=reset, quiet_workers=True))
     said = f"usage limit until {reset.astimezone().strftime('%H:%M')}"  # chromium's TZ is ours
     wait_for(lambda: said in browser.find_element("id", "facts").text, 30, said)
 

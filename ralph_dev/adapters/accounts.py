@@ -19,7 +19,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,13 @@ def account_of(settings: ProjectSettings, environ: Mapping[str, str]) -> str:
     return f"{profile.name}-{digest[:16]}"
 
 
+ENDED_GRACE = timedelta(seconds=30)
+"""How long past its end a pause another project met still holds here unless that
+project withdraws it first. At its end that project may find the limit still in force
+(its probe refused: a reset stated to the minute), and a project here starting at the
+stated end would meet the limit again."""
+
+
 class AccountPauses:
     """The pauses of one project's account: read by the project, shared by it."""
 
@@ -70,7 +77,9 @@ class AccountPauses:
         return data if isinstance(data, dict) else {}
 
     def read(self, now: datetime) -> tuple[Pause, ...]:
-        """The account's pauses other projects met, in force at ``now``."""
+        """The account's pauses other projects met, in force at ``now``: until the project
+        that met one withdraws it, or ``ENDED_GRACE`` past its end if it never does (its
+        controller stopped)."""
         if not self.account:
             return ()
         found = []
@@ -78,7 +87,7 @@ class AccountPauses:
             if not isinstance(entry, dict) or entry.get("by") in (None, self.project):
                 continue
             until = from_iso(entry.get("until"))
-            if until is None or until <= now:
+            if until is None or until + ENDED_GRACE <= now:
                 continue
             found.append(Pause(kind=str(kind), cause=str(entry.get("cause", "")),
                                fix=str(entry.get("fix", "")), since=from_iso(entry.get("since")),

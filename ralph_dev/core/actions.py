@@ -445,6 +445,9 @@ class Plan:
     load: ProjectLoad | None = None
     """The project's load on the host, for the other projects on it (``[host]
     max_workers``; None: no host limit, or workers run on a cluster)."""
+    due: datetime | None = None
+    """The earliest time after this plan's when something ends by itself (a pause's end,
+    a usage limit's reset, a retry's backoff): the loop ticks then, not at its next poll."""
 
     def __bool__(self) -> bool:
         return bool(self.actions)

@@ -44,10 +44,15 @@ OUTAGE_WAIT_CAP = timedelta(seconds=30)
 """The longest step between an outage's probes: the API's recovery is noticed within it
 (and within Claude Code's own retries while a probe is out), at one worker's calls a step."""
 RESET_MARGIN = timedelta(seconds=30)
-"""A reset is waited out with a little to spare (clocks differ)."""
-TEXT_RESOLUTION = timedelta(minutes=1)
-"""Claude Code states a reset to the minute, cut (9:51:33 → "9:51pm"): it may lift up
-to a minute after the stated one."""
+"""An API key's 429 whose reset could not be read is waited out this much past what
+Claude Code already waited by itself."""
+PROBE_STEP = timedelta(seconds=3)
+"""How soon a limit that still refuses at or after its reset is asked again. A stated
+reset is resumed at, not after: the API's own is exact, but clocks differ, and Claude
+Code states a subscriber's to the minute, cut (9:51:33 → "9:51pm"), so the limit may
+lift up to a minute later. Until it does, one worker's session asks again each step
+(``AgentFault.probe``): a refused request costs nothing and charges no attempt, and the
+swarm goes on within a step of the real reset."""
 CLI_OWN_WAIT = timedelta(seconds=60)
 """Claude Code waits out a ``retry-after`` of up to a minute by itself; it gives up at
 once on a longer one. A 429 that ended the turn therefore asked for more than this."""
@@ -80,6 +85,11 @@ class AgentFault:
     fix: str
     until: datetime
     """When the pause ends by itself (and the waiting workers are told to go on)."""
+    probe: bool = True
+    """Its end is a guess (an outage's step, a reset stated to the minute, a limit that
+    refused at its reset): then one worker's session asks the API first, and its answer
+    ends the pause for everyone. False: the API stated the end, and everyone goes on
+    then."""
 
 
 def _zone(name: str | None) -> ZoneInfo:
@@ -163,15 +173,17 @@ def classify_stop_failure(error: str, text: str, now: datetime, *,
     shown = " ".join(text.split())[:200]
     backoff = timedelta(seconds=outage_retry(outage_wait).delay(max(streak, 1)))
     if error == "rate_limit" and reset_at is not None:
+        # a reset already past that still refused: clocks differ, ask again shortly
         return AgentFault(USAGE_LIMIT, f"the API's rate limit was reached (its reset read from "
                                        f"the API's answer): {shown}", _LIMIT_FIX,
-                          max(reset_at, now) + RESET_MARGIN)
+                          reset_at if reset_at > now else now + PROBE_STEP,
+                          probe=reset_at <= now)
     if error == "rate_limit" and _LIMIT.search(text):
         reset = usage_limit_reset(text, now)
-        # the stated minute may already be over while the limit still holds: then a
-        # minute more, never a pause that has ended before it began
-        until = max(reset + TEXT_RESOLUTION + RESET_MARGIN, now + timedelta(minutes=1)) \
-            if reset else now + UNKNOWN_RESET_WAIT
+        # the stated minute is the earliest the limit lifts; a minute that is over while
+        # the limit still holds is asked again a step later
+        until = (reset if reset > now else now + PROBE_STEP) if reset \
+            else now + UNKNOWN_RESET_WAIT
         return AgentFault(USAGE_LIMIT, f"the model's usage limit was reached: {shown}",
                           _LIMIT_FIX, until)
     if is_key_rate_limit(error, text):
@@ -184,7 +196,8 @@ def classify_stop_failure(error: str, text: str, now: datetime, *,
         return AgentFault(API_ACCESS, f"the model API refused the agent's access ({error}): "
                                       f"{shown}",
                           "check ANTHROPIC_API_KEY or the Claude login and billing; ralph-dev "
-                          "tries again every 30 minutes", now + UNKNOWN_RESET_WAIT)
+                          "tries again every 30 minutes", now + UNKNOWN_RESET_WAIT,
+                          probe=False)
     return AgentFault(API_OUTAGE, f"the model API failed ({error or 'unknown'}): {shown}",
                       "nothing: dispatch resumes and waiting workers continue after a wait",
                       now + backoff)

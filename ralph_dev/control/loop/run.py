@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,9 @@ log = structlog.get_logger(__name__)
 
 QUICK_TICKS = 5
 """Ticks taken at once, without waiting for the poll, after actions that unblock more."""
+DUE_LATENESS = 0.05
+"""Seconds a tick taken for a due time comes after it, so the due time has passed by
+the tick's clock."""
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 """SIGHUP arrives when the window is killed."""
@@ -56,6 +60,14 @@ def note(controller: Controller, event: str, **details: Any) -> None:
         log.error("event_write_failed", event_name=event, error=str(exc))
 
 
+def until_next_tick(poll_interval: float, due: datetime | None, now: datetime) -> float:
+    """Seconds the loop waits for a wake: the poll, or less when something ends by itself
+    sooner (a usage limit's reset is resumed at, not at the next poll after it)."""
+    if due is None:
+        return poll_interval
+    return min(poll_interval, max(0.0, (due - now).total_seconds()) + DUE_LATENESS)
+
+
 async def run_loop(controller: Controller, *, wake: asyncio.Event,
                    max_ticks: int | None = None) -> None:
     """Tick until asked to stop; a tick that unblocked work is followed at once by
@@ -76,8 +88,10 @@ async def run_loop(controller: Controller, *, wake: asyncio.Event,
     try:
         while not controller.stopping:
             again = False
+            due: datetime | None = None
             try:
-                again = (await controller.tick()).unblocked_work and quick < QUICK_TICKS
+                result = await controller.tick()
+                again, due = result.unblocked_work and quick < QUICK_TICKS, result.plan.due
             except Exception as exc:  # the loop must outlive any bad tick
                 log.exception("tick_failed")
                 note(controller, "tick_failed", error=repr(exc))
@@ -88,7 +102,8 @@ async def run_loop(controller: Controller, *, wake: asyncio.Event,
                 continue
             quick = 0
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), controller.settings.timing.poll_interval)
+                await asyncio.wait_for(wake.wait(), until_next_tick(
+                    controller.settings.timing.poll_interval, due, controller.clock()))
             wake.clear()
     finally:
         kill_running()  # a trunk verify still running must not outlive us

@@ -25,7 +25,7 @@ from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide.issues import Decider
 from ralph_dev.core.decide.lane import Lane
 from ralph_dev.core.decide.orders import fill
-from ralph_dev.core.decide.swarm import SwarmRules, stops
+from ralph_dev.core.decide.swarm import SHARED_RECHECK, SwarmRules, stops
 from ralph_dev.core.decide.views import (
     COLUMNS,
     blocked_issues,
@@ -36,6 +36,7 @@ from ralph_dev.core.decide.views import (
 from ralph_dev.core.decide.world import (
     NUDGE_MESSAGE,
     World,
+    aware,
     dispatch_key,
     id_key,
     model_for,
@@ -90,5 +91,10 @@ def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan
     why = decider.groom_due()
     if why:
         decider.emit(OpenGroom(SWARM, f"opening a groom run: {why}"))
+    ends = [aware(t) for t in (*(p.until for p in swarm.pauses.values()),
+                               *(w.until for w in decider.waits.values())) if t is not None]
+    if any(p.shared_from and p.until is not None and aware(p.until) <= now
+           for p in swarm.pauses.values()):
+        ends.append(now + SHARED_RECHECK)  # over there once that project says so
     return Plan(fill((*actions, *decider.actions), observed, settings), waits=decider.waits,
-                load=decider.load)
+                load=decider.load, due=min((t for t in ends if t > now), default=None))

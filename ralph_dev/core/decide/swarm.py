@@ -41,6 +41,9 @@ from ralph_dev.core.decide.world import World, aware
 from ralph_dev.core.model import Observed, OwedWrite, Pause, Resources, WorkerRecord
 from ralph_dev.core.policy import HOOK_LOST, Blame, hold_comment, retry_policy
 
+SHARED_RECHECK = timedelta(seconds=1)
+"""How soon a pause another project met is looked at again once its end has passed:
+that project ends it there (or probes on) at its own next tick."""
 SETUP_PAUSE = "setup"
 """Workers cannot start (the agent program, its sandbox): ends once the check passes."""
 REPO_PAUSE = "repository"
@@ -52,9 +55,6 @@ HOOK_PAUSE = "hook"
 RESOURCES_PAUSE = "resources"
 BUDGET_PAUSE = "budget"
 AGENT_PAUSES = (USAGE_LIMIT, RATE_LIMIT, API_OUTAGE, API_ACCESS)
-PROBED = (API_OUTAGE, RATE_LIMIT)
-"""Pauses with no end stated by the API: one worker's session probes at each step's end."""
-
 PROBE_DEADLINE = timedelta(minutes=10)
 """How long an outage's probe may go unanswered (Claude Code retries by itself meanwhile)
 before the next step tries another worker's session."""
@@ -170,14 +170,16 @@ class SwarmRules:
                                "is over")
 
     def pause_ends(self) -> None:
-        """A pause with a stated end (a usage limit's reset, a day's budget) ends then. An
-        outage's step sends one probe instead: the first worker its error stopped goes on
-        in its own session while the others keep waiting, and the pause stands until the
-        model answers that worker (then everyone goes on) or it fails again (a longer
-        step). An outage costs the API one worker's calls, not every worker's."""
+        """A pause with a stated end (an API-stated reset, a day's budget) ends then. One
+        whose end was a guess (an outage's step, a reset stated to the minute, a limit
+        that refused at its reset) sends one probe instead: the first worker its error
+        stopped goes on in its own session while the others keep waiting, and the pause
+        stands until the model answers that worker (then everyone goes on) or it fails
+        again (the next step). Guessing costs the API one worker's calls, not every
+        worker's."""
         for pause in list(self.pauses.values()):
-            if pause.until is None or aware(pause.until) > self.now:
-                continue
+            if pause.until is None or aware(pause.until) > self.now or pause.shared_from:
+                continue  # (another project's lasts as long as it does there: ``account``)
             probe = self.probe_for(pause)
             if probe is None:
                 self.end(pause.kind, "its stated end has passed")
@@ -190,12 +192,13 @@ class SwarmRules:
                 or "", typed=True))
 
     def probe_for(self, pause: Pause) -> WorkerRecord | None:
-        """The live worker an outage stopped that tries the API next, if any."""
-        if pause.kind not in PROBED:
-            return None
+        """The live worker that tries the API first at the pause's end, if its end was a
+        guess (``AgentFault.probe``: an outage's step, a reset stated to the minute, a
+        limit that refused at its reset)."""
         for record in sorted(self.world.records.values(), key=lambda r: r.issue):
             fault = agent_fault(record, self.settings)
-            if fault is not None and fault.kind == pause.kind and self.world.live(record.issue):
+            if fault is not None and fault.kind == pause.kind and fault.probe \
+                    and self.world.live(record.issue):
                 return record
         return None
 

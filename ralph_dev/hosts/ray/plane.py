@@ -81,6 +81,9 @@ REACH_TIMEOUT = 5.0
 minutes)."""
 CALL_TIMEOUT = 20.0
 """Seconds for any other call; a node that died fails its calls within ~3 s."""
+ASK_TIMEOUT = 90.0
+"""Seconds for a question asked on every node (``doctor``): each answer needs a Python
+worker started on its node first, which a loaded host takes tens of seconds for."""
 
 
 class ClusterError(HostUnavailable):
@@ -454,7 +457,7 @@ class RayPlane:
         nodes = self._slot_nodes()
         asked = [_tools_on.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
             n["NodeID"], soft=False)).remote(agent, sandboxed) for n in nodes]
-        found = self._get(asked)
+        found = self._get(asked, ASK_TIMEOUT)
         return [HostReport(node=n["NodeID"], host=host, slots=int(n["Resources"][
             cluster.SLOT_RESOURCE]), tools=tools, sandbox=sandbox)
             for n, (host, tools, sandbox) in zip(nodes, found, strict=True)]
