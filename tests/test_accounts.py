@@ -5,6 +5,8 @@ go on at the reset with no attempt charged."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,8 +15,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
-from conftest import retry_until
+from conftest import make_jj_repo, retry_until
 from test_claude_limits import Calls
 from test_claude_smoke import (  # noqa: F401 (fixtures)
     World,
@@ -23,20 +26,25 @@ from test_claude_smoke import (  # noqa: F401 (fixtures)
     diagnostics,
     world,
 )
-from test_decide import NOW, issue, rec, run
+from test_decide import NOW, issue, rec, run, settings
 from test_decide import world as observed
 from test_notify import Receiver, _notifier, _settings, _tracker_with_question
 
-from ralph_dev.adapters.accounts import ENDED_GRACE, AccountPauses, account_of
+from ralph_dev.adapters.accounts import ENDED_GRACE, AccountPauses, AccountWindows, account_of
 from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.jj_cli import child_path
+from ralph_dev.adapters.mailbox import window_fields
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker.local import LocalTracker
+from ralph_dev.control.state.status import load_schema, snapshot
+from ralph_dev.control.state.text import render
 from ralph_dev.core.actions import EndPause, PauseSwarm, Spawn
 from ralph_dev.core.agent_faults import USAGE_LIMIT
-from ralph_dev.core.config import build_project, load_project
-from ralph_dev.core.model import NewIssue, Pause, StateType
+from ralph_dev.core.config import AccountSettings, build_project, load_project
+from ralph_dev.core.errors import ConfigError
+from ralph_dev.core.model import NewIssue, Pause, StateType, UsageWindow
+from ralph_dev.core.pacing import pace
 from ralph_dev.devtools.api_faults import usage_limit
 from ralph_dev.devtools.scripted_model import (
     FakeAnthropic,
@@ -178,6 +186,105 @@ def _second_project(world: World, tmux_socket: str, claude_bin: str) -> World:
                  world.jj_bin, world.controller)
 
 
+# --- pacing the account's usage windows (issue 36) ----------------------------------------
+
+
+def _window(name: str, used: float, resets_in: timedelta) -> UsageWindow:
+    return UsageWindow(name=name, used=used, resets_at=NOW + resets_in, seen_at=NOW)
+
+
+def test_a_spent_window_holds_new_workers_until_its_reset_and_a_fresh_one_does_not() -> None:
+    spent = _window("five_hour", 0.8, timedelta(hours=2))  # 20% kept for the person
+    hold = pace([spent], 0.2, NOW)
+    assert hold is not None and hold.until == spent.resets_at
+    assert "5-hour window is 80% used (20% kept for your own use)" in hold.why
+    assert pace([_window("five_hour", 0.39, timedelta(hours=1))], 0.2, NOW) is None
+    assert pace([spent], 0.1, NOW) is None or pace([spent], 0.1, NOW).until < spent.resets_at
+    assert pace([dataclasses.replace(spent, resets_at=NOW)], 0.2, NOW) is None  # started over
+
+
+def test_a_window_used_faster_than_it_passes_slows_the_starts_until_it_catches_up() -> None:
+    """60% of a 5-hour window used with 3 hours left (40% gone), 80% usable: starts wait
+    until 60/80 of the window is gone, 1h45m from now; then they go on."""
+    window = _window("five_hour", 0.6, timedelta(hours=3))
+    hold = pace([window], 0.2, NOW)
+    assert hold is not None and hold.until == NOW + timedelta(hours=1, minutes=45)
+    assert "60% used with 40% of it gone" in hold.why
+    assert pace([window], 0.2, hold.until) is None
+    # of two windows, the one that holds longest says why
+    week = _window("seven_day", 0.85, timedelta(days=2))
+    assert pace([window, week], 0.2, NOW).window == week  # type: ignore[union-attr]
+
+
+def test_decide_paces_every_start_and_is_due_when_the_window_allows_again() -> None:
+    window = _window("five_hour", 0.9, timedelta(minutes=10))
+    paced = observed(issues=[issue(1), issue(2)], account="claude-0123",
+                     account_windows=(window,))
+    plan = run(paced)
+    assert not [a for a in plan.actions if isinstance(a, Spawn)]
+    assert {i: (w.kind, w.until) for i, w in plan.waits.items()} == {
+        "DEMO-1": ("pacing", window.resets_at), "DEMO-2": ("pacing", window.resets_at)}
+    assert plan.due == window.resets_at
+    # a reserve named for this account wins over the default: 95% usable, and 97% of
+    # the window is gone
+
+    roomy = settings(accounts={"claude-0123": AccountSettings(reserve=0.05),
+                                    "default": AccountSettings(reserve=0.5)})
+    assert [a.issue for a in run(paced, roomy).actions if isinstance(a, Spawn)] == [
+        "DEMO-1", "DEMO-2"]
+
+
+def test_the_accounts_tables_are_the_hosts_and_a_named_one_wins(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    repo = make_jj_repo(tmp_path / "repo")
+    config.write_text(f'[accounts.default]\nreserve = 0.3\n[accounts.claude-0123]\n'
+                      f'reserve = 0.1\n[projects.app]\nrepo = "{repo}"\n')
+    app = load_project("app", path=config)
+    assert app.account_settings("claude-0123").reserve == 0.1
+    assert app.account_settings("claude-9999").reserve == 0.3
+    config.write_text(f'[projects.app]\nrepo = "{repo}"\n[projects.app.accounts.default]\n'
+                      'reserve = 0.2\n')
+    with pytest.raises(ConfigError, match=r"projects\.app\.accounts: .*top-level \[accounts\]"):
+        load_project("app", path=config)
+    config.write_text(f'[accounts.default]\nreserve = 1\n[projects.app]\nrepo = "{repo}"\n')
+    with pytest.raises(ConfigError, match=r"accounts\.default\.reserve: must be at least 0 "
+                                          r"and below 1"):
+        load_project("app", path=config)
+    config.write_text(f'[accounts]\nreserve = 0.2\n[projects.app]\nrepo = "{repo}"\n')
+    with pytest.raises(ConfigError, match=r"accounts: expected \[accounts\.NAME\] tables"):
+        load_project("app", path=config)
+
+
+@pytest.mark.parametrize("said", [
+    {"five_hour": {"used_percentage": True, "resets_at": 1795820624}},
+    {"five_hour": {"used_percentage": float("nan"), "resets_at": 1795820624}},
+    {"five_hour": {"used_percentage": 420, "resets_at": 1795820624}},
+    {"five_hour": {"used_percentage": "42", "resets_at": 1795820624}},
+    {"five_hour": {"used_percentage": 42, "resets_at": 2**40}},
+    {"five_hour": [42]},
+    "42%",
+])
+def test_a_workers_odd_window_report_is_not_believed(said: Any) -> None:
+    """A worker is a possibly hostile process: only sane numbers become windows."""
+    assert window_fields({"rate_limits": said}) == {}
+    assert window_fields({"rate_limits": {"five_hour": {
+        "used_percentage": 42, "resets_at": 1795820624}}})["five_hour"][0] == 0.42
+
+
+def test_an_accounts_windows_are_kept_once_per_change_and_dropped_at_their_reset(
+        tmp_path: Path) -> None:
+    windows = AccountWindows("claude-0123", tmp_path)
+    reset = NOW + timedelta(hours=1)
+    assert windows.note({"five_hour": (0.42, reset)}, NOW)
+    assert not windows.note({"five_hour": (0.42, reset)}, NOW + timedelta(seconds=5))
+    assert windows.note({"five_hour": (0.5, reset), "seven_day": (0.1, NOW + timedelta(days=9))},
+                        NOW)  # (a reset more than 8 days ahead is no window: left out)
+    (five,) = windows.read(NOW)
+    assert (five.used, five.resets_at) == (0.5, reset)
+    assert windows.read(reset) == ()
+    assert not AccountWindows("", tmp_path).note({"five_hour": (0.5, reset)}, NOW)
+
+
 @pytest.mark.slow
 @pytest.mark.claude
 def test_a_limit_one_project_meets_pauses_every_project_on_its_account(
@@ -250,3 +357,71 @@ def test_a_limit_one_project_meets_pauses_every_project_on_its_account(
         assert told and {e.get("shared_from") for e in told} == {"demo"}  # demo's, not here
     finally:
         second.tmux.kill_session()
+
+
+@pytest.mark.slow
+@pytest.mark.claude
+def test_a_subscribers_usage_windows_are_read_shown_and_pace_the_next_start(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36: pacing before the limit. Every answer of the model API states the
+    subscriber's five-hour and seven-day windows; the real Claude Code hands them to the
+    worker's status line, which tells the controller. With the five-hour window 85% used
+    and 20% kept for the person, the next issue does not start until that window resets;
+    ``status`` says the windows and why the issue waits, and it starts after the reset."""
+    resets_at = int(time.time()) + 50
+    week = int(time.time()) + 3 * 86400
+    one, two = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt", priority=1),
+                                                 NewIssue(title="Add ok.txt too", priority=2)])
+    started: dict[str, float] = {}
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        if not is_main_conversation(request):
+            return [Text("ok")]
+        steps = tool_uses_so_far(request)
+        return [bash("sleep 2")] if steps == 0 else [bash(
+            'touch ok.txt "$RALPH_DEV_ISSUE.txt" && ralph-dev worker done "$RALPH_DEV_ISSUE" '
+            '--summary "added its file"')] if steps == 1 else [Text("Done.")]
+
+    def windows() -> dict[str, str]:
+        return {"anthropic-ratelimit-unified-status": "allowed",
+                "anthropic-ratelimit-unified-5h-utilization": "0.85",
+                "anthropic-ratelimit-unified-5h-reset": str(resets_at),
+                "anthropic-ratelimit-unified-7d-utilization": "0.3",
+                "anthropic-ratelimit-unified-7d-reset": str(week)}
+
+    settings = dataclasses.replace(world.settings, limits=dataclasses.replace(
+        world.settings.limits, max_workers=1))
+    with FakeAnthropic(brain, answer_headers=windows) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+        monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-fake-subscriber-0123456789")
+        monkeypatch.setenv("CLAUDE_CODE_SUBSCRIPTION_TYPE", "max")
+        account = account_of(settings, os.environ)
+        tick = controller_ticks(world, settings)
+
+        def done(ident: str) -> bool:
+            tick()
+            for event in world.store.iter_events():
+                if event["event"] == "spawn" and event.get("issue") in (one, two):
+                    started.setdefault(event["issue"], time.time())
+            return world.tracker.get_sync(ident).state_type is StateType.COMPLETED
+
+        retry_until(lambda: done(one), 120, what=f"{one} done" + diagnostics(world, api, one))
+        (five, seven) = AccountWindows(account).read(datetime.now(UTC))
+        assert (five.name, five.used, five.resets_at.timestamp()) == (
+            "five_hour", 0.85, resets_at)
+        assert (seven.name, seven.used) == ("seven_day", 0.3)
+        tick()
+        wait = world.store.read_waits()[two]
+        assert wait["kind"] == "pacing" and "5-hour window is 85% used" in wait["why"]
+        assert datetime.fromisoformat(wait["until"]).timestamp() == resets_at
+        doc = asyncio.run(snapshot(settings))
+        jsonschema.Draft202012Validator(load_schema()).validate(doc)
+        assert doc["account"]["name"] == account and doc["account"]["reserve"] == 0.2
+        assert doc["account"]["pacing"]["window"] == "five_hour"
+        text = render(doc)
+        assert "5-hour 85% used, resets" in text and "7-day 30% used" in text, text
+        assert "sk-ant" not in json.dumps(doc) + text  # the account is its fingerprint
+        retry_until(lambda: done(two), 180, what=f"{two} done after the reset"
+                    + diagnostics(world, api, two))
+    assert started[two] >= resets_at - 1  # not before the window started over

@@ -8,9 +8,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from conftest import retry_until
 from test_worker import Project, hostile_text, make_project
 
 from ralph_dev.core.model import Role
@@ -349,3 +351,39 @@ def test_agent_state_from_each_hook_event(payload: dict[str, object],
     from ralph_dev.inpane.hooks import agent_state
 
     assert agent_state(payload) == expected
+
+
+# --- status-line ------------------------------------------------------------------------
+
+
+def test_the_status_line_tells_the_accounts_windows_once_per_change(
+        project: Project, tmp_path: Path) -> None:
+    """Issue 36: Claude Code hands the status line the account's usage windows after every
+    answer; the controller hears a change, not every answer."""
+    from ralph_dev.adapters.accounts import AccountWindows
+
+    issue = project.issue()
+    project.spawn(issue)
+    windows = AccountWindows("claude-0123", tmp_path / "accounts")
+    project.controller.intake.windows = windows
+    resets = int(time.time()) + 3600
+
+    def said(used: int) -> dict:
+        return {"hook_event_name": "Status", "session_id": "s",
+                "rate_limits": {"five_hour": {"used_percentage": used, "resets_at": resets}}}
+
+    for used in (42, 42, 57):
+        proc, _ = hook("status-line", project.env(issue), said(used))
+        assert proc.returncode == 0 and proc.stdout.strip() == f"ralph-dev {issue}", proc
+
+    def told() -> list[float]:
+        return [e["five_hour"] for e in project.store.iter_events()
+                if e["event"] == "account_windows"]
+
+    retry_until(lambda: len(told()) >= 2, 10, what="both changes told")
+    assert told() == [0.42, 0.57]
+    (five,) = windows.read(datetime.now(UTC))
+    assert five.used == 0.57 and int(five.resets_at.timestamp()) == resets
+    # outside a worker it says nothing (Claude Code shows an empty line)
+    proc, _ = hook("status-line", {}, said(42))
+    assert proc.returncode == 0 and proc.stdout == ""

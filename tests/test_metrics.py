@@ -62,6 +62,25 @@ def test_a_cluster_shows_its_workers_by_host_and_its_free_slots() -> None:
                 if k[0].startswith("ralph_dev_cluster")]
 
 
+def test_the_accounts_windows_and_pacing_are_gauges() -> None:
+    """Issue 36: each usage window's use and time to reset, and whether they hold new
+    workers back."""
+    account = {"name": "claude-0123", "reserve": 0.2, "windows": [
+        {"name": "five_hour", "used": 0.85, "resets_at": "2026-11-27T15:00:00+00:00",
+         "seen_at": "2026-11-27T12:00:00+00:00"},
+        {"name": "seven_day", "used": 0.3, "resets_at": "2026-11-30T12:00:00+00:00",
+         "seen_at": "2026-11-27T12:00:00+00:00"}],
+        "pacing": {"window": "five_hour", "why": "spent", "until": "2026-11-27T15:00:00+00:00"}}
+    values = _parse(render_metrics(EventCounts(), {
+        **DOCUMENT, "generated_at": "2026-11-27T14:00:00+00:00", "account": account}, None))
+    five = (("account", "claude-0123"), ("window", "five_hour"))
+    assert values[("ralph_dev_account_window_used_ratio", five)] == 0.85
+    assert values[("ralph_dev_account_window_reset_seconds", five)] == 3600
+    assert values[("ralph_dev_account_pacing", (("account", "claude-0123"),))] == 1
+    assert not [k for k in _parse(render_metrics(EventCounts(), DOCUMENT, None))
+                if k[0].startswith("ralph_dev_account")]
+
+
 def test_counters_follow_the_events(xdg: Path) -> None:
     store = StateStore(ProjectPaths("demo"))
     for event, details in (

@@ -9,8 +9,14 @@ is the account's, not the project's: the project that met it writes it here
 (``accounts/FINGERPRINT.json``, one entry per kind, naming the project), every other
 project on the same account reads it each tick and pauses the same way, and its end
 (the reset passed, the outage's probe answered) is withdrawn by the project that met it.
-An entry whose stated end has passed stands for nothing, so a project that met a limit
-and then stopped holds no one back for longer than the limit said.
+An entry whose stated end has passed stands for nothing (after a short grace for its
+project to end it), so a project that met a limit and then stopped holds no one back
+for longer than the limit said.
+
+The account's usage windows (a subscriber's five-hour and seven-day use, as the model
+API states them with every answer) are the account's too: any project's worker that
+reads them writes them to ``accounts/FINGERPRINT.windows.json``, and every project on
+the account paces its starts by them (``core.pacing``).
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from ralph_dev.adapters.files import atomic_write_text, flocked, private_dir
 from ralph_dev.adapters.store import from_iso, to_iso
 from ralph_dev.core.agent_profiles import PROFILES
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.model import Pause
+from ralph_dev.core.model import Pause, UsageWindow
+from ralph_dev.core.pacing import WINDOW_NAMES
 from ralph_dev.core.paths import state_home
 
 
@@ -119,3 +126,67 @@ class AccountPauses:
     def _locked(self) -> contextlib.AbstractContextManager[None]:
         private_dir(self.directory)
         return flocked(self.directory / f".{self.account}.lock")
+
+
+WINDOW_MAX_AHEAD = timedelta(days=8)
+"""A window's reset further ahead than this is no window ralph-dev knows: a worker's
+report of it is not believed (a worker is a possibly hostile process)."""
+
+
+class AccountWindows:
+    """The account's usage windows: written by any project whose worker read them, read
+    by every project on the account."""
+
+    def __init__(self, account: str, directory: Path | None = None) -> None:
+        self.account = account
+        self.directory = directory or accounts_dir()
+
+    @property
+    def _file(self) -> Path:
+        return self.directory / f"{self.account}.windows.json"
+
+    def note(self, windows: Mapping[str, tuple[float, datetime]], now: datetime) -> bool:
+        """What a worker's agent read of the windows (name: used share, reset), each
+        checked; True when it changed what the account's file says."""
+        if not self.account:
+            return False
+        fresh = {name: {"used": round(min(max(used, 0.0), 1.0), 4), "resets_at": to_iso(reset)}
+                 for name, (used, reset) in windows.items()
+                 if name in WINDOW_NAMES and now - timedelta(minutes=1) < reset
+                 <= now + WINDOW_MAX_AHEAD}
+        if not fresh:
+            return False
+        private_dir(self.directory)
+        with flocked(self.directory / f".{self.account}.lock"):
+            data = self._load()
+            if all({k: v for k, v in data.get(name, {}).items() if k != "seen_at"} == entry
+                   for name, entry in fresh.items()):
+                return False
+            for entry in fresh.values():
+                entry["seen_at"] = to_iso(now)
+            atomic_write_text(self._file, json.dumps({**data, **fresh}, indent=1) + "\n")
+        return True
+
+    def read(self, now: datetime) -> tuple[UsageWindow, ...]:
+        """The account's windows that have not started over since they were read."""
+        found = []
+        for name, entry in sorted(self._load().items()):
+            if name not in WINDOW_NAMES or not isinstance(entry, dict):
+                continue
+            reset, seen = from_iso(entry.get("resets_at")), from_iso(entry.get("seen_at"))
+            used = entry.get("used")
+            if reset is None or seen is None or reset <= now or not isinstance(
+                    used, int | float):
+                continue
+            found.append(UsageWindow(name=name, used=float(used), resets_at=reset,
+                                     seen_at=seen))
+        return tuple(found)
+
+    def _load(self) -> dict[str, Any]:
+        if not self.account:
+            return {}
+        try:
+            data = json.loads(self._file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}

@@ -28,7 +28,7 @@ import socket
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,7 @@ REPORT_KINDS = frozenset({
     "done", "blocked", "note", "plan",  # the worker's reports (tracker writes)
     "propose", "prioritize", "flag",  # a groom worker's (tracker writes too)
     "verify_failed", "session", "agent_error", "iteration_cap", "activity",  # its news
-    "state", "diff",
+    "state", "diff", "windows",
 })
 
 ANSWER_WAIT = 120.0
@@ -395,6 +395,22 @@ def state_fields(fields: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     if not isinstance(said, str) or not said.strip():
         return {}
     return {"agent_state": " ".join(strip_ansi(said).split())[:160], "agent_state_at": now}
+
+
+def window_fields(fields: Mapping[str, Any]) -> dict[str, tuple[float, datetime]]:
+    """A ``windows`` report's usage windows (Claude Code's ``rate_limits``: name →
+    ``used_percentage``, ``resets_at`` in Unix seconds), each checked: numbers only."""
+    out: dict[str, tuple[float, datetime]] = {}
+    said = fields.get("rate_limits")
+    for name, window in (said.items() if isinstance(said, Mapping) else ()):
+        if not isinstance(name, str) or not isinstance(window, Mapping):
+            continue
+        used, reset = window.get("used_percentage"), window.get("resets_at")
+        if isinstance(used, int | float) and not isinstance(used, bool) and 0 <= used <= 100 \
+                and isinstance(reset, int | float) and not isinstance(reset, bool) \
+                and 0 < reset < 2**33:
+            out[name[:40]] = (float(used) / 100.0, datetime.fromtimestamp(reset, UTC))
+    return out
 
 
 def session_fields(fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -192,6 +192,12 @@ def resolve_claude_bin(settings: ProjectSettings, path: str) -> str:
     return found
 
 
+STATUS_LINE_SETTINGS = json.dumps({"statusLine": {
+    "type": "command", "command": "ralph-dev hook status-line"}}, separators=(",", ":"))
+"""The worker's status line: Claude Code hands it the account's usage windows
+(``inpane.hooks.status_line``)."""
+
+
 def claude_argv(claude_bin: str, role: Role, model: str, *, plugin: Path,
                 extra_args: Sequence[str] = (), resume: str | None = None,
                 workspace: Path | None = None) -> list[str]:
@@ -201,6 +207,8 @@ def claude_argv(claude_bin: str, role: Role, model: str, *, plugin: Path,
         *([claude_bin, "--resume", resume] if resume else [claude_bin]),
         "--model", model,
         "--plugin-dir", str(plugin),
+        # (a plugin cannot set the status line) it tells the account's usage windows
+        "--settings", STATUS_LINE_SETTINGS,
         "--permission-mode", "dontAsk",
         "--tools", ",".join(fence.tools),
         "--allowedTools", ",".join(fence.allowed),

@@ -69,3 +69,10 @@ def stop_failure_cmd() -> None:
 def stop_cmd() -> None:
     """Let the agent stop only after it reported (or hit the iteration cap)."""
     _run("stop", lambda worker, payload: hooks.stop(worker, payload).output())
+
+
+@hook_group.command("status-line")
+def status_line_cmd() -> None:
+    """Claude Code's status line: the issue, and the account's usage windows told to the
+    controller when they change."""
+    _run("status-line", hooks.status_line)

@@ -422,8 +422,9 @@ class Wait:
     ``status``, the state document and the dashboard."""
 
     kind: str
-    """``retry``, ``slot``, ``pause``, ``blocked``, ``held``, ``stopped``, ``merge``,
-    ``tracker`` or ``model`` (its agent's CLI retries the model API by itself)."""
+    """``retry``, ``slot``, ``pause``, ``pacing`` (the account's usage window),
+    ``blocked``, ``held``, ``stopped``, ``merge``, ``tracker``, ``lease`` or ``model`` (its
+    agent's CLI retries the model API by itself)."""
     why: str
     until: datetime | None = None
     """When it is expected to end by itself (a retry's due time, a pause's end)."""

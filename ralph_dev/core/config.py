@@ -293,6 +293,24 @@ it (``ProjectSettings.host``), so a change to it reaches every controller live."
 
 
 @dataclass(frozen=True)
+class AccountSettings:
+    """One account's settings: the config's top-level ``[accounts.NAME]``, NAME being the
+    account as ``status`` names it, or ``default`` for every account not named."""
+
+    reserve: float = 0.2
+    """The share of each of the account's usage windows kept for the person's own use:
+    new workers stop starting once the rest is used, and are slowed before
+    (``core.pacing``)."""
+
+
+ACCOUNTS_TABLE = "accounts"
+"""The config's top-level table of accounts, carried by every project like ``[host]``."""
+DEFAULT_ACCOUNT = "default"
+SHARED_TABLES = (HOST_TABLE, ACCOUNTS_TABLE)
+"""Top-level tables every project's settings carry: they are the host's, not a project's."""
+
+
+@dataclass(frozen=True)
 class ProjectSettings:
     name: str
     repo: Path
@@ -329,6 +347,13 @@ class ProjectSettings:
     share 1 while both wait for more."""
     host: HostSettings = field(default_factory=HostSettings)
     """The host's own settings (the top-level ``[host]``, never a project's table)."""
+    accounts: Mapping[str, AccountSettings] = field(default_factory=dict)
+    """The accounts' settings (the top-level ``[accounts.NAME]`` tables)."""
+
+    def account_settings(self, account: str) -> AccountSettings:
+        """The settings of the account named ``account`` (its fingerprint)."""
+        return self.accounts.get(account) or self.accounts.get(DEFAULT_ACCOUNT) \
+            or AccountSettings()
 
     @property
     def paths(self) -> ProjectPaths:
@@ -396,7 +421,15 @@ def _build(cls: type, raw: Mapping[str, Any], where: str, **fixed: Any) -> Any:
         if name in fixed:
             continue
         tp = hints[name]
-        if name == "roles" and cls is ProjectSettings:
+        if name == ACCOUNTS_TABLE and cls is ProjectSettings:
+            if not isinstance(value, Mapping) or not all(
+                    isinstance(v, Mapping) for v in value.values()):
+                raise ConfigError(f"{ACCOUNTS_TABLE}: expected [{ACCOUNTS_TABLE}.NAME] tables "
+                                  f"(e.g. reserve = 0.2), got {value!r}")
+            values[name] = {str(account): _build(AccountSettings, table,
+                                                 f"{ACCOUNTS_TABLE}.{account}")
+                            for account, table in value.items()}
+        elif name == "roles" and cls is ProjectSettings:
             if not isinstance(value, Mapping) or not all(
                     isinstance(v, Mapping) for v in value.values()):
                 raise ConfigError(f"{where}.roles: expected [{where}.roles.ROLE] tables "
@@ -427,7 +460,7 @@ def setting_variables() -> dict[str, tuple[str, ...]]:
         for f in dataclasses.fields(cls):
             names[f"RALPH_DEV_{section}_{f.name}".upper()] = (section, f.name)
     for f in dataclasses.fields(ProjectSettings):
-        if f.name not in ("name", "roles") and f.name not in _SECTIONS:
+        if f.name not in ("name", "roles", ACCOUNTS_TABLE) and f.name not in _SECTIONS:
             names[f"RALPH_DEV_{f.name}".upper()] = (f.name,)
     return names
 
@@ -513,19 +546,22 @@ def read_project_table(name: str, path: Path) -> Any:
             f"unknown project {name!r} (configured in {path}: {known}); "
             f"create it with: ralph-dev init {name} --repo PATH"
         )
-    return with_host(name, projects[name], read_config_file(path).get(HOST_TABLE), path)
+    return with_shared(name, projects[name], read_config_file(path), path)
 
 
-def with_host(name: str, table: Any, host: Any, path: Path) -> Any:
-    """A project's table with the host's (``[host]``) in it: a project's settings carry
-    what its host shares. The host's table is the host's alone."""
+def with_shared(name: str, table: Any, config: Mapping[str, Any], path: Path) -> Any:
+    """A project's table with the host's shared tables (``[host]``, ``[accounts]``) in
+    it: a project's settings carry what its host shares. Those tables are the host's
+    alone."""
     if not isinstance(table, dict):
         return table
-    if HOST_TABLE in table:
-        raise ConfigError(
-            f"{path}: projects.{name}.{HOST_TABLE}: the host's settings hold across every "
-            f"project on it: write them once, in a top-level [{HOST_TABLE}] table")
-    return table if host is None else {**table, HOST_TABLE: host}
+    for shared in SHARED_TABLES:
+        if shared in table:
+            raise ConfigError(
+                f"{path}: projects.{name}.{shared}: these settings hold across every "
+                f"project on this host: write them once, in a top-level [{shared}] table")
+    return {**table, **{shared: config[shared] for shared in SHARED_TABLES
+                        if config.get(shared) is not None}}
 
 
 def project_from_table(name: str, raw: Any, path: Path,

@@ -58,6 +58,11 @@ def validate(settings: ProjectSettings, where: str) -> None:
     if settings.host.max_workers is not None and settings.host.max_workers < 1:
         raise ConfigError("host.max_workers: must be at least 1 (leave it out for no "
                           "limit across projects)")
+    for account, account_settings in settings.accounts.items():
+        if not 0 <= account_settings.reserve < 1:
+            raise ConfigError(f"accounts.{account}.reserve: must be at least 0 and below 1 "
+                              "(the share of each usage window kept for your own use, "
+                              "e.g. 0.2)")
     if not settings.share > 0:
         raise bad("share", "must be greater than 0 (1 is an even share)")
     for role, cap in settings.limits.per_role.items():

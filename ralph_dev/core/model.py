@@ -390,6 +390,21 @@ class Pause:
 
 
 @dataclass(frozen=True)
+class UsageWindow:
+    """One of an account's usage windows as the model API last stated it (a subscriber's
+    five-hour and seven-day windows, which every answer's headers carry): how much of
+    it is used, and when it starts over."""
+
+    name: str
+    """``five_hour`` or ``seven_day`` (Claude Code's names)."""
+    used: float
+    """The share of the window used, 0 to 1."""
+    resets_at: datetime
+    seen_at: datetime
+    """When a worker's agent last said it."""
+
+
+@dataclass(frozen=True)
 class LaneRun:
     """The merge lane's verify as the controller last started it (one at a time), and
     what its process says now: a fact read each tick, while the verify runs beside the
@@ -474,6 +489,11 @@ class Observed:
     account_pauses: tuple[Pause, ...] = ()
     """Pauses other projects on this project's account met and still stand there
     (``Pause.shared_from`` names each one's project)."""
+    account: str = ""
+    """The fingerprint of the account this project's agents run on ("": unknown, a
+    command runner)."""
+    account_windows: tuple[UsageWindow, ...] = ()
+    """That account's usage windows, as any project's worker last read them."""
     owed: tuple[OwedWrite, ...] = ()
     """Accepted worker reports whose tracker writes are still to be made."""
     setup_error: str | None = None

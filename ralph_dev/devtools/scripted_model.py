@@ -280,9 +280,13 @@ class FakeAnthropic(LoopbackServer):
 
     name = "fake-anthropic"
 
-    def __init__(self, brain: Brain, *, host: str = "127.0.0.1") -> None:
+    def __init__(self, brain: Brain, *, host: str = "127.0.0.1",
+                 answer_headers: Callable[[], Mapping[str, str]] | None = None) -> None:
         super().__init__(host)
         self.brain = brain
+        self.answer_headers = answer_headers
+        """The headers every answer carries besides its content type (as the real API's
+        carry its rate-limit windows), asked anew for each answer."""
         self.requests: list[Recorded] = []
         self.errors: list[str] = []
         self.answers: list[list[Block]] = []
@@ -357,10 +361,11 @@ class FakeAnthropic(LoopbackServer):
             self.answers.append(answer)
         message = _message(answer or [Text("")], str(body.get("model", "fake-model")),
                            len(json.dumps(body)))
+        extra = dict(self.answer_headers()) if self.answer_headers is not None else {}
         if not body.get("stream"):
-            return web.json_response(message)
+            return web.json_response(message, headers=extra)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                               "Cache-Control": "no-cache"})
+                                               "Cache-Control": "no-cache", **extra})
         await response.prepare(request)
         for chunk in sse_events(message):
             await response.write(chunk)

@@ -333,6 +333,31 @@ def stop_failure(worker: Worker, payload: Mapping[str, Any]) -> None:
     ch.tell(worker.run_dir, "agent_error", news)  # (it says what the agent does now too)
 
 
+# --- the status line ------------------------------------------------------------------------
+
+WINDOWS_FILE = "windows-told.json"
+"""The account's usage windows this worker last told the controller (the status line runs
+after every answer; the controller hears only a change)."""
+
+
+def status_line(worker: Worker, payload: Mapping[str, Any]) -> str:
+    """Claude Code's status line: the issue it works on. Claude Code hands it the
+    account's usage windows as the API stated them with the last answer (a subscriber's
+    ``rate_limits``); a change goes to the controller, which paces the swarm's starts."""
+    windows = payload.get("rate_limits")
+    if isinstance(windows, dict) and windows:
+        told = worker.run_dir / WINDOWS_FILE
+        said = json.dumps(windows, sort_keys=True)
+        try:
+            last = told.read_text(encoding="utf-8")
+        except OSError:
+            last = None
+        if said != last and len(said) <= ch.REPORT_LIMIT // 4:
+            ch.tell(worker.run_dir, "windows", {"rate_limits": json.loads(said)})
+            told.write_text(said, encoding="utf-8")
+    return f"ralph-dev {worker.issue}"
+
+
 # --- Stop ---------------------------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from ralph_dev.core.agent_faults import USAGE_LIMIT
@@ -208,6 +209,25 @@ def _families(counts: EventCounts, doc: Mapping[str, Any],
         if free is not None:
             yield GaugeMetricFamily("ralph_dev_cluster_free_slots",
                                     "Free ralph_worker slots on the cluster's hosts", value=free)
+
+    if (account := doc.get("account")) is not None:
+        used = GaugeMetricFamily("ralph_dev_account_window_used_ratio",
+                                 "Share of the account's usage window used, as the model API "
+                                 "last stated it", labels=("account", "window"))
+        left = GaugeMetricFamily("ralph_dev_account_window_reset_seconds",
+                                 "Seconds until the account's usage window starts over",
+                                 labels=("account", "window"))
+        generated = datetime.fromisoformat(doc["generated_at"])
+        for window in account["windows"]:
+            window_labels = [account["name"], window["name"]]
+            used.add_metric(window_labels, window["used"])
+            reset = datetime.fromisoformat(window["resets_at"])
+            left.add_metric(window_labels, max(0.0, (reset - generated).total_seconds()))
+        pacing = GaugeMetricFamily("ralph_dev_account_pacing",
+                                   "1 while the account's usage windows hold new workers back",
+                                   labels=("account",))
+        pacing.add_metric([account["name"]], 1.0 if account.get("pacing") else 0.0)
+        yield from (used, left, pacing)
 
     issues = GaugeMetricFamily("ralph_dev_issues", "Issues by board column", labels=("state",))
     for state, value in sorted((doc.get("issues") or {}).items()):

@@ -23,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from ralph_dev.adapters.accounts import AccountPauses, account_of
+from ralph_dev.adapters.accounts import AccountPauses, AccountWindows, account_of
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.writebacks import WriteBackQueue
 from ralph_dev.control.daemon.metrics import TickHistogram
@@ -115,16 +115,17 @@ class Controller:
         self.tick_seconds = TickHistogram()  # published in the heartbeat for /metrics
         self.writebacks = WriteBackQueue(settings.paths.relay_dir)
         self.dirs = WorkerDirs(settings, store=self.store, jj=host.changes)
+        # the account its agents run on, as this process's environment gives them keys
+        accounts = accounts or AccountPauses(account_of(settings, os.environ), settings.name)
         self.intake = Intake(settings, store=self.store, dirs=self.dirs,
-                             writebacks=self.writebacks, jj=host.changes, tracker=tracker)
+                             writebacks=self.writebacks, jj=host.changes, tracker=tracker,
+                             windows=AccountWindows(accounts.account, accounts.directory))
         self.server: WorkerMailboxes = host.mailboxes(self.dirs.run_dir, self.intake.hear,
                                                       self._host_attempt)
         self.merges = MergeLane(settings, jj=jj, store=self.store,
                                 pull_requests=pull_requests)
         self.tripwires = Tripwires(settings, self.store, config=config_file(), clock=clock)
         self.outage = TrackerOutage(self.store, self.clock)
-        # the account its agents run on, as this process's environment gives them keys
-        accounts = accounts or AccountPauses(account_of(settings, os.environ), settings.name)
         self.observer = Observer(settings, tracker=tracker, host=host, jj=jj, store=self.store,
                                  writebacks=self.writebacks, dirs=self.dirs, merges=self.merges,
                                  tripwires=self.tripwires, spending=Spending(settings, clock),
@@ -236,4 +237,5 @@ class Controller:
             tick_seconds=self.tick_seconds.as_json(),
             config_error=self.config.error,
             restart_needed=self.config.restart_needed,
+            account=observed.account or None,
         )

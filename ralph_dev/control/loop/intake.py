@@ -23,6 +23,7 @@ from typing import Any
 import structlog
 
 from ralph_dev.adapters import mailbox
+from ralph_dev.adapters.accounts import AccountWindows
 from ralph_dev.adapters.jj_workspaces import UnmergeableWork
 from ralph_dev.adapters.store import StateStore, from_iso, to_iso, utcnow
 from ralph_dev.adapters.writebacks import WriteBackItem, WriteBackQueue
@@ -93,8 +94,10 @@ class Intake:
 
     def __init__(self, settings: ProjectSettings, *, store: StateStore, dirs: WorkerDirs,
                  writebacks: WriteBackQueue, jj: WorkerChanges,
-                 tracker: TrackerReader) -> None:
+                 tracker: TrackerReader, windows: AccountWindows | None = None) -> None:
         self.settings = settings
+        self.windows = windows
+        """The usage windows of the account this project's agents run on."""
         self.store = store
         self.tracker = tracker
         self.dirs = dirs
@@ -235,6 +238,11 @@ class Intake:
             case "diff":  # the worker wants its diff now: snapshot it from outside
                 self._snapshotted.pop(name, None)
                 await self._snapshot(name)
+            case "windows":  # the account's usage windows, as its agent read them
+                said = mailbox.window_fields(fields)
+                if self.windows is not None and self.windows.note(said, now):
+                    self.store.append_event("account_windows", issue=name, **{
+                        window: round(used, 3) for window, (used, _) in said.items()})
             case "state":  # what the agent does now, from its own hooks
                 self.store.note_facts(name, REPORTS, **self._state(record, report, now), **(
                     {"last_activity": now} if fields.get("active") is True else {}))

@@ -24,7 +24,7 @@ from pathlib import Path
 import structlog
 
 from ralph_dev.adapters import host
-from ralph_dev.adapters.accounts import AccountPauses
+from ralph_dev.adapters.accounts import AccountPauses, AccountWindows
 from ralph_dev.adapters.pattern_store import settle_safely
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.writebacks import WriteBackQueue
@@ -227,6 +227,9 @@ class Observer:
             cluster_slots=await self._cluster_slots(observed),
             host_loads=self.host.shared_with(),
             account_pauses=self.accounts.read(self.clock()) if self.accounts else (),
+            account=self.accounts.account if self.accounts else "",
+            account_windows=AccountWindows(self.accounts.account, self.accounts.directory)
+            .read(self.clock()) if self.accounts else (),
             sessions_kept=self._sessions_kept(observed))
 
     async def _cluster_slots(self, observed: Observed) -> int | None:

@@ -25,6 +25,7 @@ from datetime import datetime
 from importlib import resources
 from typing import Any
 
+from ralph_dev.adapters.accounts import AccountWindows
 from ralph_dev.adapters.host_admission import HostAdmission
 from ralph_dev.adapters.processes import lock_holder
 from ralph_dev.adapters.store import StateStore, to_iso, utcnow
@@ -44,6 +45,7 @@ from ralph_dev.core.model import (
     Window,
     worker_windows,
 )
+from ralph_dev.core.pacing import pace
 from ralph_dev.core.policy import Blame
 from ralph_dev.core.text import strip_ansi
 
@@ -198,6 +200,8 @@ async def _document(settings: ProjectSettings, sources: StateSources,
         **({"cluster": _cluster(free_slots, nodes, workers)} if settings.cluster else {}),
         **({"host": _host(settings)} if settings.host.max_workers and not settings.cluster
            else {}),
+        **({"account": _account(settings, account, now)}
+           if isinstance(account := (beat or {}).get("account"), str) else {}),
     }
     needs_you = _needs_you(settings, document)
     config_error = config_error or (beat or {}).get("config_error")
@@ -222,6 +226,19 @@ def _host(settings: ProjectSettings) -> dict[str, Any]:
             "used": sum(load.used for load in loads.values()),
             "projects": {name: {"used": load.used, "wanting": load.wanting,
                                 "share": load.share} for name, load in loads.items()}}
+
+
+def _account(settings: ProjectSettings, account: str, now: datetime) -> dict[str, Any]:
+    """The account the controller's agents run on: its usage windows as the API last
+    stated them, and whether they hold new workers back (``core.pacing``)."""
+    reserve = settings.account_settings(account).reserve
+    windows = AccountWindows(account).read(now)
+    hold = pace(windows, reserve, now)
+    return {"name": account, "reserve": reserve,
+            "windows": [{"name": w.name, "used": w.used, "resets_at": w.resets_at.isoformat(),
+                         "seen_at": w.seen_at.isoformat()} for w in windows],
+            "pacing": None if hold is None else {"window": hold.window.name, "why": hold.why,
+                                                 "until": hold.until.isoformat()}}
 
 
 def dashboard(settings: ProjectSettings) -> dict[str, str | None]:

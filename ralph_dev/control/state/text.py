@@ -140,6 +140,8 @@ def render(doc: Mapping[str, Any], *, login: str | None = None, needs: bool = Tr
                           for name, load in sorted(host["projects"].items()))
         lines.append(f"  host:       {host['used']}/{host['max_workers']} workers, every "
                      f"project ([host] max_workers)" + (f": {parts}" if parts else ""))
+    if (account := doc.get("account")) is not None:
+        lines += account_lines(account)
     if (on_cluster := doc.get("cluster")) is not None:
         hosts = ", ".join(f"{terminal_line(n['host'], 30)} ({n['node'][:8]}) "
                           f"{n['workers']}/{n['slots']}" for n in on_cluster["nodes"])
@@ -205,6 +207,29 @@ def lane_lines(lane: Mapping[str, Any] | None) -> list[str]:
         lines.append(f"              sent back {back.get('issue')} at "
                      f"{local_time(back.get('time'))}: "
                      f"{terminal_line(back.get('why') or '', 100)}")
+    return lines
+
+
+WINDOW_SAID = {"five_hour": "5-hour", "seven_day": "7-day"}
+
+
+def account_lines(account: Mapping[str, Any], now: datetime | None = None) -> list[str]:
+    """The account's usage windows: how much of each is used, when it starts over, and
+    whether they hold new workers back."""
+    now = now or utcnow()
+
+    def when(value: str) -> str:
+        due = from_iso(value)
+        return f"{local_time(due)} (in {fmt_secs(age(now, due) if due else None)})"
+
+    said = [f"{WINDOW_SAID.get(w['name'], w['name'])} {w['used']:.0%} used, resets "
+            f"{when(w['resets_at'])}" for w in account["windows"]]
+    lines = [f"  account:    {terminal_line(account['name'], 40)}: "
+             + ("; ".join(said) if said else "no usage windows read yet")
+             + f" (reserve {account['reserve']:.0%})"]
+    if (pacing := account.get("pacing")) is not None:
+        lines.append(f"  pacing:     {terminal_line(pacing['why'], 160)}, until "
+                     f"{when(pacing['until'])}")
     return lines
 
 

@@ -58,6 +58,7 @@ from ralph_dev.core.model import (
     WorkerRecord,
     Workspace,
 )
+from ralph_dev.core.pacing import pace
 from ralph_dev.core.policy import RetryPolicy, hold_comment, retry_policy
 from ralph_dev.core.writeback import ACTIVE, completes_on_merge, said
 
@@ -729,6 +730,15 @@ class Decider:
         if not self.tracker_ok or self.paused:
             for issue in ready_in(self.world) if self.tracker_ok else ():
                 self.wait_paused(issue.identifier)
+            return
+        obs = self.world.observed
+        hold = pace(obs.account_windows,
+                    self.settings.account_settings(obs.account).reserve, self.now)
+        if hold is not None:  # the account's window would run out before its reset
+            for issue in ready_in(self.world):
+                self.wait(issue.identifier, "pacing", hold.why, until=hold.until)
+            for cand in (*self.resolves, *self.orphans):
+                self.wait(cand.issue.identifier, "pacing", hold.why, until=hold.until)
             return
         self.idle = True
         w = self.world
