@@ -19,11 +19,12 @@ from conftest import make_jj_repo, retry_until
 from swarm_kit import Swarm, wait_for
 from test_decide import issue, run, settings, win, world
 
-from ralph_dev.adapters.host_admission import HostAdmission, HostFull, started_at
+from ralph_dev.adapters.host_admission import HostAdmission, HostFull, HostRoom, started_at
 from ralph_dev.core.actions import Spawn
 from ralph_dev.core.config import HostSettings, load_project
 from ralph_dev.core.errors import ConfigError
 from ralph_dev.core.host_share import ProjectLoad, host_allowance
+from ralph_dev.core.model import Resources
 
 # --- the rule ---------------------------------------------------------------------------
 
@@ -185,6 +186,47 @@ def test_a_killed_controller_leaks_no_place(tmp_path: Path) -> None:
         worker.wait()
 
 
+def test_the_hosts_memory_is_admitted_once_for_every_worker_starting_in_any_project(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36: the memory and CPU admission hold across projects. Two projects each
+    seeing 3,000 MB free would each start workers into it; under the host's lock every
+    start counts the workers still starting anywhere on the host (their memory not yet
+    taken), so 1,024 MB stays free: the fourth start waits, charging nothing."""
+    free = {"mb": 3000.0, "load": 0.5}
+
+    def host() -> Resources:
+        return Resources(free["mb"], None, free["load"])
+
+    app, web = (HostAdmission(name, tmp_path, sample=host) for name in ("app", "web"))
+    room = HostRoom(min_free_memory_mb=1024, worker_memory_mb=512, max_load_per_cpu=4.0)
+    young = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    try:
+        for (admission, issue_id), proc in zip(
+                ((app, "APP-1"), (web, "WEB-1"), (web, "WEB-2")), young, strict=True):
+            with admission.admit(issue_id, max_workers=10, share=1.0, top_priority=0,
+                                 room=room):
+                admission.hold(issue_id, proc.pid)  # its worker's process holds it
+        assert app.starting() == 3
+        with pytest.raises(HostFull, match=r"3000 MB of memory available; 3 worker\(s\) "
+                                           r"starting and this one take 512 MB each"), \
+                app.admit("APP-2", max_workers=10, share=1.0, top_priority=0, room=room):
+            pass
+        assert "APP-2" not in json.loads((tmp_path / "app.json").read_text())["workers"]
+        # once they have started (taken their memory), the free memory says it all
+        monkeypatch.setattr("ralph_dev.adapters.host_admission.STARTING", 0.0)
+        with app.admit("APP-2", max_workers=10, share=1.0, top_priority=0, room=room):
+            pass
+        free["load"] = 5.0
+        with pytest.raises(HostFull, match=r"load 5\.0 per CPU, above limits\."
+                                           r"max_load_per_cpu = 4"), \
+                web.admit("WEB-3", max_workers=10, share=1.0, top_priority=0, room=room):
+            pass
+    finally:
+        for proc in young:
+            proc.kill()
+            proc.wait()
+
+
 # --- config -----------------------------------------------------------------------------
 
 
@@ -203,6 +245,9 @@ def test_the_host_table_is_the_hosts_and_its_limit_reaches_every_project(
         load_project("app", path=config)
     config.write_text(f'[host]\nmax_workers = 0\n[projects.app]\nrepo = "{repo}"\n')
     with pytest.raises(ConfigError, match=r"host\.max_workers: must be at least 1"):
+        load_project("app", path=config)
+    config.write_text(f'[host]\nworker_memory_mb = -1\n[projects.app]\nrepo = "{repo}"\n')
+    with pytest.raises(ConfigError, match=r"host\.worker_memory_mb: must be at least 0"):
         load_project("app", path=config)
     config.write_text(f'[projects.app]\nrepo = "{repo}"\nshare = 0\n')
     with pytest.raises(ConfigError, match=r"projects\.app\.share: must be greater than 0"):

@@ -20,19 +20,38 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ralph_dev.adapters.files import atomic_write_text, private_dir
+from ralph_dev.adapters.host import sample as host_resources
 from ralph_dev.core.errors import HostUnavailable
 from ralph_dev.core.host_share import ProjectLoad, host_allowance, host_said
+from ralph_dev.core.model import Resources
 from ralph_dev.core.paths import state_home
 
 LOCK_WAIT = 10.0
 """Seconds to wait for the host's admission lock (each holder keeps it for one file read
 and write)."""
+
+
+STARTING = 60.0
+"""Seconds a worker's process is taken to be starting: it may not have taken its memory
+yet, so the host's memory admission counts what it will need (``HostRoom``)."""
+
+
+@dataclass(frozen=True)
+class HostRoom:
+    """What one more worker needs of the host besides a place: free memory above the
+    floor once every worker still starting, all projects together, has taken its share,
+    and a load below the ceiling."""
+
+    min_free_memory_mb: float
+    worker_memory_mb: float
+    max_load_per_cpu: float
+    """0: no ceiling."""
 
 
 class HostFull(HostUnavailable):
@@ -43,6 +62,17 @@ class HostFull(HostUnavailable):
 def host_dir() -> Path:
     """Where the projects on this host publish their loads (this user's, like tmux)."""
     return state_home() / "host"
+
+
+TICKS = os.sysconf("SC_CLK_TCK")
+"""Clock ticks per second: the unit of a process's start time in ``/proc``."""
+
+
+def seconds_since_boot() -> float:
+    try:
+        return float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def started_at(pid: int) -> int | None:
@@ -72,6 +102,14 @@ class Holder:
 
     def alive(self) -> bool:
         return self.started is not None and started_at(self.pid) == self.started
+
+    def starting(self, controller: Holder | None) -> bool:
+        """Its worker may not have taken its memory yet: its start is under way (its
+        place is still held by the controller starting it), or its process is young."""
+        if controller is not None and self.pid == controller.pid:
+            return True
+        return self.started is not None and seconds_since_boot() - self.started / TICKS \
+            < STARTING
 
     def as_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "started": self.started}
@@ -127,10 +165,13 @@ class Published:
 class HostAdmission:
     """This project's view of the host's workers, and its admissions to them."""
 
-    def __init__(self, project: str, directory: Path | None = None) -> None:
+    def __init__(self, project: str, directory: Path | None = None,
+                 sample: Callable[[], Resources] | None = None) -> None:
         self.project = project
         self.directory = directory or host_dir()
         self.me = Holder.of(os.getpid())
+        self.sample = sample or (lambda: host_resources(self.directory))
+        """The host's free memory and load now (``adapters.host.sample``)."""
 
     def _file(self, project: str) -> Path:
         return self.directory / f"{project}.json"
@@ -161,11 +202,12 @@ class HostAdmission:
                 issue: Holder.of(pid) for issue, pid in workers.items()}))
 
     @contextlib.contextmanager
-    def admit(self, issue: str, *, max_workers: int, share: float,
-              top_priority: int) -> Iterator[None]:
+    def admit(self, issue: str, *, max_workers: int, share: float, top_priority: int,
+              room: HostRoom | None = None) -> Iterator[None]:
         """A place on the host for ``issue``'s worker, held by this controller until the
         worker's process holds it (``hold``); given back if the start fails.
-        Raises ``HostFull`` when the host's rule leaves this project none."""
+        Raises ``HostFull`` when the host's rule leaves this project none, or (``room``)
+        when the host's memory or load has no room for one more worker now."""
         with self._locked():
             mine = self._read(self._file(self.project))
             loads = self.loads()
@@ -177,6 +219,9 @@ class HostAdmission:
                 raise HostFull(f"{issue}: the host has no free worker for this project "
                                f"({host_said(loads, max_workers)}, [host] max_workers); "
                                "no attempt charged, it starts when one is free")
+            if room is not None and (short := self._short(room)) is not None:
+                raise HostFull(f"{issue}: the host has no room for one more worker now "
+                               f"({short}); no attempt charged, it starts when there is")
             mine.workers[issue] = self.me
             mine.controller = self.me
             self._write(mine)
@@ -185,6 +230,35 @@ class HostAdmission:
         except BaseException:
             self._release(issue)
             raise
+
+    def starting(self) -> int:
+        """Workers on the host, all projects together, that may not have taken their
+        memory yet."""
+        count = 0
+        for path in sorted(self.directory.glob("*.json")):
+            published = self._read(path)
+            controller = published.controller if published.controller is not None \
+                and published.controller.alive() else None
+            count += sum(1 for holder in published.workers.values()
+                         if holder.alive() and holder.starting(controller))
+        return count
+
+    def _short(self, room: HostRoom) -> str | None:
+        """What the host lacks for one more worker now, or None. Read under the
+        admission lock: each start counts every one admitted before it."""
+        have = self.sample()
+        starting = self.starting()
+        need = room.min_free_memory_mb + room.worker_memory_mb * (starting + 1)
+        if have.free_memory_mb is not None and have.free_memory_mb < need:
+            return (f"{have.free_memory_mb:.0f} MB of memory available; {starting} "
+                    f"worker(s) starting and this one take {room.worker_memory_mb:.0f} MB "
+                    "each ([host] worker_memory_mb) above limits.min_free_memory_mb = "
+                    f"{room.min_free_memory_mb:.0f}")
+        if room.max_load_per_cpu > 0 and have.load_per_cpu is not None \
+                and have.load_per_cpu > room.max_load_per_cpu:
+            return (f"load {have.load_per_cpu:.1f} per CPU, above limits.max_load_per_cpu "
+                    f"= {room.max_load_per_cpu:g}")
+        return None
 
     def hold(self, issue: str, pid: int | None) -> None:
         """``issue``'s worker runs as process ``pid``: its place lives with it."""

@@ -285,6 +285,11 @@ class HostSettings:
     """Workers at most on this host, all projects together (None: only each project's
     own ``limits.max_workers``). Cluster projects' workers run elsewhere and do not
     count."""
+    worker_memory_mb: int = 512
+    """The memory a worker is taken to need while it starts (its first minute, before
+    it has taken it): with ``max_workers``, each start on the host, all projects
+    together, is admitted only if the free memory covers every worker still starting
+    and this one above ``limits.min_free_memory_mb``. 0: only that floor."""
 
 
 HOST_TABLE = "host"

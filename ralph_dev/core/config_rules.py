@@ -63,6 +63,9 @@ def validate(settings: ProjectSettings, where: str) -> None:
             raise ConfigError(f"accounts.{account}.reserve: must be at least 0 and below 1 "
                               "(the share of each usage window kept for your own use, "
                               "e.g. 0.2)")
+    if settings.host.worker_memory_mb < 0:
+        raise ConfigError("host.worker_memory_mb: must be at least 0 (the memory a starting "
+                          "worker is taken to need, e.g. 512)")
     if not settings.share > 0:
         raise bad("share", "must be greater than 0 (1 is an even share)")
     for role, cap in settings.limits.per_role.items():

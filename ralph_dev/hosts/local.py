@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from ralph_dev.adapters.host_admission import HostAdmission
+from ralph_dev.adapters.host_admission import HostAdmission, HostRoom
 from ralph_dev.adapters.mailbox_server import MailboxServer
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.host_share import ProjectLoad
@@ -125,8 +125,11 @@ class LocalHost:
             return
         admission, settings = shared
         assert settings.host.max_workers is not None  # _shared says so
+        room = HostRoom(min_free_memory_mb=settings.limits.min_free_memory_mb,
+                        worker_memory_mb=settings.host.worker_memory_mb,
+                        max_load_per_cpu=settings.limits.max_load_per_cpu)
         with admission.admit(issue, max_workers=settings.host.max_workers,
-                             share=settings.share, top_priority=priority):
+                             share=settings.share, top_priority=priority, room=room):
             self._admitted.add(issue)
             try:
                 yield
