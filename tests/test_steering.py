@@ -186,8 +186,9 @@ def test_an_answer_to_a_waiting_worker_lifts_the_attempt_cap(
 def test_an_answer_while_the_asking_worker_exits_is_not_lost(swarm: Swarm) -> None:
     (ident,) = _import(swarm, "Pick a database")
     # long enough that the answer reaches it before it exits, on a loaded machine too
-    # (seen in CI: with 4 s, the worker had gone before the controller's next tick)
-    swarm.script = {"*": "block-linger:10"}
+    # (seen in CI: with 4 s, the worker had gone before the controller's next tick; with
+    # 10 s, before its question's label was written)
+    swarm.script = {"*": "block-linger:30"}
     swarm.write_script()
     swarm.start()
     wait_for(lambda: "user-input-needed" in _labels(swarm, ident), 40,
@@ -195,7 +196,7 @@ def test_an_answer_while_the_asking_worker_exits_is_not_lost(swarm: Swarm) -> No
     assert any(not dead for dead, _pid in _panes(swarm, ident))  # still exiting
     swarm.cli("issue", "comment", ident, ANSWER)
     swarm.cli("issue", "label", ident, "+user-feedback-given")
-    wait_for(swarm.all_done, 40, f"{ident} Done after the answer")
+    wait_for(swarm.all_done, 70, f"{ident} Done after the answer")
     change = _trunk_text(swarm, f"changes/{ident}.txt")
     assert ANSWER in change and "from the prompt" in change
     assert "Which database" not in change

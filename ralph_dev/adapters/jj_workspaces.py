@@ -121,15 +121,14 @@ class JjWorkspaces:
                            after_create: WorkspaceHook | None) -> Path | None:
         """``jj workspace add`` from trunk (or a kept ``ralph/NAME``) and bookmark it.
 
-        The common case of every spawn, so it costs three jj calls. Returns None
-        when jj already knows a workspace of that name (the caller sorts it out).
+        The common case of every spawn, so it costs two jj calls: the add, whose revset
+        picks the kept work if there is any, and the bookmark on the new change (on top of
+        the kept work, that moves the bookmark forward onto it). Returns None when jj
+        already knows a workspace of that name (the caller sorts it out).
         """
         bookmark = work_bookmark(name)
-        base = self._trunk
-        kept = f"present({quote_revset(bookmark)}) ~ ::{self._trunk}"
-        if self.cli.count(kept):
-            base = quote_revset(bookmark)
-            log.info("jj_workspace_resumes_kept_change", workspace=name, bookmark=base)
+        base = (f"coalesce(present({quote_revset(bookmark)}) ~ ::{self._trunk}, "
+                f"{self._trunk})")
         marker = self.home.pending("add", name)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()  # until the add is done: a directory left by a kill is ours to remove
@@ -138,10 +137,10 @@ class JjWorkspaces:
             marker.unlink()  # jj's workspace of that name is not ours to roll back
             return None
         result.check()
-        resumed = base == quote_revset(bookmark)  # a kept bookmark already points at the work
-        if not resumed:
-            self.cli.run("bookmark", "set", "--allow-backwards", bookmark,
-                         "-r", f"{quote_revset(name)}@", cwd=path).check()
+        if f" {bookmark} " in f" {result.stdout} {result.stderr} ":  # (@-: its kept work)
+            log.info("jj_workspace_resumes_kept_change", workspace=name, bookmark=bookmark)
+        self.cli.run("bookmark", "set", "--allow-backwards", bookmark,
+                     "-r", f"{quote_revset(name)}@", cwd=path).check()
         log.info("jj_workspace_added", workspace=name, path=str(path))
         if after_create is not None:
             self._prepare(name, path, after_create)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -161,6 +161,9 @@ class Actuator:
         """The account the project's agents run on: its pauses are every project's."""
         self.writer = WriteBackWriter(settings, tracker=tracker, store=store,
                                       writebacks=writebacks, clock=clock)
+        self._beside: set[asyncio.Task[None]] = set()
+        """Work a start need not wait for, running beside the loop (held here so it is
+        not collected before it ends)."""
 
     # -- a plan ---------------------------------------------------------------------------
 
@@ -451,12 +454,18 @@ class Actuator:
         log.info("spawned", issue=action.issue, role=record.role.value, attempt=record.attempts)
         # its change so far (`worker diff` asks for a fresh one): two jj calls its start
         # need not wait for
-        await asyncio.to_thread(self.dirs.publish_diff, action.issue)
+        self._side(asyncio.to_thread(self.dirs.publish_diff, action.issue))
         where = await asyncio.to_thread(self.host.placement, action.issue, attempt)
         if where is None:
             return {}
         self.store.update_record(action.issue, node=where.node, host=where.host)
         return {"node": where.node, "host": where.host, "host_attempt": attempt}
+
+    def _side(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` beside the loop; it says nothing and fails quietly by itself."""
+        task = asyncio.create_task(work)
+        self._beside.add(task)
+        task.add_done_callback(self._beside.discard)
 
     async def _adopt(self, action: Adopt, issue: Issue | None, observed: Observed) -> None:
         record = self.store.load_record(action.issue)

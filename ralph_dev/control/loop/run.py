@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -60,12 +60,13 @@ def note(controller: Controller, event: str, **details: Any) -> None:
         log.error("event_write_failed", event_name=event, error=str(exc))
 
 
-def until_next_tick(poll_interval: float, due: datetime | None, now: datetime) -> float:
+def until_next_tick(poll_interval: float, due: datetime | None,
+                    clock: Callable[[], datetime]) -> float:
     """Seconds the loop waits for a wake: the poll, or less when something ends by itself
     sooner (a usage limit's reset is resumed at, not at the next poll after it)."""
     if due is None:
         return poll_interval
-    return min(poll_interval, max(0.0, (due - now).total_seconds()) + DUE_LATENESS)
+    return min(poll_interval, max(0.0, (due - clock()).total_seconds()) + DUE_LATENESS)
 
 
 async def run_loop(controller: Controller, *, wake: asyncio.Event,
@@ -103,7 +104,7 @@ async def run_loop(controller: Controller, *, wake: asyncio.Event,
             quick = 0
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), until_next_tick(
-                    controller.settings.timing.poll_interval, due, controller.clock()))
+                    controller.settings.timing.poll_interval, due, lambda: controller.clock()))
             wake.clear()
     finally:
         kill_running()  # a trunk verify still running must not outlive us
