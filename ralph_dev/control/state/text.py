@@ -140,8 +140,8 @@ def render(doc: Mapping[str, Any], *, login: str | None = None, needs: bool = Tr
                           for name, load in sorted(host["projects"].items()))
         lines.append(f"  host:       {host['used']}/{host['max_workers']} workers, every "
                      f"project ([host] max_workers)" + (f": {parts}" if parts else ""))
-    if (account := doc.get("account")) is not None:
-        lines += account_lines(account)
+    if (account := doc.get("account")) is not None and account["windows"]:
+        lines += account_lines(account)  # (an API key's windows are not read: no line)
     if (on_cluster := doc.get("cluster")) is not None:
         hosts = ", ".join(f"{terminal_line(n['host'], 30)} ({n['node'][:8]}) "
                           f"{n['workers']}/{n['slots']}" for n in on_cluster["nodes"])
@@ -224,8 +224,7 @@ def account_lines(account: Mapping[str, Any], now: datetime | None = None) -> li
 
     said = [f"{WINDOW_SAID.get(w['name'], w['name'])} {w['used']:.0%} used, resets "
             f"{when(w['resets_at'])}" for w in account["windows"]]
-    lines = [f"  account:    {terminal_line(account['name'], 40)}: "
-             + ("; ".join(said) if said else "no usage windows read yet")
+    lines = [f"  account:    {terminal_line(account['name'], 40)}: " + "; ".join(said)
              + f" (reserve {account['reserve']:.0%})"]
     if (pacing := account.get("pacing")) is not None:
         lines.append(f"  pacing:     {terminal_line(pacing['why'], 160)}, until "
