@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ from typing import Any
 
 import structlog
 
-from ralph_dev.adapters.files import atomic_write_text, private_dir, read_lines_from
+from ralph_dev.adapters.files import atomic_write_text, flocked, private_dir, read_lines_from
 from ralph_dev.core.model import (
     NodeSlots,
     Pause,
@@ -95,8 +94,7 @@ def _locked(path: Path) -> Iterator[None]:
     """An exclusive lock beside ``path`` for one read-modify-write of it."""
     lock_path = path.with_name(f".{path.name}.lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with flocked(lock_path):
         yield
 
 
@@ -414,8 +412,7 @@ class StateStore:
     def _pauses_locked(self) -> Iterator[None]:
         lock = self.paths.state_dir / ".pauses.lock"
         lock.parent.mkdir(parents=True, exist_ok=True)
-        with lock.open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        with flocked(lock):
             yield
 
     # -- heartbeat --

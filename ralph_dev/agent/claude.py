@@ -19,7 +19,6 @@ The one place that knows Claude Code's command line and config files:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -28,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ralph_dev.adapters.files import atomic_write_text
+from ralph_dev.adapters.files import atomic_write_text, flocked
 from ralph_dev.adapters.process import CommandResult, run_command
 from ralph_dev.agent.fence import tool_fence
 from ralph_dev.core.config import ProjectSettings
@@ -72,12 +71,8 @@ def claude_config_file(env: Mapping[str, str]) -> Path:
 def _locked(name: str) -> Iterator[None]:
     lock = data_home() / "locks" / name
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with flocked(lock):
+        yield
 
 
 def _approve_key(data: dict[str, Any], api_key: str, *, isolated: bool) -> None:

@@ -117,9 +117,10 @@ class Controller:
         self.dirs = WorkerDirs(settings, store=self.store, jj=host.changes)
         # the account its agents run on, as this process's environment gives them keys
         accounts = accounts or AccountPauses(account_of(settings, os.environ), settings.name)
+        windows = AccountWindows(accounts.account, accounts.directory)
         self.intake = Intake(settings, store=self.store, dirs=self.dirs,
                              writebacks=self.writebacks, jj=host.changes, tracker=tracker,
-                             windows=AccountWindows(accounts.account, accounts.directory))
+                             windows=windows)
         self.server: WorkerMailboxes = host.mailboxes(self.dirs.run_dir, self.intake.hear,
                                                       self._host_attempt)
         self.merges = MergeLane(settings, jj=jj, store=self.store,
@@ -129,7 +130,8 @@ class Controller:
         self.observer = Observer(settings, tracker=tracker, host=host, jj=jj, store=self.store,
                                  writebacks=self.writebacks, dirs=self.dirs, merges=self.merges,
                                  tripwires=self.tripwires, spending=Spending(settings, clock),
-                                 setup_check=agent_check, clock=clock, accounts=accounts)
+                                 setup_check=agent_check, clock=clock, accounts=accounts,
+                                 windows=windows)
         self.actuator = Actuator(settings, tracker=tracker, host=host, launcher=launcher,
                                  store=self.store, dirs=self.dirs, intake=self.intake,
                                  server=self.server, merges=self.merges,

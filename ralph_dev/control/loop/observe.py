@@ -171,7 +171,8 @@ class Observer:
                  host: WorkerHost, jj: Repository, store: StateStore,
                  writebacks: WriteBackQueue, dirs: WorkerDirs, merges: MergeLane,
                  tripwires: Tripwires, spending: Spending, setup_check: SetupCheck | None,
-                 clock: Callable[[], datetime], accounts: AccountPauses | None = None) -> None:
+                 clock: Callable[[], datetime], accounts: AccountPauses | None = None,
+                 windows: AccountWindows | None = None) -> None:
         self.settings = settings
         self.tracker = tracker
         self.host = host
@@ -186,6 +187,8 @@ class Observer:
         self.clock = clock
         self.accounts = accounts
         """The pauses of the account this project's agents run on."""
+        self.windows = windows
+        """That account's usage windows."""
         self.config_loaded_at = clock()
         """When this controller read its config."""
 
@@ -228,8 +231,7 @@ class Observer:
             host_loads=self.host.shared_with(),
             account_pauses=self.accounts.read(self.clock()) if self.accounts else (),
             account=self.accounts.account if self.accounts else "",
-            account_windows=AccountWindows(self.accounts.account, self.accounts.directory)
-            .read(self.clock()) if self.accounts else (),
+            account_windows=self.windows.read(self.clock()) if self.windows else (),
             sessions_kept=self._sessions_kept(observed))
 
     async def _cluster_slots(self, observed: Observed) -> int | None:
