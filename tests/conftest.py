@@ -101,7 +101,7 @@ def retry_until(
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
         time.sleep(interval)
 
 

@@ -11,12 +11,13 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from conftest import retry_until
 
 from ralph_dev.core.paths import sandbox_env
 
@@ -179,14 +180,8 @@ def lane_only(command: str, otherwise: str = "true") -> str:
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
              interval: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    """``retry_until`` at a swarm's pace (a quarter second between looks)."""
+    return retry_until(predicate, timeout, interval, what)
 
 
 @dataclass

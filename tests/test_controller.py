@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from ralph_dev.agent.launch import build_launch
 from ralph_dev.control.loop.controller import Controller
 from ralph_dev.control.loop.run import controller_lock
 from ralph_dev.control.loop.wiring import host_for
-from ralph_dev.core.config import load_project
+from ralph_dev.core.config import Timing, load_project
 from ralph_dev.core.errors import TrackerUnavailable
 from ralph_dev.core.model import Issue
 
@@ -283,13 +284,57 @@ def test_doctor_names_what_to_fix(swarm: Swarm, tmp_path: Path) -> None:
 def test_a_cli_retrying_by_itself_is_read_from_its_screen() -> None:
     """Claude Code 2.1.197's status line while it retries (issue 24): read from the
     screen, where the whole line stands (its log holds only the redrawn characters)."""
-    from ralph_dev.control.loop.observe import retry_said
+    from ralph_dev.control.loop.observe import RetrySeen, read_retry
 
     screen = "✻ API error · Retrying in 9s · attempt 6/10\n\n> \n"
-    assert retry_said(screen) == "retrying in 9s, attempt 6/10"
+    assert read_retry(screen) == RetrySeen("retrying in 9s, attempt 6/10", 9)
     limited = "Rate limited · Retrying in 4m (resets 3:05pm) · attempt 2/10"
-    assert retry_said(limited) == "retrying in 4m, attempt 2/10"
-    assert retry_said("✻ Thinking… (12s · ↓ 300 tokens · esc to interrupt)") is None
+    assert read_retry(limited) == RetrySeen("retrying in 4m, attempt 2/10", 240)
+    assert read_retry("✻ Thinking… (12s · ↓ 300 tokens · esc to interrupt)") is None
+
+
+class Screens:
+    """A pane's screen as the test scripts it (what ``tmux capture-pane`` would print)."""
+
+    def __init__(self) -> None:
+        self.shown = ""
+        self.reads = 0
+
+    def capture(self, target: str, lines: int = 40) -> str:
+        self.reads += 1
+        return self.shown
+
+
+def test_a_call_a_retrying_cli_announced_is_not_taken_for_hung_while_under_way(
+        xdg: Path) -> None:
+    """Issue 24's retries, seen by a tick landing while the retry the CLI announced is
+    under way: its screen no longer says "Retrying", and for the announced wait plus
+    ``hang_timeout`` it is still no hang. Past that, the silence is the call's own, and
+    it is hung. (Without the memory of the announced wait it was restarted as hung.)"""
+    from test_decide import NOW, rec, settings, win, world
+
+    from ralph_dev.control.loop.observe import RetryWatch
+    from ralph_dev.core.model import AWAITING_MODEL
+
+    project = settings(timing=Timing(hang_timeout=10))
+    store = StateStore(project.paths)
+    store.save_record(rec("DEMO-1", agent_state=AWAITING_MODEL))
+    screens = Screens()
+    watch = RetryWatch(project, screens, store)
+
+    def seen(now: datetime, quiet_s: float) -> dict[str, str]:
+        return watch.read(world(windows=[win("DEMO-1", output_changed_at=now - timedelta(
+            seconds=quiet_s))], records=[rec("DEMO-1", agent_state=AWAITING_MODEL)]), now)
+
+    assert seen(NOW, 5) == {} and screens.reads == 0  # not quiet long enough to look
+    screens.shown = "✻ API error · Retrying in 8s · attempt 5/10\n> \n"
+    assert seen(NOW, 11) == {"DEMO-1": "retrying in 8s, attempt 5/10"}
+    assert store.load_record("DEMO-1").last_activity == NOW  # type: ignore[union-attr]
+    screens.shown = "✻ Thinking…\n> \n"  # the announced call, under way
+    assert seen(NOW + timedelta(seconds=17), 17) == {"DEMO-1": "retrying in 8s, attempt 5/10"}
+    assert seen(NOW + timedelta(seconds=19), 19) == {}  # 8 s + 10 s: that call is hung
+    screens.reads = 0
+    assert watch.read(world(), NOW) == {} and not watch.seen  # its window gone: forgotten
 
 
 def test_a_pause_ends_at_its_stated_end_not_at_the_next_poll(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
 import os
 import signal
 import time
@@ -90,11 +91,18 @@ class Frozen:
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
                                      ctypes.c_void_p]
-        # every thread: a running one would take the signal for the stopped main thread
-        self.threads = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
-        for tid in self.threads:
-            for request in (self.SEIZE, self.INTERRUPT):
-                assert self.libc.ptrace(request, tid, None, None) == 0, ctypes.get_errno()
+        # every thread: a running one would take the signal for the stopped main thread.
+        # A thread not yet held may start another meanwhile (the controller's thread
+        # pools grow), so list again until every thread listed is held.
+        self.threads: list[int] = []
+        while fresh := [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()
+                        if int(t.name) not in self.threads]:
+            for tid in fresh:
+                for request in (self.SEIZE, self.INTERRUPT):
+                    if self.libc.ptrace(request, tid, None, None) != 0:
+                        assert ctypes.get_errno() == errno.ESRCH, ctypes.get_errno()
+                        break  # it ended before it was held
+                self.threads.append(tid)
 
     def pending(self, signum: int) -> bool:
         """True once ``signum`` was sent to it (and, frozen, it left it waiting)."""
@@ -114,20 +122,31 @@ class Frozen:
                 os.waitpid(tid, os.WNOHANG | 0x40000000)  # __WALL
 
 
+def live_controller(swarm: Swarm) -> int | None:
+    """The pid of the controller in the controller window, once it ticks (one the
+    daemon already replaced is ending, and would not be the one restarted)."""
+    panes = swarm.tmux("list-panes", "-a", "-F", "#{window_name} #{pane_pid}").stdout
+    pids = [int(pid) for name, pid in (line.split() for line in panes.splitlines())
+            if name == "controller"]
+    beat = swarm.heartbeat().get("pid")
+    return beat if pids == [beat] else None
+
+
 def test_a_stop_while_the_health_check_restarts_a_frozen_controller_is_clean(
         tmp_path: Path, jj_bin: str, tmux_socket: str) -> None:
     """Issue 25: `ralph-dev stop` lands while the health check is restarting a frozen
     controller (waiting for it to end). The daemon stops cleanly: no traceback in its
     logs, and no controller started after the stop."""
+    # a stale heartbeat of 6 s: a controller slow to start on a loaded host is not
+    # restarted before the test can freeze it
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket,
-                         timing={"heartbeat_stale": 2, "health_interval": 0.5})
+                         timing={"heartbeat_stale": 6, "health_interval": 0.5})
     frozen: Frozen | None = None
     try:
         swarm.start()
         swarm.wait_first_tick()
         daemon = swarm.daemon_pid()
-        controller = next(e["pid"] for e in swarm.events() if e["event"] == "controller_started")
-        frozen = Frozen(controller)
+        frozen = Frozen(wait_for(lambda: live_controller(swarm), 30, "the live controller"))
         wait_for(lambda: frozen.pending(signal.SIGTERM), 90,
                  "the health check asking the frozen controller to stop (its restart)")
         stopped = swarm.cli("stop", swarm.project)

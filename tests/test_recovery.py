@@ -46,7 +46,7 @@ def test_the_swarm_comes_back_after_its_tmux_server_dies(swarm: Swarm) -> None:
     wait_for(lambda: len(swarm.worker_windows()) == 3, 60, "three busy workers")
     swarm.tmux("kill-server")  # every window, the controller's and the workers', is gone
     wait_for(lambda: events(swarm, "session_created"), 30, "the session made again")
-    wait_for(swarm.all_done, 120, "every issue Done after the tmux server died")
+    wait_for(swarm.all_done, 240, "every issue Done after the tmux server died")
     wait_for(lambda: not swarm.workspaces(), 60, "every change merged")
     lost = events(swarm, "session_created")[-1]["lost_workers"]
     assert sorted(lost) == sorted(idents)

@@ -28,7 +28,8 @@ OLD_RELEASE = "ad8e3a5"
 """The last commit with the flat layout (ralph_dev/controller.py, ralph_dev/launcher.py…)."""
 
 AGENT = textwrap.dedent('''
-    """Works on one issue for a while under an exclusive lock, then reports done."""
+    """Works on one issue under an exclusive lock until the test lets it go, then reports
+    done."""
     import fcntl, os, pathlib, subprocess, sys, time
     issue = sys.argv[1]
     lock = open(os.path.join(os.environ["UPGRADE_LOCKS"], issue + ".lock"), "a")
@@ -37,7 +38,12 @@ AGENT = textwrap.dedent('''
     except BlockingIOError:
         pathlib.Path(os.environ["UPGRADE_LOCKS"], issue + ".TWICE").touch()
         sys.exit(3)
-    time.sleep(float(os.environ.get("UPGRADE_AGENT_SECONDS", "1")))
+    # busy until the test says the upgrade is over: an agent that ended while no
+    # controller ran would test something else (a report waiting for its controller)
+    go = pathlib.Path(os.environ["UPGRADE_LOCKS"], "go")
+    deadline = time.monotonic() + 600
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
     pathlib.Path("changes").mkdir(exist_ok=True)
     pathlib.Path("changes", issue + ".txt").write_text(issue + " done\\n")
     sys.exit(subprocess.call([sys.executable, "-m", "ralph_dev", "worker", "done", issue,
@@ -85,7 +91,7 @@ def test_a_swarm_started_before_an_upgrade_is_adopted_after_it(
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
     swarm = Swarm.create(tmp_path / "swarm", jj_bin, tmux_socket, max_workers=2)
-    swarm.env.update(UPGRADE_LOCKS=str(locks), UPGRADE_AGENT_SECONDS="10",
+    swarm.env.update(UPGRADE_LOCKS=str(locks),
                      PATH=f"{python.parent}:{swarm.env['PATH']}")
     swarm.python = str(python)  # every `ralph-dev` the test runs is the installed one
     config = swarm.config_file
@@ -113,11 +119,13 @@ def test_a_swarm_started_before_an_upgrade_is_adopted_after_it(
         # agents now get only what the config names besides the allowlist
         text = config.read_text()
         command = next(line for line in text.splitlines() if line.startswith("command = "))
-        config.write_text(text.replace(command, command + '\npass_env = ["UPGRADE_LOCKS", '
-                                                          '"UPGRADE_AGENT_SECONDS"]'))
+        config.write_text(text.replace(command, command + '\npass_env = ["UPGRADE_LOCKS"]'))
         # and are sandboxed: what the test's agent runs from is shared with them
         swarm.share([str(p) for p in (python.parent.parent, installed.parent, agent, locks)])
         swarm.start()
+        wait_for(lambda: sum(e["event"] == "controller_started" for e in swarm.events()) >= 2,
+                 60, "the upgraded controller")
+        (locks / "go").touch()  # the old release's agents may finish now
         wait_for(swarm.all_done, 120, "every issue Done after the upgrade")
         wait_for(lambda: not swarm.worker_windows() and not swarm.workspaces(), 60,
                  "workers and workspaces cleaned up")

@@ -41,6 +41,12 @@ class WindowLister(Protocol):
         ...
 
 
+class ScreenReader(Protocol):
+    def capture(self, target: str, lines: int = 40) -> str:
+        """The pane's last ``lines`` lines as the screen shows them."""
+        ...
+
+
 class Panes(WindowLister, Protocol):
     """What the controller does to worker windows."""
 

@@ -47,6 +47,7 @@ from ralph_dev.core.model import (
 )
 from ralph_dev.core.ports import (
     Repository,
+    ScreenReader,
     TrackerReader,
     WindowLister,
     WorkerHost,
@@ -116,13 +117,29 @@ RETRY_LINES = 12
 """Screen lines read for it: the status line sits just above the prompt box."""
 
 
-def retry_said(screen: str) -> str | None:
-    """The retry a pane's screen shows, in a few words, or None."""
+WAIT_PART = re.compile(r"(\d{1,6}(?:\.\d{1,3})?)(ms|s|m|h)")
+WAIT_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+RETRY_WAIT_CAP = 900.0
+"""The longest announced wait believed (a garbled screen never hides a hang for long)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrySeen:
+    said: str
+    """In a few words: "retrying in 8s, attempt 5/10"."""
+    wait_s: float
+    """How long the CLI said it waits before its next call."""
+
+
+def read_retry(screen: str) -> RetrySeen | None:
+    """The retry a pane's screen shows, or None."""
     said = RETRY_LINE.findall(strip_ansi(screen))
     if not said:
         return None
     wait, attempt, of = said[-1]
-    return f"retrying in {wait[:12]}, attempt {attempt}/{of}"
+    seconds = sum(float(n) * WAIT_UNITS[unit] for n, unit in WAIT_PART.findall(wait))
+    return RetrySeen(f"retrying in {wait[:12]}, attempt {attempt}/{of}",
+                     min(seconds, RETRY_WAIT_CAP))
 
 
 async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceLister,
@@ -164,6 +181,55 @@ async def observe(tracker: TrackerReader, tmux: WindowLister, jj: WorkspaceListe
     return observed, tracker_error
 
 
+class RetryWatch:
+    """Claude Code workers silent in a model call for longer than ``hang_timeout`` whose
+    screens say the CLI retries by itself. Only those few panes are read (one tmux call
+    each), since only they could be taken for hung. Seen retrying is seen alive
+    (``last_activity``), and the call it announced is counted from when it is due: while
+    that call is under way the screen no longer says "Retrying", and a tick that lands
+    then must not take it for hung."""
+
+    def __init__(self, settings: ProjectSettings, screens: ScreenReader,
+                 store: StateStore) -> None:
+        self.settings = settings
+        self.screens = screens
+        self.store = store
+        self.seen: dict[str, tuple[datetime, RetrySeen]] = {}
+        """The retry each silent worker's screen last showed, and when it was read."""
+
+    def read(self, observed: Observed, now: datetime) -> dict[str, str]:
+        """Worker → its retry in a few words."""
+        aware = aware_roles(self.settings)
+        if not aware:
+            return {}
+        timeout = timedelta(seconds=self.settings.timing.hang_timeout)
+        quiet_since = now - timeout
+        found = {}
+        for window in observed.windows:
+            record = observed.records.get(window.name)
+            changed = window.output_changed_at
+            if not window.alive or record is None or changed is None \
+                    or record.role not in aware or record.agent_state not in MODEL_CALL_STATES \
+                    or changed.replace(tzinfo=changed.tzinfo or UTC) > quiet_since:
+                continue
+            try:
+                retry = read_retry(self.screens.capture(window.pane_id, RETRY_LINES))
+            except RalphError:
+                continue  # the window went away meanwhile: nothing to read
+            if retry is not None:
+                found[window.name] = retry.said
+                self.seen[window.name] = (now, retry)
+                # a sign of life: its silence counts from here, so the gap between a
+                # retry that got through and the answer's first hook is no hang
+                self.store.note_facts(window.name, "observer", last_activity=now)
+            elif (seen := self.seen.get(window.name)) is not None \
+                    and now < seen[0] + timedelta(seconds=seen[1].wait_s) + timeout:
+                found[window.name] = seen[1].said  # its announced call is under way
+        for name in set(self.seen) - {w.name for w in observed.windows}:
+            del self.seen[name]
+        return found
+
+
 class Observer:
     """The controller's look at the world and at everything its rules weigh."""
 
@@ -191,6 +257,7 @@ class Observer:
         """That account's usage windows."""
         self.config_loaded_at = clock()
         """When this controller read its config."""
+        self.retries = RetryWatch(settings, host, store)
 
     async def observe(self) -> Observed:
         pauses = self.store.load_pauses()
@@ -224,7 +291,7 @@ class Observer:
             resources=host.sample(self.settings.workspaces),
             spent_today=spent_today, over_budget=over,
             tripped=await self._tripped(observed),
-            retrying=await asyncio.to_thread(self._retrying, observed),
+            retrying=await asyncio.to_thread(self.retries.read, observed, self.clock()),
             trunk_head=trunk_head, trunk_red_at=red_at,
             unadopted=self._unadopted(observed),
             cluster_slots=await self._cluster_slots(observed),
@@ -257,33 +324,6 @@ class Observer:
                 kept.add(name)
         return frozenset(kept)
 
-    def _retrying(self, observed: Observed) -> dict[str, str]:
-        """Claude Code workers silent in a model call for longer than ``hang_timeout``
-        whose screens say the CLI retries by itself: only those few panes are read (one
-        tmux call each), since only they could be taken for hung. Seen retrying is seen
-        alive (``last_activity``)."""
-        aware = aware_roles(self.settings)
-        if not aware:
-            return {}
-        quiet_since = self.clock() - timedelta(seconds=self.settings.timing.hang_timeout)
-        found = {}
-        for window in observed.windows:
-            record = observed.records.get(window.name)
-            changed = window.output_changed_at
-            if not window.alive or record is None or changed is None \
-                    or record.role not in aware or record.agent_state not in MODEL_CALL_STATES \
-                    or changed.replace(tzinfo=changed.tzinfo or UTC) > quiet_since:
-                continue
-            try:
-                said = retry_said(self.host.capture(window.pane_id, RETRY_LINES))
-            except RalphError:
-                continue  # the window went away meanwhile: nothing to read
-            if said is not None:
-                found[window.name] = said
-                # a sign of life: its silence counts from here, so the gap between a
-                # retry that got through and the answer's first hook is no hang
-                self.store.note_facts(window.name, "observer", last_activity=self.clock())
-        return found
 
     def _setup_error(self) -> str | None:
         if self.setup_check is None:
