@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 import pytest
 from conftest import make_jj_repo, retry_until
-from test_claude_limits import Calls
+from test_claude_limits import Calls, LimitFromFirstCall
 from test_claude_smoke import (  # noqa: F401 (fixtures)
     World,
     claude_bin,
@@ -295,14 +295,13 @@ def test_a_limit_one_project_meets_pauses_every_project_on_its_account(
     reset; both finish after it, with one notification's worth of pause (``second``'s
     names the project that met it) and no attempt charged."""
     second = _second_project(world, tmux_socket, claude_bin)
-    resets_at = (int(time.time()) // 60 + 1) * 60 + 45
-    if resets_at - time.time() < 40:
-        resets_at += 60
+    limit = LimitFromFirstCall(past=45)
     calls = Calls()
 
     def brain(request: dict[str, Any]) -> list[Any]:
-        if calls.note(request) < resets_at:
-            return [usage_limit(resets_at)]
+        now = calls.note(request)
+        if now < limit.until(now):
+            return [usage_limit(limit.until(now))]
         if not is_main_conversation(request):
             return [Text("ok")]
         return [Text("Done.")] if tool_uses_so_far(request) else [bash(FINISH)]
@@ -341,6 +340,7 @@ def test_a_limit_one_project_meets_pauses_every_project_on_its_account(
             return min(datetime.fromisoformat(e["time"]).timestamp()
                        for e in w.store.iter_events() if e["event"] == name)
 
+        resets_at = limit.until(0)
         stated = resets_at // 60 * 60  # the minute the text says: demo's probe asks then
         assert calls.between(seen_at, stated) == 0  # not one request from either before
         # demo's probe found the limit in force at the stated minute, and second started

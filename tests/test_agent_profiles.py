@@ -48,9 +48,8 @@ def test_roles_choose_their_cli_and_model(xdg: Path) -> None:
     # a role on another CLI never gets the project's Claude model
     assert role_model(settings, Role.REVIEW) == CODEX.default_model
     assert role_model(settings, Role.RESEARCH) == "o4-mini"
-    # Codex reports no live state (yet): its workers' activity is their pane's
-    assert Role.REVIEW not in aware_roles(settings)
-    assert Role.EXECUTE in aware_roles(settings)
+    # both report their live state (Codex through its supervisor reading its events)
+    assert aware_roles(settings) == set(Role)
 
 
 def test_a_project_on_codex_and_a_command_project_with_one_cli_role(xdg: Path) -> None:
@@ -132,7 +131,10 @@ def test_a_codex_worker_gets_its_own_home_its_own_key_and_codex_argv(
 
     data = json.loads(spec)
     argv = data["argv"]
-    assert argv[:4] == [str(fake), "exec", "resume", "0199-session"]
+    # under its supervisor, which reads its events (``inpane.codex_exec``)
+    assert argv[:4] == ["ralph-dev", "hook", "codex-exec", "--"]
+    argv = argv[4:]
+    assert argv[:5] == [str(fake), "exec", "--json", "resume", "0199-session"]
     assert argv[argv.index("--model") + 1] == "gpt-5-codex"
     assert argv[-1] == "--" and data["prompt_arg"] is True
     env = {**data["env"], **json.loads(Path(data["secrets_file"]).read_text())}

@@ -66,6 +66,24 @@ class Calls:
             return next((t for t, main in self.times if main and t > start), None)
 
 
+class LimitFromFirstCall:
+    """A usage limit the first request meets, lifting ``past`` seconds into the first whole
+    minute at least 25 s after that request: the minute a reset text states is then still
+    ahead when the controller reads it, however long a loaded host took to start the
+    agent (a limit fixed before the start could be stated as a minute already over)."""
+
+    def __init__(self, past: int) -> None:
+        self.past = past
+        self.resets_at: int | None = None
+        self._lock = threading.Lock()
+
+    def until(self, now: float) -> int:
+        with self._lock:
+            if self.resets_at is None:
+                self.resets_at = (int(now + 25) // 60 + 1) * 60 + self.past
+            return self.resets_at
+
+
 def _event_time(world: World, name: str) -> float:
     event = next(e for e in world.store.iter_events() if e["event"] == name)
     return datetime.fromisoformat(event["time"]).timestamp()
@@ -112,16 +130,15 @@ def test_a_subscribers_limit_pauses_until_its_stated_reset_and_the_worker_goes_o
     """The 429 carries ``anthropic-ratelimit-unified-reset``; Claude Code says "You've hit
     your session limit · resets 9:51pm (UTC)", the minute cut: a reset at :45 s past it
     must not be met by a call at :30 s (one refusal more, a second pause)."""
-    resets_at = (int(time.time()) // 60 + 1) * 60 + 45
-    if resets_at - time.time() < 30:
-        resets_at += 60  # the limit must still hold when the first request comes
+    limit = LimitFromFirstCall(past=45)
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
     finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
     calls = Calls()
 
     def brain(request: dict[str, Any]) -> list[Any]:
-        if calls.note(request) < resets_at:
-            return [usage_limit(resets_at)]
+        now = calls.note(request)
+        if now < limit.until(now):
+            return [usage_limit(limit.until(now))]
         if not is_main_conversation(request):
             return [Text("ok")]
         return [Text("Done.")] if tool_uses_so_far(request) else [bash(finish)]
@@ -134,6 +151,7 @@ def test_a_subscribers_limit_pauses_until_its_stated_reset_and_the_worker_goes_o
         tick = controller_ticks(world, world.settings)
         tick()  # spawns the worker
         pause, said = _ride_out(world, api, issue, tick, calls)
+    resets_at = limit.until(0)
     stated = resets_at // 60 * 60  # what the text says: the minute, cut
     assert pause.until.timestamp() == stated  # the earliest it lifts: asked then
     # refused at the stated minute: one session asks again every few seconds until the

@@ -70,6 +70,37 @@ def test_a_message_split_over_lines_is_counted_once_even_across_reads() -> None:
     assert more.tokens == 1 and last == "msg_3"
 
 
+def codex_line(kind: str, **payload: object) -> bytes:
+    """A line of a Codex session file (``sessions/…/rollout-*.jsonl``), as 0.171 writes it."""
+    return json.dumps({"timestamp": "2026-11-28T01:21:57.853Z", "type": kind,
+                       "payload": payload}).encode()
+
+
+def totals(input_tokens: int, cached: int, output: int) -> bytes:
+    return codex_line("event_msg", type="token_count", info={
+        "total_token_usage": {"input_tokens": input_tokens, "cached_input_tokens": cached,
+                              "output_tokens": output, "reasoning_output_tokens": 0,
+                              "total_tokens": input_tokens + output}})
+
+
+def test_a_codex_session_is_counted_from_its_running_totals_each_once() -> None:
+    """Codex states its session's totals, often twice for one answer: only what grew is
+    counted, cached input as a cache read, at its turn's model's price, across reads."""
+    settings = CostSettings()
+    first, mark = read_transcript([
+        codex_line("session_meta", id="01a2"),
+        codex_line("turn_context", model="gpt-5-codex", cwd="/w"),
+        totals(1000, 0, 100),
+        totals(1000, 0, 100),  # the same answer told again
+    ], settings, None)
+    assert (first.input, first.output, first.cache_read) == (1000, 100, 0)
+    more, mark = read_transcript([totals(2500, 500, 300)], settings, mark)
+    assert (more.input, more.output, more.cache_read) == (1000, 200, 500)
+    assert more.usd == pytest.approx((1000 * 1.25 + 200 * 10.0 + 500 * 0.125) / 1e6, abs=1e-6)
+    again, _ = read_transcript([totals(2500, 500, 300)], settings, mark)
+    assert again.tokens == 0
+
+
 @pytest.mark.parametrize(("spent", "settings", "why"), [
     (Usage(usd=2.5), CostSettings(issue_usd=2.0), "costs.issue_usd"),
     (Usage(input=900, output=200), CostSettings(issue_tokens=1000), "costs.issue_tokens"),

@@ -28,17 +28,18 @@ CODEX_BIN = find_codex()
 """Found before a fixture repoints HOME and XDG_CACHE_HOME (scripts/setup.sh installs it)."""
 
 
-@pytest.mark.parametrize("agent", ["--scripted", "--claude", "--agent=codex"])
+@pytest.mark.parametrize("agent", ["--scripted", "--claude", "--agent=codex",
+                                   "--review-agent=codex"])
 def test_demo_runs_to_completion_and_leaves_nothing_running(
     agent: str, xdg, jj_bin: str
 ) -> None:
     env = {**os.environ, "RALPH_DEV_JJ": jj_bin}
-    if agent == "--claude":
+    if agent in ("--claude", "--review-agent=codex"):
         from claude_env import find_claude
 
         env["RALPH_DEV_CLAUDE_BIN"] = find_claude()
     keep = []
-    if agent == "--agent=codex":
+    if "codex" in agent:
         assert CODEX_BIN, "the Codex CLI is not installed: run scripts/setup.sh --test"
         env["RALPH_DEV_CODEX_BIN"] = CODEX_BIN
         keep = ["--keep"]  # its events are read below, then its files removed
@@ -50,19 +51,25 @@ def test_demo_runs_to_completion_and_leaves_nothing_running(
     assert proc.returncode == 0, out + proc.stderr
     assert "ralph-dev DEMO" in out  # clearly labeled
     assert "Demo finished: every issue is Done." in out
-    assert ("real Claude Code" in out) is (agent == "--claude")
-    assert ("real Codex CLI" in out) is (agent == "--agent=codex")
+    assert ("real Claude Code" in out) is (agent in ("--claude", "--review-agent=codex"))
+    assert ("real Codex CLI" in out) is ("codex" in agent)
     trunk = out.split("Trunk (main) now holds:")[1].split("project demo")[0]
     assert len(re.findall(r"KV-\d+: ", trunk)) == 10  # every task's change, once
     socket = re.search(r"tmux -L (\S+) attach", out).group(1)
     alive = subprocess.run(["tmux", "-L", socket, "list-sessions"], capture_output=True)
     assert alive.returncode != 0  # its tmux server is gone
     where = re.search(r"everything lives in (\S+)", out).group(1)
-    if keep:  # every worker ran on Codex, and its spawn event says so
+    if keep:  # the workers ran on the CLIs asked for, and their spawn events say so
         events = [json.loads(line) for line in
                   (Path(where) / "state/ralph-dev/demo/events.jsonl").read_text().splitlines()]
         spawns = [e for e in events if e["event"] == "spawn"]
-        assert spawns and {e.get("cli") for e in spawns} == {"codex"}
+        if agent == "--agent=codex":
+            assert spawns and {e.get("cli") for e in spawns} == {"codex"}
+        else:  # a review on Codex before each merge, the work itself on Claude Code
+            reviews = [e for e in spawns if e.get("role") == "review"]
+            assert {e["issue"] for e in reviews} >= set(re.findall(r"KV-\d+", trunk))
+            assert {e.get("cli") for e in reviews} == {"codex"}
+            assert {e.get("cli") for e in spawns if e not in reviews} == {"claude"}
         shutil.rmtree(where)
     assert not Path(where).exists()  # throwaway files removed (no --keep)
     # it never touched the person's own ralph-dev instance

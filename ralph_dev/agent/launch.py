@@ -320,21 +320,27 @@ def agent_program(settings: ProjectSettings, environ: Mapping[str, str] | None =
 
 
 def _claude(settings: ProjectSettings, env: dict[str, str], home: Path, trust: Sequence[Path],
-            role: Role, model: str, resume: str | None, workspace: Path) -> list[str]:
+            role: Role, model: str, resume: str | None, workspace: Path
+            ) -> tuple[list[str], str]:
     program = prepare_claude(settings, env, home, trust)
     return claude_argv(program, role, model, plugin=plugin_dir(),
-                       extra_args=settings.agent.extra_args, resume=resume, workspace=workspace)
+                       extra_args=settings.agent.extra_args, resume=resume,
+                       workspace=workspace), program
 
 
 def _codex(settings: ProjectSettings, env: dict[str, str], home: Path, trust: Sequence[Path],
-           role: Role, model: str, resume: str | None, workspace: Path) -> list[str]:
+           role: Role, model: str, resume: str | None, workspace: Path
+           ) -> tuple[list[str], str]:
     program = prepare_codex(settings, env, home, trust)
-    return codex_argv(program, role, model, resume=resume, workspace=workspace)
+    # under its supervisor, which reads its events (``inpane.codex_exec``)
+    return ["ralph-dev", "hook", "codex-exec", "--",
+            *codex_argv(program, role, model, resume=resume, workspace=workspace)], program
 
 
 DRIVERS = {"claude": _claude, "codex": _codex}
 """Per agent CLI (``core.agent_profiles``), what readies its files and builds its argv
-(without the prompt, which the launcher appends as the last word)."""
+(without the prompt, which the launcher appends as the last word), and the agent's own
+program (what its sandbox must hold)."""
 
 PROGRAMS = {"claude": resolve_claude_bin, "codex": resolve_codex_bin}
 """Per agent CLI, how its program is found (its install check names the fix)."""
@@ -391,17 +397,18 @@ def build_launch(
             "workspace": str(workspace),
             "prompt_file": str(prompt_file),
         })
-        prompt_arg = False
+        program, prompt_arg = argv[0], False
     else:
-        argv = DRIVERS[profile.name](settings, env, home, _trust_roots(settings, workspace),
-                                     role, model, resumed, workspace.resolve())
+        argv, program = DRIVERS[profile.name](settings, env, home,
+                                              _trust_roots(settings, workspace), role, model,
+                                              resumed, workspace.resolve())
         prompt_arg = True
     sandbox = worker_sandbox(settings, workspace=workspace, worker_dir=worker_dir,
-                             home=home, environ=environ, program=argv[0], path=env["PATH"],
+                             home=home, environ=environ, program=program, path=env["PATH"],
                              readable=[prompt_file])
     log.info("agent_launch", issue=identifier, role=role.value,
              cli=profile.name if profile is not None else "command",
-             model=model, attempt=attempt, home=settings.agent.home, program=Path(argv[0]).name,
+             model=model, attempt=attempt, home=settings.agent.home, program=Path(program).name,
              sandbox=settings.agent.sandbox)
     return launch_via_spec(argv, env, workspace, prompt_file.with_suffix(LAUNCH_SPEC),
                            prompt_file=prompt_file, prompt_arg=prompt_arg, sandbox=sandbox,

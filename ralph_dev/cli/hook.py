@@ -1,4 +1,5 @@
-"""``ralph-dev hook …``: the Claude Code hooks of a ralph-dev worker.
+"""``ralph-dev hook …``: the Claude Code hooks of a ralph-dev worker, and Codex's
+supervisor (``codex-exec``).
 
 Claude Code runs these with a JSON payload on stdin. They always exit 0: the
 output (context text, or a Stop ``decision``) is the only signal, and a hook
@@ -76,3 +77,14 @@ def status_line_cmd() -> None:
     """Claude Code's status line: the issue, and the account's usage windows told to the
     controller when they change."""
     _run("status-line", hooks.status_line)
+
+
+@hook_group.command("codex-exec", context_settings={"ignore_unknown_options": True,
+                                                   "allow_interspersed_args": False})
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def codex_exec_cmd(argv: tuple[str, ...]) -> None:
+    """Run Codex's `exec --json` in this pane, read its events for the controller, and
+    exit with its status (not a hook that always exits 0: the pane's end is Codex's)."""
+    from ralph_dev.inpane import codex_exec
+
+    raise SystemExit(codex_exec.run(argv))

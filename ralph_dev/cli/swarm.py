@@ -306,16 +306,20 @@ def plan(cli: CliContext, project: str, as_json: bool) -> None:
               show_default=True,
               help="The agent CLI the workers run, against a scripted fake of its provider's "
                    "API on loopback (scripts/setup.sh installs each).")
+@click.option("--review-agent", "review_agent", type=click.Choice(["claude", "codex"]),
+              default=None,
+              help="Review each change before its merge, the review workers on this agent "
+                   "CLI (beside the others on --agent's).")
 @click.option("--workers", default=3, show_default=True, type=click.IntRange(1, 8))
 @click.option("--cluster", "nodes", default=0, type=click.IntRange(0, 4), metavar="N",
               help="Place the workers on a Ray cluster of N nodes on this machine (needs "
                    "Ray: pip install 'ralph-dev[ray]').")
-def demo(keep: bool, timeout: float, use_claude: bool | None, agent: str, workers: int,
-         nodes: int) -> None:
+def demo(keep: bool, timeout: float, use_claude: bool | None, agent: str,
+         review_agent: str | None, workers: int, nodes: int) -> None:
     """DEMO: run a swarm on a throwaway project with a local tracker, start to finish."""
     from ralph_dev.devtools.demo import run_demo
 
     code = run_demo(keep=keep, timeout=timeout, use_claude=use_claude, echo=click.echo,
-                    workers=workers, cluster=nodes, agent=agent)
+                    workers=workers, cluster=nodes, agent=agent, review_agent=review_agent)
     if code:
         raise SystemExit(code)

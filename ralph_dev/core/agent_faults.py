@@ -68,9 +68,13 @@ def outage_retry(outage_wait: timedelta = OUTAGE_WAIT) -> RetryPolicy:
 
 _LIMIT = re.compile(r"hit your (?P<what>[\w -]*?)limit", re.IGNORECASE)
 _RESET = re.compile(
-    r"resets\s+(?:(?P<month>[A-Z][a-z]{2})\s+(?P<day>\d{1,2}),\s*)?"
+    r"(?:resets|try again at)\s+(?:(?P<month>[A-Z][a-z]{2})[a-z]*\s+(?P<day>\d{1,2})"
+    r"(?:st|nd|rd|th)?,\s*(?:(?P<year>\d{4})\s+)?)?"
     r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<ampm>am|pm)\s*(?:\((?P<zone>[^)]+)\))?",
     re.IGNORECASE)
+"""Claude Code's "resets 1pm (UTC)", "resets Dec 3, 9am (Europe/Berlin)"; Codex's "try
+again at 2:23 AM", "try again at Nov 30th, 2026 2:23 AM" (its local time; its supervisor
+adds the zone: ``inpane.codex_exec``)."""
 _KEY_LIMIT = re.compile(r"Request rejected \(429\)", re.IGNORECASE)
 """How Claude Code words an API key's 429 (a subscriber's server-side throttle says
 "Server is temporarily limiting requests (not your usage limit)": an outage)."""
@@ -114,9 +118,14 @@ def usage_limit_reset(text: str, now: datetime) -> datetime | None:
         month = found["month"].lower()
         if month not in _MONTHS:
             return None
-        when = local_now.replace(month=_MONTHS.index(month) + 1, day=int(found["day"]),
-                                 hour=hour, minute=minute, second=0, microsecond=0)
-        if when < local_now - timedelta(days=1):
+        try:
+            when = local_now.replace(
+                year=int(found["year"]) if found["year"] else local_now.year,
+                month=_MONTHS.index(month) + 1, day=int(found["day"]), hour=hour,
+                minute=minute, second=0, microsecond=0)
+        except ValueError:  # no such day
+            return None
+        if not found["year"] and when < local_now - timedelta(days=1):
             when = when.replace(year=when.year + 1)
     else:
         when = local_now.replace(hour=hour, minute=minute, second=0, microsecond=0)

@@ -29,11 +29,11 @@ PromptPassing = Literal["argument", "after_double_dash"]
 """How a CLI takes the prompt: its last argv word (``after_double_dash``: behind a
 ``--`` so no prompt text is ever read as an option)."""
 
-Signals = Literal["hooks", "notify"]
+Signals = Literal["hooks", "events"]
 """How a CLI tells its supervisor what it does: ``hooks`` (a program run at each
 event, with the event as JSON on stdin: Claude Code's, the agent's state live) or
-``notify`` (a program run when a turn ends: Codex's; the rest is read from its
-session file)."""
+``events`` (one JSON event per line on its stdout, read by ralph-dev's supervisor in its
+pane: Codex's ``exec --json``, ``inpane.codex_exec``)."""
 
 
 @dataclass(frozen=True)
@@ -129,21 +129,23 @@ CLAUDE = AgentProfile(
 CODEX = AgentProfile(
     name="codex", title="Codex CLI", package="@openai/codex", pinned="0.171.0",
     program="codex", bin_setting="codex_bin", bin_variable="RALPH_DEV_CODEX_BIN",
-    fresh=("exec",), resumed=("exec", "resume", "{session}"), prompt="argument",
+    fresh=("exec", "--json"), resumed=("exec", "--json", "resume", "{session}"),
+    prompt="argument",
     model_flag="--model", default_model="gpt-5-codex",
     home_variable="CODEX_HOME", home_dir=".codex",
     key_variables=("OPENAI_API_KEY",), base_url_variable="OPENAI_BASE_URL",
     env_prefixes=("OPENAI_",),
     transcript="sessions/YYYY/MM/DD/rollout-<time>-<session>.jsonl",
-    signals="notify",
+    signals="events",
     states={
-        "busy": "its session file grows (response items appended)",
-        "idle": "the notify program's agent-turn-complete; `exec` exits",
-        "asking": "the turn's last message ends on a question (notify payload)",
-        "rate_limited": "a 429 from the API: `exec` exits non-zero naming it",
-        "out_of_quota": "a 429 with insufficient_quota / usage_limit_reached",
+        "busy": "`exec --json` events: turn.started, item.started/completed",
+        "idle": "turn.completed; `exec` exits with its turn",
+        "asking": "not read: a question in its last message is not posted",
+        "rate_limited": "error / turn.failed naming a rate limit; `exec` exits non-zero",
+        "out_of_quota": "error / turn.failed: \"You've hit your usage limit … try again at "
+                        "2:23 AM\" (429 usage_limit_reached), its local time",
     },
-    supports={"resume": True, "live_state": False, "questions": False, "cost": False},
+    supports={"resume": True, "live_state": True, "questions": False, "cost": True},
 )
 
 GEMINI = AgentProfile(

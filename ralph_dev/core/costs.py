@@ -1,9 +1,10 @@
-"""What agents spend: tokens and an estimated price, from Claude Code's transcripts.
+"""What agents spend: tokens and an estimated price, from the agents' own session files.
 
 Every assistant message Claude Code writes to its transcript (one JSON object per
 line) carries the model and the API's ``usage``: input, output, cache-write and
 cache-read tokens. A message split over several lines (one per content block)
-repeats the same usage under the same message id: it is counted once. The price is
+repeats the same usage under the same message id: it is counted once. Codex's session
+file says its session's running token totals (``token_count``) and each turn's model. The price is
 an estimate from a per-model table (USD per million tokens; a model matches the
 first key its name contains), with defaults for the Claude families and overrides in
 config (``[costs.prices]``). Budgets (``[costs]``): per issue in tokens or dollars,
@@ -21,6 +22,7 @@ DEFAULT_PRICES: dict[str, tuple[float, float, float, float]] = {
     "opus": (15.0, 75.0, 18.75, 1.50),
     "sonnet": (3.0, 15.0, 3.75, 0.30),
     "haiku": (1.0, 5.0, 1.25, 0.10),
+    "gpt-5": (1.25, 10.0, 0.0, 0.125),  # Codex's models (cached input read at a tenth)
 }
 
 
@@ -96,15 +98,67 @@ def usage_of(message: Mapping[str, object], settings: CostSettings) -> Usage:
     return Usage(*tokens, usd=usd)
 
 
+CODEX_MARK = "codex"
+"""How a Codex session's place is kept (``last_id``): its model and the session's token
+totals counted so far, ``codex MODEL INPUT CACHED OUTPUT``."""
+
+
+def _codex_mark(last_id: str | None) -> tuple[str, int, int, int]:
+    words = (last_id or "").split(" ")
+    if len(words) == 5 and words[0] == CODEX_MARK and all(w.isdigit() for w in words[2:]):
+        return words[1], int(words[2]), int(words[3]), int(words[4])
+    return "", 0, 0, 0
+
+
+def _codex_entry(entry: Mapping[str, object], settings: CostSettings, last_id: str | None
+                 ) -> tuple[Usage, str | None] | None:
+    """A line of a Codex session file (``sessions/…/rollout-*.jsonl``): its turn's model,
+    or its running token totals (``token_count``, told more than once for one answer:
+    only what grew since is counted); None for a line of any other kind."""
+    payload = entry.get("payload")
+    if not isinstance(payload, Mapping) or entry.get("type") not in ("turn_context",
+                                                                     "event_msg"):
+        return None
+    model, seen_in, seen_cached, seen_out = _codex_mark(last_id)
+    if entry.get("type") == "turn_context":
+        said = payload.get("model")
+        if isinstance(said, str) and said and " " not in said:
+            return Usage(), f"{CODEX_MARK} {said[:80]} {seen_in} {seen_cached} {seen_out}"
+        return Usage(), last_id
+    info = payload.get("info") if payload.get("type") == "token_count" else None
+    totals = info.get("total_token_usage") if isinstance(info, Mapping) else None
+    if not isinstance(totals, Mapping):
+        return Usage(), last_id
+
+    def count(key: str) -> int:
+        value = totals.get(key, 0)
+        return value if isinstance(value, int) and value > 0 else 0
+
+    total_in, cached, out = count("input_tokens"), count("cached_input_tokens"), \
+        count("output_tokens")
+    if total_in <= seen_in and cached <= seen_cached and out <= seen_out:
+        return Usage(), last_id  # told again, or a new session's smaller totals
+    fresh_in = max(0, total_in - cached - (seen_in - seen_cached))
+    price = price_of(model, settings)
+    grown = (fresh_in, max(0, out - seen_out), 0, max(0, cached - seen_cached))
+    usd = sum(n * p for n, p in zip(grown, price, strict=True)) / 1_000_000
+    return Usage(*grown, usd=usd), f"{CODEX_MARK} {model or '-'} {total_in} {cached} {out}"
+
+
 def read_transcript(lines: Iterable[bytes], settings: CostSettings, last_id: str | None
                     ) -> tuple[Usage, str | None]:
     """The usage of the assistant messages in these transcript lines, each message once
-    (``last_id``: the message counted last, whose further lines are not counted again)."""
+    (``last_id``: the message counted last, whose further lines are not counted again).
+    A Codex session's file is read the same way (:func:`_codex_entry`)."""
     total = Usage()
     for line in lines:
         try:
             entry = json.loads(line)
         except ValueError:
+            continue
+        codex = _codex_entry(entry, settings, last_id) if isinstance(entry, dict) else None
+        if codex is not None:
+            total, last_id = total + codex[0], codex[1]
             continue
         message = entry.get("message") if isinstance(entry, dict) else None
         if not isinstance(message, dict) or message.get("role") != "assistant":

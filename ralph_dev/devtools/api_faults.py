@@ -1,4 +1,4 @@
-"""How the real Anthropic API misbehaves, for the scripted API to play back.
+"""How the real model APIs misbehave, for the scripted APIs to play back.
 
 Each is an answer a brain may give instead of a message: refusals as the real API
 sends them (status, JSON body, headers; a subscription's usage limit, an API key's
@@ -23,6 +23,9 @@ class Refusal:
     error_type: str
     message: str
     headers: Mapping[str, str] = field(default_factory=dict)
+    detail: Mapping[str, object] = field(default_factory=dict)
+    """More fields of the body's ``error`` object (OpenAI's usage limit: its plan and
+    reset)."""
 
 
 def usage_limit(resets_at: float) -> Refusal:
@@ -60,3 +63,14 @@ def rate_limited(retry_after: int) -> Refusal:
     return Refusal(429, "rate_limit_error", "This request would exceed the rate limit for "
                    "your organization of 50 requests per minute.",
                    {"retry-after": str(retry_after)})
+
+
+def openai_usage_limit(resets_at: float) -> Refusal:
+    """A ChatGPT plan's usage limit as the Responses API refuses it: 429
+    ``usage_limit_reached`` with the plan and the reset (Unix s, and seconds from now),
+    which Codex reads (codex-rs ``UsageLimitReached``) and does not retry."""
+    import time
+
+    return Refusal(429, "usage_limit_reached", "The usage limit has been reached", detail={
+        "plan_type": "plus", "resets_at": int(resets_at),
+        "resets_in_seconds": max(0, int(resets_at - time.time()))})

@@ -216,9 +216,22 @@ def local_cluster(nodes: int, slots: int, hosts: Path, env: Mapping[str, str]
         made.shutdown()  # type: ignore[no-untyped-call]  # untyped in Ray
 
 
+def _found_cli(name: str, echo: Callable[[str], None], option: str) -> tuple[str, str] | None:
+    """(name, program) of agent CLI ``name``, as ``scripts/setup.sh`` installs it; None,
+    having said so, when it is missing."""
+    profile = PROFILES[name]
+    program = find_codex() if profile is CODEX else find_claude()
+    if program is None:
+        echo(f"{option} {name} was asked for, but no {profile.program} CLI was found "
+             f"(scripts/setup.sh installs it, or npm install -g {profile.package}@"
+             f"{profile.pinned}).")
+        return None
+    return name, program
+
+
 def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
              echo: Callable[[str], None] = print, workers: int = 3, cluster: int = 0,
-             agent: str = "claude") -> int:
+             agent: str = "claude", review_agent: str | None = None) -> int:
     from ralph_dev.adapters.tmux import Tmux
     from ralph_dev.core.paths import sandbox_env
 
@@ -233,13 +246,15 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
             echo("--cluster needs Ray: pip install 'ralph-dev[ray]' (scripts/setup.sh "
                  "installs the test extra, which has it).")
             return 1
-    if agent == CODEX.name:
-        program = find_codex()
-        if program is None:
-            echo(f"--agent codex was asked for, but no codex CLI was found (scripts/setup.sh "
-                 f"installs it, or npm install -g {CODEX.package}@{CODEX.pinned}).")
+    review: tuple[str, str] | None = None
+    if review_agent is not None:
+        review = _found_cli(review_agent, echo, "--review-agent")
+        if review is None:
             return 1
-        cli: tuple[str, str] | None = (CODEX.name, program)
+    if agent == CODEX.name or review_agent is not None:
+        cli = _found_cli(agent, echo, "--agent")
+        if cli is None:
+            return 1
     else:
         claude = find_claude() if use_claude is not False else None
         if use_claude and claude is None:
@@ -260,8 +275,8 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
         stack = contextlib.ExitStack()
         try:
-            return _run_swarm(root, env, socket, cli, stack, stop,
-                              timeout=timeout, echo=echo, workers=workers, cluster=cluster)
+            return _run_swarm(root, env, socket, cli, stack, stop, timeout=timeout,
+                              echo=echo, workers=workers, cluster=cluster, review=review)
         except (KeyboardInterrupt, DemoStopped) as stopped:
             signum = stopped.signum if isinstance(stopped, DemoStopped) else signal.SIGINT
             with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
@@ -280,9 +295,11 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
 
 def _run_swarm(root: Path, env: dict[str, str], socket: str, cli: tuple[str, str] | None,
                stack: contextlib.ExitStack, stop: StopFlag, *, timeout: float,
-               echo: Callable[[str], None], workers: int, cluster: int) -> int:
+               echo: Callable[[str], None], workers: int, cluster: int,
+               review: tuple[str, str] | None = None) -> int:
     """The demo from an empty ``root`` to its swarm's end; ``run_demo`` tears it down.
-    ``stop`` is checked between steps: a stop signal raises ``DemoStopped`` there."""
+    ``stop`` is checked between steps: a stop signal raises ``DemoStopped`` there.
+    ``review``: the CLI (name, program) of a review step before each merge."""
     echo("=" * 72)
     echo(" ralph-dev DEMO — a throwaway project, a local tracker, a swarm of agents")
     echo(f" everything lives in {root}")
@@ -296,8 +313,13 @@ def _run_swarm(root: Path, env: dict[str, str], socket: str, cli: tuple[str, str
     if cli is not None:
         profile = PROFILES[cli[0]]
         echo(f" workers: real {profile.title} ({cli[1]}) against a scripted model on loopback")
-        env.update(stack.enter_context(
-            scripted_openai() if profile is CODEX else scripted_model()))
+        for name, _program in {cli, *([review] if review else [])}:
+            env.update(stack.enter_context(
+                scripted_openai() if PROFILES[name] is CODEX else scripted_model()))
+        if review is not None:
+            echo(f" reviews: a review worker on real {PROFILES[review[0]].title} ({review[1]}) "
+                 "before each merge")
+            env[PROFILES[review[0]].bin_variable] = review[1]
         env[profile.bin_variable] = cli[1]
         init += ["--agent", "claude"]
     else:
@@ -328,7 +350,16 @@ def _run_swarm(root: Path, env: dict[str, str], socket: str, cli: tuple[str, str
         "retry_base = 2\nretry_cap = 10\nstall_timeout = 120\nrestart_timeout = 120\n"
     ) + (f'\n[projects.{PROJECT}.agent]\nrunner = "claude"\ncli = "{cli[0]}"\n'
          f'{PROFILES[cli[0]].bin_setting} = "{cli[1]}"\nhome = "isolated"\n'
-         if cli else ""))
+         if cli else "") + (
+        f'{PROFILES[review[0]].bin_setting} = "{review[1]}"\n'
+        f'\n[projects.{PROJECT}.roles.review]\ncli = "{review[0]}"\n'
+        if cli and review and review[0] != cli[0] else
+        f'\n[projects.{PROJECT}.roles.review]\ncli = "{review[0]}"\n' if review else ""))
+    if review is not None:  # every execute worker's done goes to review first
+        text = config.read_text()
+        config.write_text(text.replace(f"[projects.{PROJECT}]\n",
+                                       f"[projects.{PROJECT}]\nreview_after_execute = true\n",
+                                       1))
     plan = root / "plan.toml"
     plan.write_text(DEMO_PLAN)
     created = _cli(env, "issue", "import", PROJECT, str(plan)).stdout

@@ -165,7 +165,8 @@ class ScriptedWorker:
 
 
 def demo_brain(key: str) -> Brain:
-    """A worker for any issue ``KEY-N``: make one small change, report done, stop.
+    """A worker for any issue ``KEY-N``: make one small change, report done, stop (a
+    reviewer: read the change, approve it).
 
     The identifier is taken from the conversation (ralph-dev's prompt names it)
     and checked before it goes into a command, like any text from outside.
@@ -185,6 +186,13 @@ def demo_brain(key: str) -> Brain:
             bash(f"ralph-dev worker done {issue} --summary 'Wrote changes/{issue}.txt.'",
                  "report done"),
         ]
+        if "Your role: review." in conversation_text(request):  # read it, approve it
+            steps = [
+                bash(f"test -s changes/{issue}.txt && cat changes/{issue}.txt",
+                     "read the change"),
+                bash(f"ralph-dev worker done {issue} --summary 'Reviewed changes/{issue}.txt: "
+                     "it says what the issue asks.'", "approve"),
+            ]
         index = tool_uses_so_far(request)
         return [steps[index]] if index < len(steps) else [Text(f"{issue} is done.")]
 

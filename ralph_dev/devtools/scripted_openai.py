@@ -138,16 +138,20 @@ def sse_events(response_id: str, model: str, items: Sequence[Mapping[str, Any]],
                              "item_id": item["id"], "content_index": 0, "delta": text}))
         out.append(_sse({"type": "response.output_item.done", "output_index": index,
                          "item": item}))
-    output_tokens = max(1, len(json.dumps(list(items))) // 4)
-    input_tokens = max(1, prompt_size // 4)
-    usage = {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
-             "output_tokens": output_tokens,
-             "output_tokens_details": {"reasoning_tokens": 0},
-             "total_tokens": input_tokens + output_tokens}
     out.append(_sse({"type": "response.completed",
                      "response": {**base, "status": "completed", "output": list(items),
-                                  "usage": usage}}))
+                                  "usage": usage_for(items, prompt_size)}}))
     return out
+
+
+def usage_for(items: Sequence[Mapping[str, Any]], prompt_size: int) -> dict[str, Any]:
+    """The ``usage`` an answer of ``items`` to a request of ``prompt_size`` bytes states: a
+    token per four bytes, none cached."""
+    output_tokens = max(1, len(json.dumps(list(items))) // 4)
+    input_tokens = max(1, prompt_size // 4)
+    return {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens}
 
 
 class FakeOpenAI(LoopbackServer):
@@ -162,6 +166,8 @@ class FakeOpenAI(LoopbackServer):
         self.requests: list[Recorded] = []
         self.errors: list[str] = []
         self.answers: list[list[Block]] = []
+        self.usages: list[dict[str, Any]] = []
+        """The ``usage`` each answer stated, in order."""
         self._lock = threading.Lock()
 
     def responses(self) -> list[dict[str, Any]]:
@@ -206,7 +212,7 @@ class FakeOpenAI(LoopbackServer):
             code = "rate_limit_exceeded" if refused[0].status == 429 else "server_error"
             return web.json_response(
                 {"error": {"type": refused[0].error_type, "code": code,
-                           "message": refused[0].message}},
+                           "message": refused[0].message, **refused[0].detail}},
                 status=refused[0].status, headers=dict(refused[0].headers))
         stream = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                              "Cache-Control": "no-cache"})
@@ -216,10 +222,11 @@ class FakeOpenAI(LoopbackServer):
             await stream.write_eof()
             return stream
         answer = [b for b in blocks if isinstance(b, Text | ToolUse)]
+        items = output_items(answer, shell_tool(body))
         with self._lock:
             self.answers.append(answer)
-        for chunk in sse_events(response_id, model, output_items(answer, shell_tool(body)),
-                                len(raw)):
+            self.usages.append(usage_for(items, len(raw)))
+        for chunk in sse_events(response_id, model, items, len(raw)):
             await stream.write(chunk)
         await stream.write_eof()
         return stream

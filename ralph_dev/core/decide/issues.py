@@ -31,6 +31,7 @@ from ralph_dev.core.actions import (
 )
 from ralph_dev.core.cluster import lease_ends
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.decide.swarm import AGENT_PAUSES, agent_fault
 from ralph_dev.core.decide.world import (
     World,
     aware,
@@ -72,6 +73,11 @@ silence is treated as the worker's own."""
 HOST_LOST = "the cluster lost the host its worker ran on"
 SERVER_LOST = "its tmux server on its host went away"
 """Why a cluster worker ended for no fault of the issue's: its next start is free."""
+
+API_STOPPED = "its agent's turn ended on the model API's error"
+"""Why a worker whose CLI exits with its turn (Codex's ``exec``) ended on a usage limit
+or an outage: a cause outside the issue, so its next start, in its own session once the
+pause is over, is free."""
 
 PERSONS_DONE = "a person completed the issue"
 """Why a worker is stopped when a person completes its issue under it."""
@@ -608,6 +614,15 @@ class Decider:
         status = statuses[0] if statuses else None
         shown = f"exit {status}" if status is not None else "exit status unknown"
         rec = self.world.records.get(ident)
+        fault = agent_fault(rec, self.settings) if rec is not None else None
+        if fault is not None and fault.kind in AGENT_PAUSES and rec is not None \
+                and rec.agent_error_at is not None and (
+                    rec.started_at is None or aware(rec.agent_error_at) >= aware(rec.started_at)):
+            self.emit(Reap(ident, f"{ident}: {API_STOPPED} ({shown}: {fault.cause[:160]}); "
+                                  "closing its pane, it goes on in its own session once the "
+                                  "pause is over, no attempt charged",
+                           exit_status=status, charged=False, lost=API_STOPPED))
+            return
         refused = (f"; its last `worker done` was refused: {rec.last_refusal[:300]}"
                    if rec is not None and rec.last_refusal else "")
         self.emit(Reap(ident, f"{ident}: pane died ({shown}) without a done marker{refused}; "

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
 
 from ralph_dev.core.agent_profiles import role_model
 from ralph_dev.core.config import ProjectSettings
@@ -25,7 +24,6 @@ from ralph_dev.core.model import (
     Workspace,
 )
 
-T = TypeVar("T")
 NO_LABELS: frozenset[str] = frozenset()
 
 NUDGE_MESSAGE = (
@@ -52,8 +50,9 @@ def seconds(later: datetime, earlier: datetime) -> float:
     return (aware(later) - aware(earlier)).total_seconds()
 
 
+@functools.lru_cache(maxsize=16384)
 def id_key(identifier: str) -> tuple[str, int]:
-    """Natural order: DEMO-9 before DEMO-10."""
+    """Natural order: DEMO-9 before DEMO-10. (Kept: a tick sorts every identifier.)"""
     prefix, _, number = identifier.rpartition("-")
     return (prefix, int(number) if number.isdigit() else 0)
 
@@ -114,16 +113,17 @@ class World:
     windows: dict[str, list[Window]] = field(default_factory=dict)
     workspaces: dict[str, Workspace] = field(default_factory=dict)
     records: dict[str, WorkerRecord] = field(default_factory=dict)
-    _memo: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
+    _settled_memo: dict[str, bool] = field(default_factory=dict, repr=False)
+    _blocker_memo: dict[str, str | None] = field(default_factory=dict, repr=False)
+    _ready_memo: dict[str, bool] = field(default_factory=dict, repr=False)
     """Answers already worked out this tick (a world never changes once built): a tick
     asks whether each of thousands of issues is ready, blocked or settled more than
-    once."""
+    once. One plain dict per question: the lookup is the hot path of a big tick."""
 
-    def _remember(self, question: str, ident: str, answer: Callable[[], T]) -> T:
-        key = (question, ident)
-        if key not in self._memo:
-            self._memo[key] = answer()
-        return cast(T, self._memo[key])
+    def __post_init__(self) -> None:
+        lab = self.settings.labels
+        self._holds = frozenset({_folded(lab.hold), _folded(lab.user_input_needed)})
+        self._feedback = _folded(lab.user_feedback_given)
 
     @classmethod
     def build(cls, observed: Observed, settings: ProjectSettings) -> World:
@@ -172,11 +172,12 @@ class World:
         return _folded(label) in self.labels.get(ident, NO_LABELS)
 
     def held(self, ident: str) -> bool:
-        lab, labels = self.settings.labels, self.labels.get(ident, NO_LABELS)
-        return _folded(lab.hold) in labels or _folded(lab.user_input_needed) in labels
+        labels = self.labels.get(ident, NO_LABELS)
+        return bool(labels) and not self._holds.isdisjoint(labels)
 
     def feedback(self, ident: str) -> bool:
-        return self.has(ident, self.settings.labels.user_feedback_given)
+        labels = self.labels.get(ident, NO_LABELS)
+        return bool(labels) and self._feedback in labels
 
     def finished(self, ident: str) -> bool:
         issue = self.issues.get(ident)
@@ -192,7 +193,10 @@ class World:
         if not self.finished(ident) or ident in _seen:
             return self.finished(ident)
         if not _seen:
-            return self._remember("settled", ident, lambda: self._settled(ident))
+            found = self._settled_memo.get(ident)
+            if found is None:
+                found = self._settled_memo[ident] = self._settled(ident)
+            return found
         return self._settled(ident, _seen)
 
     def _settled(self, ident: str, _seen: frozenset[str] = frozenset()) -> bool:
@@ -219,7 +223,10 @@ class World:
         A blocker we cannot see counts as unfinished: dispatching too late is
         cheap, dispatching work before its prerequisite is in trunk is not.
         """
-        return self._remember("blocker", issue.identifier, lambda: self._blocker_of(issue))
+        ident = issue.identifier
+        if ident not in self._blocker_memo:
+            self._blocker_memo[ident] = self._blocker_of(issue)
+        return self._blocker_memo[ident]
 
     def _blocker_of(self, issue: Issue) -> str | None:
         seen: set[str] = set()
@@ -275,7 +282,10 @@ class World:
     def ready_but_for_blockers(self, issue: Issue) -> bool:
         """Everything but its blockers lets a first worker start: when a blocker does
         not, the person sees it waits on that blocker."""
-        return self._remember("ready", issue.identifier, lambda: self._ready(issue))
+        found = self._ready_memo.get(issue.identifier)
+        if found is None:
+            found = self._ready_memo[issue.identifier] = self._ready(issue)
+        return found
 
     def _ready(self, issue: Issue) -> bool:
         ident = issue.identifier

@@ -1,0 +1,206 @@
+"""Codex CLI's supervisor in its pane: ``codex exec --json`` read as it runs.
+
+Codex has no hooks that fire while it works, and ``codex exec`` ends its process with
+its turn. With ``--json`` it prints one event per line instead of its screen: the
+session it runs (``thread.started``), each command it starts and ends (``item.*``),
+the tokens a turn spent (``turn.completed``), and an error that ended the turn
+(``error``, ``turn.failed``: a usage limit, an outage). This runs Codex as its child,
+shows each event in the pane as a line a person can read, and tells the controller
+what Claude Code's hooks tell it:
+
+* ``session``: the session id and its file (``sessions/…/rollout-*-ID.jsonl``), so a
+  restart resumes it (``codex exec resume ID``);
+* ``state`` and ``activity``: what the agent does, so its silence is the model's;
+* ``agent_error``: the error that ended its turn. Codex words a usage limit "You've
+  hit your usage limit … try again at 2:23 AM" in its own local time; the zone is added
+  to that text here, where it is known, so the controller reads the reset exactly as
+  the worker's clock meant it (``core.agent_faults.usage_limit_reset``).
+
+It exits with Codex's status: the pane's end is Codex's end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from ralph_dev.adapters import mailbox as ch
+from ralph_dev.core.errors import RalphError
+from ralph_dev.core.model import AWAITING_MODEL, WORKING
+from ralph_dev.inpane.asking import say
+from ralph_dev.inpane.worker import Worker, clean_text, current_worker, one_line
+
+_AGAIN_AT = re.compile(r"(try again at [^.()]*?\d{1,2}:\d{2}\s*[AP]M)(?!\s*\()", re.IGNORECASE)
+_USAGE = re.compile(r"hit your [\w -]*?limit|usage limit|quota", re.IGNORECASE)
+_RATE = re.compile(r"rate limit|429|too many requests", re.IGNORECASE)
+
+
+def local_zone(environ: Mapping[str, str] | None = None) -> str:
+    """This process's time zone as an IANA name (Codex prints local times in it)."""
+    environ = os.environ if environ is None else environ
+    said = environ.get("TZ", "").lstrip(":")
+    if said and re.fullmatch(r"[A-Za-z0-9_+\-/]{1,64}", said) and not said.startswith("/"):
+        return said
+    with contextlib.suppress(OSError):
+        target = str(Path(said if said.startswith("/") else "/etc/localtime").readlink())
+        if "zoneinfo/" in target:
+            return target.split("zoneinfo/", 1)[1]
+    with contextlib.suppress(OSError):
+        named = Path("/etc/timezone").read_text(encoding="utf-8").strip()
+        if named:
+            return named
+    return "UTC"
+
+
+def error_news(message: str, zone: str) -> dict[str, Any]:
+    """The ``agent_error`` report for the error that ended Codex's turn: its kind (as
+    Claude Code's StopFailure names them) and its text, a stated reset with its zone."""
+    text = _AGAIN_AT.sub(lambda m: f"{m.group(1)} ({zone})", one_line(clean_text(message), 300))
+    if _USAGE.search(text) or _RATE.search(text):
+        return {"error": "rate_limit", "text": text}
+    return {"error": "server_error", "text": text}
+
+
+class CodexEvents:
+    """What one ``codex exec --json`` run said, told to the controller as it goes."""
+
+    def __init__(self, worker: Worker | None, codex_home: Path | None, out: IO[str],
+                 zone: str) -> None:
+        self.worker = worker
+        self.codex_home = codex_home
+        self.out = out
+        self.zone = zone
+        self.session: str | None = None
+        self.told_transcript = False
+        self.failed: str | None = None
+
+    def tell(self, kind: str, fields: dict[str, Any]) -> None:
+        if self.worker is not None:
+            with contextlib.suppress(Exception):  # the controller hears the outbox later
+                ch.tell(self.worker.run_dir, kind, fields)
+
+    def say(self, doing: str, *, active: bool) -> None:
+        if self.worker is not None:
+            with contextlib.suppress(Exception):
+                say(self.worker, doing, active=active)
+
+    def show(self, line: str) -> None:
+        self.out.write(f"codex: {line}\n")
+        self.out.flush()
+
+    def transcript(self) -> Path | None:
+        """This session's file under CODEX_HOME, once Codex wrote it."""
+        if self.session is None or self.codex_home is None:
+            return None
+        found = sorted((self.codex_home / "sessions").glob(f"*/*/*/rollout-*-{self.session}"
+                                                             ".jsonl"))
+        return found[-1] if found else None
+
+    def tell_session(self) -> None:
+        """The session and (when it is there) its file: what a restart resumes."""
+        if self.session is None or self.told_transcript:
+            return
+        path = self.transcript()
+        self.told_transcript = path is not None
+        self.tell("session", {"session_id": self.session,
+                              "transcript_path": str(path) if path else None})
+
+    def take(self, line: str) -> None:
+        """One line of Codex's stdout: an event, or (anything else) shown as it is."""
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if not isinstance(event, dict):
+            if line.strip():
+                self.show(one_line(clean_text(line), 300))
+            return
+        kind = event.get("type")
+        item: dict[str, Any] = event["item"] if isinstance(event.get("item"), dict) else {}
+        if kind == "thread.started" and isinstance(event.get("thread_id"), str):
+            self.session = event["thread_id"]
+            self.show(f"session {self.session}")
+            self.tell_session()
+        elif kind == "turn.started":
+            self.say(WORKING, active=True)
+        elif kind == "item.started" and item.get("type") == "command_execution":
+            self.show(f"$ {one_line(clean_text(str(item.get('command', ''))), 200)}")
+            self.say("running a command", active=True)
+        elif kind == "item.completed":
+            self.completed(item)
+        elif kind == "turn.completed":
+            usage: dict[str, Any] = event["usage"] if isinstance(event.get("usage"), dict) \
+                else {}
+            self.show(f"turn done ({usage.get('input_tokens', '?')} tokens in, "
+                      f"{usage.get('output_tokens', '?')} out)")
+            self.tell_session()
+        elif kind in ("error", "turn.failed"):
+            error: dict[str, Any] = event["error"] if isinstance(event.get("error"), dict) \
+                else event
+            message = str(error.get("message", "")) or "unknown error"
+            self.show(f"error: {one_line(clean_text(message), 300)}")
+            if kind == "turn.failed" or self.failed is None:
+                self.failed = message
+            if kind == "error":  # it may retry by itself ("Reconnecting… 2/5"): alive
+                self.tell("activity", {"state": AWAITING_MODEL})
+
+    def completed(self, item: Mapping[str, Any]) -> None:
+        what = item.get("type")
+        if what == "command_execution":
+            self.show(f"  exit {item.get('exit_code')}")
+            self.tell("activity", {"state": AWAITING_MODEL})
+        elif what == "agent_message":
+            self.show(one_line(clean_text(str(item.get("text", ""))), 300))
+        elif what == "error":  # a warning of Codex's own, not the turn's end
+            self.show(f"note: {one_line(clean_text(str(item.get('message', ''))), 200)}")
+        else:
+            self.tell("activity", {"state": AWAITING_MODEL})
+
+    def ended(self, status: int) -> None:
+        """Codex exited: its session's file is told if it was not yet, and the error
+        that ended its turn, if one did."""
+        self.tell_session()
+        if status != 0 and self.failed is not None:
+            self.tell("agent_error", error_news(self.failed, self.zone))
+        self.say("session ended", active=False)
+
+
+def run(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
+    """Run Codex (``argv``, with ``--json``) in this pane; its exit status."""
+    environ = os.environ if environ is None else environ
+    if not argv:
+        print("usage: ralph-dev hook codex-exec -- CODEX_ARGV...", file=sys.stderr)
+        return 2
+    home = environ.get("CODEX_HOME")
+    try:
+        worker = current_worker(environ)
+    except RalphError:  # its run dir unreadable: Codex still runs, unsupervised
+        worker = None
+    events = CodexEvents(worker, Path(home) if home else None, sys.stdout, local_zone(environ))
+    try:
+        child = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                 text=True, encoding="utf-8", errors="replace")
+    except OSError as exc:
+        print(f"ralph-dev: cannot run {argv[0]}: {exc.strerror}", file=sys.stderr)
+        return 127
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward)
+    assert child.stdout is not None
+    for line in child.stdout:
+        events.take(line)
+    status = child.wait()
+    events.ended(status)
+    return status
