@@ -9,6 +9,7 @@ the verify command are all real. Nobody presses a key: the launch from
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -122,15 +123,25 @@ def world(xdg: Path, jj_bin: str, tmux_socket: str, claude_bin: str,
         "iteration_cap = 8",
         "",
     ]))
+    with open_world(xdg, jj_bin, tmux_socket, config) as world:
+        yield world
+
+
+@contextlib.contextmanager
+def open_world(xdg: Path, jj_bin: str, tmux_socket: str, config: Path) -> Iterator[World]:
+    """Project ``demo`` of ``config``: its tmux session on the test's server, its tracker,
+    repository, store and the controller's end of the workers' mailboxes."""
     settings = load_project("demo", path=config)
     tmux = Tmux(settings.session_name, socket_name=tmux_socket)
     tmux.ensure_session(xdg, {"PATH": os.environ["PATH"]})
     tracker, jj, store = (LocalTracker(settings.paths.tracker_db, "DEMO"),
                           JjRepository.from_settings(settings), StateStore(settings.paths))
     controller = ControllerEnd(settings, store=store, tracker=tracker, jj=jj.workspaces)
-    yield World(xdg, settings, tracker, jj, store, tmux, jj_bin, controller)
-    tmux.kill_session()
-    controller.close()
+    try:
+        yield World(xdg, settings, tracker, jj, store, tmux, jj_bin, controller)
+    finally:
+        tmux.kill_session()
+        controller.close()
 
 
 def reported_done(world: World, issue: str) -> bool:

@@ -19,17 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from channel_kit import ControllerEnd
 from conftest import make_jj_repo, retry_until
+from test_claude_smoke import open_world
 
-from ralph_dev.adapters.jj import JjRepository
-from ralph_dev.adapters.store import StateStore, utcnow
-from ralph_dev.adapters.tmux import Tmux
-from ralph_dev.adapters.tracker.local import LocalTracker
+from ralph_dev.adapters.store import utcnow
 from ralph_dev.agent.codex import find_codex
 from ralph_dev.agent.launch import build_launch
 from ralph_dev.core.agent_profiles import CODEX
-from ralph_dev.core.config import load_project
 from ralph_dev.core.model import NewIssue, Role, StateType
 from ralph_dev.devtools.scripted_model import ScriptedWorker, Text, bash, conversation_text
 from ralph_dev.devtools.scripted_openai import FakeOpenAI
@@ -86,30 +82,27 @@ def test_codexs_usage_limit_is_read_with_the_zone_its_clock_printed_it_in() -> N
 
 @pytest.fixture
 def world(xdg: Path, jj_bin: str, tmux_socket: str, codex_bin: str) -> Iterator[Any]:
+    """A project whose workers run Codex; the real controller's windows
+    (``test_claude_smoke.controller_ticks``) open on the test's tmux server."""
     repo = make_jj_repo(xdg / "repo")
     config = xdg / "config" / "ralph-dev" / "config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text("\n".join([
         "[projects.demo]", f"repo = {json.dumps(str(repo))}", 'trunk = "main"',
+        f"tmux_socket = {json.dumps(tmux_socket)}",
         f"verify_command = {json.dumps('test -f ok.txt')}",
         "[projects.demo.tracker]", 'key = "DEMO"',
+        "[projects.demo.timing]", "poll_interval = 0.5",
         "[projects.demo.agent]", 'cli = "codex"', f"codex_bin = {json.dumps(codex_bin)}",
         'home = "isolated"', ""]))
-    settings = load_project("demo", path=config)
-    tmux = Tmux(settings.session_name, socket_name=tmux_socket)
-    tmux.ensure_session(xdg, {"PATH": os.environ["PATH"]})
-    tracker = LocalTracker(settings.paths.tracker_db, "DEMO")
-    jj = JjRepository.from_settings(settings)
-    store = StateStore(settings.paths)
-    controller = ControllerEnd(settings, store=store, tracker=tracker, jj=jj.workspaces)
-    yield settings, tracker, jj, store, tmux, controller
-    tmux.kill_session()
-    controller.close()
+    with open_world(xdg, jj_bin, tmux_socket, config) as made:
+        yield made
 
 
 def test_a_codex_worker_does_its_issue_confined_with_its_own_home_and_key(
         world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    settings, tracker, jj, store, tmux, controller = world
+    settings, tracker, jj, store, tmux, controller = (
+        world.settings, world.tracker, world.jj, world.store, world.tmux, world.controller)
     (issue,) = tracker.create_issues_sync([NewIssue(title="Add ok.txt $(touch /tmp/no)")])
     brain = ScriptedWorker({issue: [
         bash("echo fine > ok.txt && echo \"home=$CODEX_HOME key=${ANTHROPIC_API_KEY:-none}\" "
@@ -162,36 +155,8 @@ def test_a_codex_worker_does_its_issue_confined_with_its_own_home_and_key(
         assert record is not None and record.done
 
 
-@pytest.fixture
-def swarm_world(xdg: Path, jj_bin: str, tmux_socket: str, codex_bin: str) -> Iterator[Any]:
-    """A project whose workers run Codex, for the real controller to tick
-    (``test_claude_smoke.controller_ticks``): its windows open on the test's tmux server."""
-    from test_claude_smoke import World
-
-    repo = make_jj_repo(xdg / "repo")
-    config = xdg / "config" / "ralph-dev" / "config.toml"
-    config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text("\n".join([
-        "[projects.demo]", f"repo = {json.dumps(str(repo))}", 'trunk = "main"',
-        f"tmux_socket = {json.dumps(tmux_socket)}",
-        f"verify_command = {json.dumps('test -f ok.txt')}",
-        "[projects.demo.tracker]", 'key = "DEMO"',
-        "[projects.demo.timing]", "poll_interval = 0.5",
-        "[projects.demo.agent]", 'cli = "codex"', f"codex_bin = {json.dumps(codex_bin)}",
-        'home = "isolated"', ""]))
-    settings = load_project("demo", path=config)
-    tmux = Tmux(settings.session_name, socket_name=tmux_socket)
-    tmux.ensure_session(xdg, {"PATH": os.environ["PATH"]})
-    tracker, jj, store = (LocalTracker(settings.paths.tracker_db, "DEMO"),
-                          JjRepository.from_settings(settings), StateStore(settings.paths))
-    controller = ControllerEnd(settings, store=store, tracker=tracker, jj=jj.workspaces)
-    yield World(xdg, settings, tracker, jj, store, tmux, jj_bin, controller)
-    tmux.kill_session()
-    controller.close()
-
-
 def test_a_usage_limit_pauses_a_codex_worker_and_it_resumes_its_session_after_the_reset(
-        swarm_world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 35: the Responses API refuses Codex with its plan's usage limit (429
     ``usage_limit_reached``); ``codex exec`` ends its turn and exits, saying "try again at
     2:23 AM" in its local time. The swarm pauses until that minute, charging nothing; at
@@ -203,7 +168,6 @@ def test_a_usage_limit_pauses_a_codex_worker_and_it_resumes_its_session_after_th
     from ralph_dev.core.agent_faults import USAGE_LIMIT
     from ralph_dev.devtools.api_faults import openai_usage_limit
 
-    world = swarm_world
     limit = LimitFromFirstCall(past=0)  # a whole minute: Codex says the minute
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
     finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
