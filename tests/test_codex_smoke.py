@@ -225,3 +225,49 @@ def test_a_usage_limit_pauses_a_codex_worker_and_it_resumes_its_session_after_th
     reaped = next(e for e in events if e["event"] == "reap")
     assert "no attempt charged" in reaped["reason"] and "usage limit" in reaped["reason"]
     assert "ok.txt" in world.jj_out("file", "list", "-r", "main")
+
+
+def test_a_codex_turn_ending_on_a_question_reaches_a_person_and_the_answer_its_session(
+        world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: Codex ends its turn asking a person something and reports nothing; its
+    question goes on the issue (the label, a comment in its words), no attempt is charged,
+    and the person's answer starts the same session again (``codex exec resume``), which
+    then finishes the issue."""
+    from test_claude_smoke import controller_ticks
+
+    question = "Should the file hold JSON or YAML?"
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
+    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        said = conversation_text(request)
+        if "JSON, please." not in said:
+            return [Text(f"I can write it either way. {question}")]
+        return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
+
+    with FakeOpenAI(brain) as api:
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{api.url}/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+        tick = controller_ticks(world, world.settings)
+
+        def asked() -> bool:
+            found = world.tracker.get_sync(issue)
+            return "user-input-needed" in found.labels and any(
+                question in c.body for c in found.comments)
+
+        retry_until(lambda: (tick(), asked())[1], 120, 0.5, what="the question on the issue")
+        asked_calls = len(api.responses())
+        for _ in range(4):
+            tick()
+        assert len(api.responses()) == asked_calls  # it waits for the person
+        world.tracker.comment_sync(issue, "JSON, please.", by_ralph=False)
+        world.tracker.change_labels_sync(issue, add=["user-feedback-given"])
+        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
+                             is StateType.COMPLETED)[1], 180, 0.5,
+                    what="the issue done after the answer")
+    events = list(world.store.iter_events())
+    starts = [e for e in events if e["event"] == "spawn"]
+    assert [e["attempt"] for e in starts] == [1, 1] and starts[1].get("resume"), starts
+    assert "worker_blocked" in [e["event"] for e in events]
+    assert not [e for e in events if e["event"] in ("hold", "nudge", "restart")]
+    assert "ok.txt" in world.jj_out("file", "list", "-r", "main")

@@ -140,12 +140,13 @@ CODEX = AgentProfile(
     states={
         "busy": "`exec --json` events: turn.started, item.started/completed",
         "idle": "turn.completed; `exec` exits with its turn",
-        "asking": "not read: a question in its last message is not posted",
+        "asking": "its turn's last agent_message ends on a question, and it reported "
+                  "nothing",
         "rate_limited": "error / turn.failed naming a rate limit; `exec` exits non-zero",
         "out_of_quota": "error / turn.failed: \"You've hit your usage limit … try again at "
                         "2:23 AM\" (429 usage_limit_reached), its local time",
     },
-    supports={"resume": True, "live_state": True, "questions": False, "cost": True},
+    supports={"resume": True, "live_state": True, "questions": True, "cost": True},
 )
 
 GEMINI = AgentProfile(

@@ -11,6 +11,7 @@ what Claude Code's hooks tell it:
 * ``session``: the session id and its file (``sessions/…/rollout-*-ID.jsonl``), so a
   restart resumes it (``codex exec resume ID``);
 * ``state`` and ``activity``: what the agent does, so its silence is the model's;
+* ``blocked``: a question its turn ended on, when it reported nothing itself;
 * ``agent_error``: the error that ended its turn. Codex words a usage limit "You've
   hit your usage limit … try again at 2:23 AM" in its own local time; the zone is added
   to that text here, where it is known, so the controller reads the reset exactly as
@@ -35,8 +36,12 @@ from typing import IO, Any
 from ralph_dev.adapters import mailbox as ch
 from ralph_dev.core.errors import RalphError
 from ralph_dev.core.model import AWAITING_MODEL, WORKING
-from ralph_dev.inpane.asking import say
+from ralph_dev.core.questions import asked_question
+from ralph_dev.inpane.asking import ask_person, reported, say
 from ralph_dev.inpane.worker import Worker, clean_text, current_worker, one_line
+
+TELL_ERRORS = (ch.ChannelError, ch.ReportRefused, RalphError, OSError)
+"""What telling the controller may raise: none of it stops Codex or its pane."""
 
 _AGAIN_AT = re.compile(r"(try again at [^.()]*?\d{1,2}:\d{2}\s*[AP]M)(?!\s*\()", re.IGNORECASE)
 _USAGE = re.compile(r"hit your [\w -]*?limit|usage limit|quota", re.IGNORECASE)
@@ -81,15 +86,17 @@ class CodexEvents:
         self.session: str | None = None
         self.told_transcript = False
         self.failed: str | None = None
+        self.last_message = ""
+        """The agent's last message of its turn: a question in it goes to a person."""
 
     def tell(self, kind: str, fields: dict[str, Any]) -> None:
         if self.worker is not None:
-            with contextlib.suppress(Exception):  # the controller hears the outbox later
+            with contextlib.suppress(*TELL_ERRORS):  # the controller hears the outbox later
                 ch.tell(self.worker.run_dir, kind, fields)
 
     def say(self, doing: str, *, active: bool) -> None:
         if self.worker is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*TELL_ERRORS):
                 say(self.worker, doing, active=active)
 
     def show(self, line: str) -> None:
@@ -158,7 +165,8 @@ class CodexEvents:
             self.show(f"  exit {item.get('exit_code')}")
             self.tell("activity", {"state": AWAITING_MODEL})
         elif what == "agent_message":
-            self.show(one_line(clean_text(str(item.get("text", ""))), 300))
+            self.last_message = str(item.get("text", ""))
+            self.show(one_line(clean_text(self.last_message), 300))
         elif what == "error":  # a warning of Codex's own, not the turn's end
             self.show(f"note: {one_line(clean_text(str(item.get('message', ''))), 200)}")
         else:
@@ -170,7 +178,20 @@ class CodexEvents:
         self.tell_session()
         if status != 0 and self.failed is not None:
             self.tell("agent_error", error_news(self.failed, self.zone))
+        elif status == 0 and self.worker is not None:
+            self.ask_if_asked(self.worker)
         self.say("session ended", active=False)
+
+    def ask_if_asked(self, worker: Worker) -> None:
+        """A turn that ended asking a person something, with no report of its own: the
+        question goes on the issue as ``worker blocked`` puts it (``inpane.asking``); the
+        person's answer starts this session again (``codex exec resume``)."""
+        question = asked_question(self.last_message)
+        if question is None:
+            return
+        with contextlib.suppress(*TELL_ERRORS):  # refused, or its run dir unreadable
+            if reported(worker) is None:
+                ask_person(worker, question, "a question ending its Codex turn")
 
 
 def run(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
