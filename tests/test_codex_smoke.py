@@ -9,6 +9,7 @@ which the controller's end of the mailbox receives and writes back to the tracke
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -270,4 +271,53 @@ def test_a_codex_turn_ending_on_a_question_reaches_a_person_and_the_answer_its_s
     assert [e["attempt"] for e in starts] == [1, 1] and starts[1].get("resume"), starts
     assert "worker_blocked" in [e["event"] for e in events]
     assert not [e for e in events if e["event"] in ("hold", "nudge", "restart")]
+    assert "ok.txt" in world.jj_out("file", "list", "-r", "main")
+
+
+def test_a_crashed_codex_is_resumed_in_its_own_session(
+        world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: Codex dies mid-task (kill -9 of everything in its workspace, a call to
+    the model hanging); its next attempt is ``codex exec resume`` of the session its
+    supervisor told: the model sees the first step in the history and goes on."""
+    import dataclasses
+    import signal
+
+    from test_claude_smoke import controller_ticks, working_in
+
+    from ralph_dev.core.config import Timing
+    from ralph_dev.devtools.api_faults import Hang
+
+    settings = dataclasses.replace(world.settings, timing=Timing(
+        poll_interval=0.5, retry_base=0.5, retry_cap=1))
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Two steps")])
+    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'two steps'"
+    crashed = {"yet": False}
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        said = conversation_text(request)
+        if "echo step-one" not in said:
+            return [bash("echo step-one > one.txt", "step one")]
+        if not crashed["yet"]:
+            return [Hang()]  # the agent dies while it waits here
+        return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
+
+    with FakeOpenAI(brain) as api:
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{api.url}/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+        tick = controller_ticks(world, settings)
+        retry_until(lambda: (tick(), len(api.responses()) >= 2
+                             and world.store.load_record(issue).session_id)[1], 120, 0.5,
+                    what="the hanging second call, the session told")
+        session = world.store.load_record(issue).session_id
+        workspace = world.jj.workspaces.workspace_path(issue)
+        crashed["yet"] = True
+        for pid in working_in(workspace):  # kill -9 of the agent, its supervisor, shells
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
+                             is StateType.COMPLETED)[1], 180, 0.5,
+                    what="the issue done after the crash")
+    starts = [e for e in world.store.iter_events() if e["event"] == "spawn"]
+    assert [e["attempt"] for e in starts] == [1, 2], starts
+    assert starts[1].get("resume") == session  # the same session goes on
     assert "ok.txt" in world.jj_out("file", "list", "-r", "main")

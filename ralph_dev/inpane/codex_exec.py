@@ -84,6 +84,7 @@ class CodexEvents:
         self.out = out
         self.zone = zone
         self.session: str | None = None
+        self.told_id = False
         self.told_transcript = False
         self.failed: str | None = None
         self.last_message = ""
@@ -112,11 +113,14 @@ class CodexEvents:
         return found[-1] if found else None
 
     def tell_session(self) -> None:
-        """The session and (when it is there) its file: what a restart resumes."""
+        """The session, and its file once it is there: what a restart resumes. Said once
+        without the file and once with it."""
         if self.session is None or self.told_transcript:
             return
         path = self.transcript()
-        self.told_transcript = path is not None
+        if path is None and self.told_id:
+            return
+        self.told_id, self.told_transcript = True, path is not None
         self.tell("session", {"session_id": self.session,
                               "transcript_path": str(path) if path else None})
 
@@ -131,11 +135,12 @@ class CodexEvents:
                 self.show(one_line(clean_text(line), 300))
             return
         kind = event.get("type")
+        self.tell_session()  # its file, once Codex wrote it: a crash resumes from it
         item: dict[str, Any] = event["item"] if isinstance(event.get("item"), dict) else {}
         if kind == "thread.started" and isinstance(event.get("thread_id"), str):
             self.session = event["thread_id"]
             self.show(f"session {self.session}")
-            self.tell_session()
+            self.tell_session()  # the id now, its file once it is there
         elif kind == "turn.started":
             self.say(WORKING, active=True)
         elif kind == "item.started" and item.get("type") == "command_execution":
