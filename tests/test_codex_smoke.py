@@ -321,3 +321,86 @@ def test_a_crashed_codex_is_resumed_in_its_own_session(
     assert [e["attempt"] for e in starts] == [1, 2], starts
     assert starts[1].get("resume") == session  # the same session goes on
     assert "ok.txt" in world.jj_out("file", "list", "-r", "main")
+
+
+def test_a_run_of_5xx_codex_gives_up_on_pauses_the_swarm_free_and_it_goes_on(
+        world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: the Responses API answers 500 for a minute. Codex retries by itself, then
+    ends its turn on it and exits; that is an outage (no attempt charged): the swarm
+    pauses for its backoff, and the worker goes on in its session once the API answers."""
+    import dataclasses
+
+    from test_claude_smoke import controller_ticks
+
+    from ralph_dev.core.config import Timing
+    from ralph_dev.devtools.api_faults import Refusal
+
+    settings = dataclasses.replace(world.settings, timing=Timing(
+        poll_interval=0.5, stall_timeout=600, restart_timeout=600, outage_wait=5))
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
+    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
+    failing: list[float] = []
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        said = conversation_text(request)
+        if "echo started" not in said:
+            return [bash("echo started > started.txt", "start")]
+        failing.append(time.time())
+        if failing[-1] - failing[0] < 60:
+            return [Refusal(500, "server_error", "The server had an error processing your "
+                                                 "request.")]
+        return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
+
+    with FakeOpenAI(brain) as api:
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{api.url}/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+        tick = controller_ticks(world, settings)
+        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
+                             is StateType.COMPLETED)[1], 240, 0.5,
+                    what=f"{issue} done after the outage")
+    events = list(world.store.iter_events())
+    assert [e for e in events if e["event"] == "agent_api_error"]  # Codex gave up at least once
+    assert [e for e in events if e["event"] == "swarm_paused"]
+    starts = [e for e in events if e["event"] == "spawn"]
+    assert {e["attempt"] for e in starts} == {1} and all(e.get("resume") for e in starts[1:])
+    assert not [e for e in events if e["event"] == "hold"]
+
+
+def test_a_hung_codex_call_is_restarted_in_its_own_session(
+        world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: a model call that never answers (Codex's own events stop) is a hang:
+    after ``hang_timeout`` the worker is restarted in its own session, free."""
+    import dataclasses
+
+    from test_claude_smoke import controller_ticks
+
+    from ralph_dev.core.config import Timing
+    from ralph_dev.devtools.api_faults import Hang
+
+    settings = dataclasses.replace(world.settings, timing=Timing(
+        poll_interval=0.5, stall_timeout=600, restart_timeout=600, hang_timeout=10))
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
+    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
+    hung: list[float] = []
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        said = conversation_text(request)
+        if "echo started" not in said:
+            return [bash("echo started > started.txt", "start")]
+        if not hung:
+            hung.append(time.time())
+            return [Hang(120)]
+        return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
+
+    with FakeOpenAI(brain) as api:
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{api.url}/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+        tick = controller_ticks(world, settings)
+        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
+                             is StateType.COMPLETED)[1], 240, 0.5,
+                    what=f"{issue} done after the hang")
+    events = list(world.store.iter_events())
+    restarts = [e for e in events if e["event"] == "restart"]
+    assert restarts and "has not answered" in restarts[0]["reason"], restarts
+    assert "no attempt charged" in restarts[0]["reason"] and restarts[0].get("resume")
+    assert not [e for e in events if e["event"] == "hold"]
