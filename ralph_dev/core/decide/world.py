@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -124,6 +125,8 @@ class World:
         lab = self.settings.labels
         self._holds = frozenset({_folded(lab.hold), _folded(lab.user_input_needed)})
         self._feedback = _folded(lab.user_feedback_given)
+        self._review = self.settings.review_state
+        self._review_folded = self._review.casefold()
 
     @classmethod
     def build(cls, observed: Observed, settings: ProjectSettings) -> World:
@@ -212,10 +215,11 @@ class World:
         return any(w.alive for w in self.windows.get(ident, ()))
 
     def in_review_state(self, issue: Issue) -> bool:
-        return issue.state_name.casefold() == self.settings.review_state.casefold()
+        name = issue.state_name
+        return name == self._review or name.casefold() == self._review_folded
 
-    def kids(self, ident: str) -> set[str]:
-        return self.children.get(ident, set())
+    def kids(self, ident: str) -> AbstractSet[str]:
+        return self.children.get(ident, NO_LABELS)
 
     def blocker_of(self, issue: Issue) -> str | None:
         """The first unsettled issue that blocks ``issue`` or one of its ancestors.
