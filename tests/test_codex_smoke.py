@@ -404,3 +404,41 @@ def test_a_hung_codex_call_is_restarted_in_its_own_session(
     assert restarts and "has not answered" in restarts[0]["reason"], restarts
     assert "no attempt charged" in restarts[0]["reason"] and restarts[0].get("resume")
     assert not [e for e in events if e["event"] == "hold"]
+
+
+def test_a_chatgpt_plans_windows_codex_read_reach_the_accounts_pacing(
+        world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36 item 3, OpenAI's half: each answer states the plan's 5-hour and weekly
+    windows (``x-codex-primary-*``, ``x-codex-secondary-*``); Codex writes them to its
+    session file, its supervisor tells the controller, and the account's windows (what
+    pacing, ``status`` and ``/metrics`` read) are those."""
+    from datetime import UTC, datetime
+
+    from test_claude_smoke import controller_ticks
+
+    from ralph_dev.adapters.accounts import AccountWindows, account_of
+
+    reset = int(time.time()) + 3 * 3600
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
+    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
+
+    def windows() -> dict[str, str]:
+        return {"x-codex-primary-used-percent": "42.5", "x-codex-primary-window-minutes": "300",
+                "x-codex-primary-reset-at": str(reset),
+                "x-codex-secondary-used-percent": "13", "x-codex-secondary-window-minutes":
+                "10080", "x-codex-secondary-reset-at": str(reset + 86400)}
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        return [Text("Done.")] if "touch ok.txt" in conversation_text(request) \
+            else [bash(finish)]
+
+    with FakeOpenAI(brain, answer_headers=windows) as api:
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{api.url}/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+        account = account_of(world.settings, os.environ)
+        tick = controller_ticks(world, world.settings)
+        seen = retry_until(lambda: (tick(), AccountWindows(account).read(
+            datetime.now(UTC)))[1], 120, 0.5, what="the plan's windows, told")
+    five, seven = sorted(seen, key=lambda w: w.name)
+    assert (five.name, five.used, five.resets_at.timestamp()) == ("five_hour", 0.425, reset)
+    assert (seven.name, seven.used) == ("seven_day", 0.13)

@@ -17,7 +17,7 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -160,9 +160,12 @@ class FakeOpenAI(LoopbackServer):
 
     name = "fake-openai"
 
-    def __init__(self, brain: Brain, *, host: str = "127.0.0.1") -> None:
+    def __init__(self, brain: Brain, *, host: str = "127.0.0.1",
+                 answer_headers: Callable[[], Mapping[str, str]] | None = None) -> None:
         super().__init__(host)
         self.brain = brain
+        self.answer_headers = answer_headers
+        """Headers of each answer (a ChatGPT plan's usage windows: ``x-codex-primary-*``)."""
         self.requests: list[Recorded] = []
         self.errors: list[str] = []
         self.answers: list[list[Block]] = []
@@ -214,8 +217,9 @@ class FakeOpenAI(LoopbackServer):
                 {"error": {"type": refused[0].error_type, "code": code,
                            "message": refused[0].message, **refused[0].detail}},
                 status=refused[0].status, headers=dict(refused[0].headers))
-        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                             "Cache-Control": "no-cache"})
+        stream = web.StreamResponse(headers={
+            "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+            **(self.answer_headers() if self.answer_headers else {})})
         await stream.prepare(request)
         if any(isinstance(b, Malformed) for b in blocks):
             await stream.write(b"event: response.created\ndata: {not json at all\n\n")

@@ -12,6 +12,8 @@ what Claude Code's hooks tell it:
   restart resumes it (``codex exec resume ID``);
 * ``state`` and ``activity``: what the agent does, so its silence is the model's;
 * ``blocked``: a question its turn ended on, when it reported nothing itself;
+* ``windows``: a ChatGPT plan's 5-hour and weekly windows, which Codex reads from each
+  answer's headers and writes to its session file (pacing, ``core.pacing``);
 * ``agent_error``: the error that ended its turn. Codex words a usage limit "You've
   hit your usage limit … try again at 2:23 AM" in its own local time; the zone is added
   to that text here, where it is known, so the controller reads the reset exactly as
@@ -38,6 +40,7 @@ from ralph_dev.core.errors import RalphError
 from ralph_dev.core.model import AWAITING_MODEL, WORKING
 from ralph_dev.core.questions import asked_question
 from ralph_dev.inpane.asking import ask_person, reported, say
+from ralph_dev.inpane.hooks import tell_windows
 from ralph_dev.inpane.worker import Worker, clean_text, current_worker, one_line
 
 TELL_ERRORS = (ch.ChannelError, ch.ReportRefused, RalphError, OSError)
@@ -65,6 +68,31 @@ def local_zone(environ: Mapping[str, str] | None = None) -> str:
     return "UTC"
 
 
+WINDOW_NAMES = {300: "five_hour", 10080: "seven_day"}
+"""A ChatGPT plan's windows by their length in minutes, named as Claude Code names a
+subscriber's (``core.pacing``)."""
+
+READ_AT_MOST = 4 * 2**20
+"""Session-file bytes read for the windows at a time."""
+
+
+def plan_windows(rate_limits: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Codex's ``rate_limits`` (its ``primary`` and ``secondary`` window: used percent,
+    length, reset) as a ``windows`` report says them; a window of another length is left
+    out (pacing knows the two)."""
+    out: dict[str, dict[str, float]] = {}
+    for key in ("primary", "secondary"):
+        window = rate_limits.get(key)
+        if not isinstance(window, Mapping):
+            continue
+        minutes = window.get("window_minutes")
+        name = WINDOW_NAMES.get(minutes) if isinstance(minutes, int) else None
+        used, reset = window.get("used_percent"), window.get("resets_at")
+        if name and isinstance(used, int | float) and isinstance(reset, int | float):
+            out[name] = {"used_percentage": float(used), "resets_at": float(reset)}
+    return out
+
+
 def error_news(message: str, zone: str) -> dict[str, Any]:
     """The ``agent_error`` report for the error that ended Codex's turn: its kind (as
     Claude Code's StopFailure names them) and its text, a stated reset with its zone."""
@@ -89,6 +117,8 @@ class CodexEvents:
         self.failed: str | None = None
         self.last_message = ""
         """The agent's last message of its turn: a question in it goes to a person."""
+        self.read_to = 0
+        """How far its session file was read for the account's windows."""
 
     def tell(self, kind: str, fields: dict[str, Any]) -> None:
         if self.worker is not None:
@@ -154,6 +184,7 @@ class CodexEvents:
             self.show(f"turn done ({usage.get('input_tokens', '?')} tokens in, "
                       f"{usage.get('output_tokens', '?')} out)")
             self.tell_session()
+            self.tell_windows()
         elif kind in ("error", "turn.failed"):
             error: dict[str, Any] = event["error"] if isinstance(event.get("error"), dict) \
                 else event
@@ -164,11 +195,38 @@ class CodexEvents:
             if kind == "error":  # it may retry by itself ("Reconnecting… 2/5"): alive
                 self.tell("activity", {"state": AWAITING_MODEL})
 
+    def tell_windows(self) -> None:
+        """The account's usage windows Codex read from its last answer's headers and
+        wrote to its session file (``token_count``'s ``rate_limits``), when they changed:
+        the controller paces the account's starts by them."""
+        path = self.transcript()
+        if path is None or self.worker is None:
+            return
+        try:
+            with path.open("rb") as file:
+                file.seek(self.read_to)
+                chunk = file.read(READ_AT_MOST)
+        except OSError:
+            return
+        whole = chunk[:chunk.rfind(b"\n") + 1]
+        self.read_to += len(whole)
+        found: dict[str, dict[str, float]] = {}
+        for line in whole.splitlines():
+            if b'"rate_limits"' not in line:
+                continue
+            with contextlib.suppress(ValueError, AttributeError):
+                limits = json.loads(line)["payload"]["rate_limits"]
+                found = plan_windows(limits) if isinstance(limits, dict) else found
+        if found:
+            with contextlib.suppress(*TELL_ERRORS):
+                tell_windows(self.worker, found)
+
     def completed(self, item: Mapping[str, Any]) -> None:
         what = item.get("type")
         if what == "command_execution":
             self.show(f"  exit {item.get('exit_code')}")
             self.tell("activity", {"state": AWAITING_MODEL})
+            self.tell_windows()
         elif what == "agent_message":
             self.last_message = str(item.get("text", ""))
             self.show(one_line(clean_text(self.last_message), 300))

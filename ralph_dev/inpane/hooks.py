@@ -346,16 +346,22 @@ def status_line(worker: Worker, payload: Mapping[str, Any]) -> str:
     ``rate_limits``); a change goes to the controller, which paces the swarm's starts."""
     windows = payload.get("rate_limits")
     if isinstance(windows, dict) and windows:
-        told = worker.run_dir / WINDOWS_FILE
-        said = json.dumps(windows, sort_keys=True)
-        try:
-            last = told.read_text(encoding="utf-8")
-        except OSError:
-            last = None
-        if said != last and len(said) <= ch.REPORT_LIMIT // 4:
-            ch.tell(worker.run_dir, "windows", {"rate_limits": json.loads(said)})
-            told.write_text(said, encoding="utf-8")
+        tell_windows(worker, windows)
     return f"ralph-dev {worker.issue}"
+
+
+def tell_windows(worker: Worker, windows: Mapping[str, Any]) -> None:
+    """The account's usage windows (name → ``used_percentage``, ``resets_at``) to the
+    controller, when they changed since this worker last told them."""
+    told = worker.run_dir / WINDOWS_FILE
+    said = json.dumps(windows, sort_keys=True)
+    try:
+        last = told.read_text(encoding="utf-8")
+    except OSError:
+        last = None
+    if said != last and len(said) <= ch.REPORT_LIMIT // 4:
+        ch.tell(worker.run_dir, "windows", {"rate_limits": json.loads(said)})
+        told.write_text(said, encoding="utf-8")
 
 
 # --- Stop ---------------------------------------------------------------------------------
