@@ -37,7 +37,7 @@ from typing import IO, Any
 
 from ralph_dev.adapters import mailbox as ch
 from ralph_dev.core.errors import RalphError
-from ralph_dev.core.model import AWAITING_MODEL, WORKING
+from ralph_dev.core.model import AWAITING_MODEL, SESSION_ID_RE, WORKING
 from ralph_dev.core.questions import asked_question
 from ralph_dev.inpane.asking import ask_person, reported, say
 from ralph_dev.inpane.hooks import tell_windows
@@ -167,7 +167,8 @@ class CodexEvents:
         kind = event.get("type")
         self.tell_session()  # its file, once Codex wrote it: a crash resumes from it
         item: dict[str, Any] = event["item"] if isinstance(event.get("item"), dict) else {}
-        if kind == "thread.started" and isinstance(event.get("thread_id"), str):
+        if kind == "thread.started" and isinstance(event.get("thread_id"), str) \
+                and SESSION_ID_RE.fullmatch(event["thread_id"]):
             self.session = event["thread_id"]
             self.show(f"session {self.session}")
             self.tell_session()  # the id now, its file once it is there
@@ -183,7 +184,6 @@ class CodexEvents:
                 else {}
             self.show(f"turn done ({usage.get('input_tokens', '?')} tokens in, "
                       f"{usage.get('output_tokens', '?')} out)")
-            self.tell_session()
             self.tell_windows()
         elif kind in ("error", "turn.failed"):
             error: dict[str, Any] = event["error"] if isinstance(event.get("error"), dict) \
