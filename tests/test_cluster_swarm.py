@@ -191,8 +191,8 @@ def test_the_demo_runs_on_a_cluster_of_two_nodes_and_leaves_nothing_running(
     with one_cluster_at_a_time(tmp_path_factory.getbasetemp()):
         before = raylets()
         proc = subprocess.run([sys.executable, "-m", "ralph_dev", "demo", "--cluster", "2",
-                               "--scripted", "--workers", "4", "--timeout", "480"],
-                              env=env, capture_output=True, text=True, timeout=600,
+                               "--scripted", "--workers", "4", "--timeout", "720"],
+                              env=env, capture_output=True, text=True, timeout=840,
                               stdin=subprocess.DEVNULL, check=False)
         out = proc.stdout
         assert proc.returncode == 0, out + proc.stderr

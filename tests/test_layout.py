@@ -35,6 +35,7 @@ TOOL_HOMES = {
     "subprocess": {"adapters/process.py", "adapters/verify.py", "adapters/verify_runs.py",
                    "adapters/tmux.py",
                    "agent/supervisor.py", "adapters/processes.py", "adapters/notify.py",
+                   "inpane/codex_exec.py",
                    "devtools/demo.py", "devtools/demo_agent.py"},
     "os.exec": {"adapters/tmux.py", "inpane/exec_launch.py"},
     "import libtmux": {"adapters/tmux.py"},  # only doctor's tmux version: tmux_version()
@@ -46,7 +47,7 @@ tool ralph-dev waits for (jj, tmux, git, gh, bwrap, systemctl, claude --version)
 on the one command runner, adapters/process.py; the rest are long-lived processes with
 their own lifecycle (verify's /bin/sh, the merge lane's detached verify runner, the agent
 supervisor, the daemon, a notify command, a cluster worker's tmux server leashed to its
-node) or the pane's exec of its agent."""
+node, Codex under its supervisor in its pane) or the pane's exec of its agent."""
 
 def modules() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)

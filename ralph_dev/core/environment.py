@@ -149,8 +149,8 @@ OWN_VARIABLES = frozenset({
 """``RALPH_DEV_*`` variables that are no setting: ralph-dev sets them for its own
 processes or reads them elsewhere. Any other is a setting (``core.config``), or a
 mistake said as one."""
-OWN_PREFIXES = ("RALPH_DEV_DEMO_", "RALPH_DEV_TEST_")
-"""The demo agent's and the test suite's own variables."""
+OWN_PREFIXES = ("RALPH_DEV_DEMO_", "RALPH_DEV_TEST_", "RALPH_DEV_COMPAT")
+"""The demo agent's, the test suite's and ``scripts/compat.sh``'s own variables."""
 
 
 def worker_identity(*, issue: str, role: str, workspace: str, attempt: int) -> dict[str, str]:
