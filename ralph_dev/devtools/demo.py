@@ -348,13 +348,7 @@ def _run_swarm(root: Path, env: dict[str, str], socket: str, cli: tuple[str, str
     config.write_text(config.read_text() + (
         f"\n[projects.{PROJECT}.timing]\npoll_interval = 1.0\nhealth_interval = 5\n"
         "retry_base = 2\nretry_cap = 10\nstall_timeout = 120\nrestart_timeout = 120\n"
-    ) + (f'\n[projects.{PROJECT}.agent]\nrunner = "claude"\ncli = "{cli[0]}"\n'
-         f'{PROFILES[cli[0]].bin_setting} = "{cli[1]}"\nhome = "isolated"\n'
-         if cli else "") + (
-        f'{PROFILES[review[0]].bin_setting} = "{review[1]}"\n'
-        f'\n[projects.{PROJECT}.roles.review]\ncli = "{review[0]}"\n'
-        if cli and review and review[0] != cli[0] else
-        f'\n[projects.{PROJECT}.roles.review]\ncli = "{review[0]}"\n' if review else ""))
+    ) + _agent_tables(cli, review))
     if review is not None:  # every execute worker's done goes to review first
         text = config.read_text()
         config.write_text(text.replace(f"[projects.{PROJECT}]\n",
@@ -377,6 +371,20 @@ def _run_swarm(root: Path, env: dict[str, str], socket: str, cli: tuple[str, str
     echo(_cli(env, "status", PROJECT, check=False).stdout)
     echo("Demo " + ("finished: every issue is Done." if ok else "stopped before the end."))
     return 0 if ok else 1
+
+
+def _agent_tables(cli: tuple[str, str] | None, review: tuple[str, str] | None) -> str:
+    """The demo project's agent table (its CLI, and the review CLI's program) and, with a
+    review step, the review role's table."""
+    if cli is None:
+        return ""
+    out = (f'\n[projects.{PROJECT}.agent]\nrunner = "claude"\ncli = "{cli[0]}"\n'
+           f'{PROFILES[cli[0]].bin_setting} = {json.dumps(cli[1])}\nhome = "isolated"\n')
+    if review is not None:
+        if review[0] != cli[0]:
+            out += f'{PROFILES[review[0]].bin_setting} = {json.dumps(review[1])}\n'
+        out += f'\n[projects.{PROJECT}.roles.review]\ncli = "{review[0]}"\n'
+    return out
 
 
 def _watch(env: dict[str, str], timeout: float, echo: Callable[[str], None],
