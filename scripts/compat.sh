@@ -10,7 +10,8 @@
 #                                                 # them already: scripts/test.sh)
 #   RALPH_DEV_COMPAT_VERSIONS="codex=0.172.0" scripts/compat.sh codex   # a given version
 #
-# Each version is installed once under ~/.cache/ralph-dev/compat/NAME-VERSION. The tests
+# Each version is installed once under ~/.cache/ralph-dev/compat/NAME-VERSION, the
+# tests' whole output left in NAME-VERSION.log beside it. The tests
 # run with RALPH_DEV_COMPAT=1, which lets a CLI test take a version other than the pinned
 # one. Exit status: 0 when every newest version passed, 1 otherwise.
 set -euo pipefail
@@ -46,12 +47,15 @@ install_version() {  # PACKAGE VERSION PROGRAM DIR: the program's path, installe
   echo "$dir/node_modules/.bin/$program"
 }
 
-run_tests() {  # VARIABLE PROGRAM TESTS...: "N passed, M failed" from pytest's summary
-  local variable=$1 program=$2 summary
-  shift 2
-  summary=$(env "$variable=$program" RALPH_DEV_COMPAT=1 \
-    python -m pytest -q -p no:cacheprovider -n "${RALPH_DEV_TEST_WORKERS:-2}" "$@" 2>&1 | tail -n 1) || true
-  echo "${summary//=/}" | sed 's/^ *//; s/ in [0-9.]*s.*$//'
+run_tests() {  # LOG VARIABLE PROGRAM TESTS...: "N passed, M failed" from pytest's summary,
+  # and the tests that broke; the whole output in LOG
+  local log=$1 variable=$2 program=$3 summary broke
+  shift 3
+  env "$variable=$program" RALPH_DEV_COMPAT=1 \
+    python -m pytest -q -p no:cacheprovider -n "${RALPH_DEV_TEST_WORKERS:-2}" "$@" >"$log" 2>&1 || true
+  summary=$(tail -n 1 "$log")
+  broke=$(sed -n 's/^\(FAILED\|ERROR\) tests\/\([^ ]*\).*/\2/p' "$log" | sed 's/.*:://' | paste -sd, - | sed 's/,/, /g')
+  echo "$(echo "${summary//=/}" | sed 's/^ *//; s/ in [0-9.]*s.*$//')${broke:+ (broke: $broke)}"
 }
 
 only=${1:-}
@@ -64,8 +68,8 @@ for entry in "${CLIS[@]}"; do
   pinned_result="tested by scripts/test.sh"
   if [ "${RALPH_DEV_COMPAT_PINNED:-0}" = 1 ]; then
     # shellcheck disable=SC2086  # the test files are words
-    pinned_result=$(run_tests "$variable" "$(install_version "$package" "$pinned" "$program" \
-      "$CACHE/$name-$pinned")" $tests)
+    pinned_result=$(run_tests "$CACHE/$name-$pinned.log" "$variable" \
+      "$(install_version "$package" "$pinned" "$program" "$CACHE/$name-$pinned")" $tests)
   fi
   if [ "$newest" = "unknown" ]; then
     newest_result="npm view $package failed: no registry?"
@@ -74,8 +78,8 @@ for entry in "${CLIS[@]}"; do
     newest_result="(the pinned one)"
   else
     # shellcheck disable=SC2086
-    newest_result=$(run_tests "$variable" "$(install_version "$package" "$newest" "$program" \
-      "$CACHE/$name-$newest")" $tests)
+    newest_result=$(run_tests "$CACHE/$name-$newest.log" "$variable" \
+      "$(install_version "$package" "$newest" "$program" "$CACHE/$name-$newest")" $tests)
     case "$newest_result" in *failed*|*error*|"") broke=1 ;; esac
   fi
   rows+=("| $name | $pinned: $pinned_result | $newest: $newest_result |")
