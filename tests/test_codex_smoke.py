@@ -15,7 +15,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -323,33 +323,21 @@ def test_a_crashed_codex_is_resumed_in_its_own_session(
     assert "ok.txt" in world.jj_out("file", "list", "-r", "main")
 
 
-def test_a_run_of_5xx_codex_gives_up_on_pauses_the_swarm_free_and_it_goes_on(
-        world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 35: the Responses API answers 500 for a minute. Codex retries by itself, then
-    ends its turn on it and exits; that is an outage (no attempt charged): the swarm
-    pauses for its backoff, and the worker goes on in its session once the API answers."""
-    import dataclasses
-
+def through_a_fault(world: Any, monkeypatch: pytest.MonkeyPatch, settings: Any,
+                    fault: Callable[[], list[Any]]) -> list[dict[str, Any]]:
+    """One Codex worker adds ok.txt: its first step, then ``fault()`` answers each call
+    while it says something, then the finish; the real controller ticks until the issue
+    is done. Its events."""
     from test_claude_smoke import controller_ticks
 
-    from ralph_dev.core.config import Timing
-    from ralph_dev.devtools.api_faults import Refusal
-
-    settings = dataclasses.replace(world.settings, timing=Timing(
-        poll_interval=0.5, stall_timeout=600, restart_timeout=600, outage_wait=5))
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
     finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
-    failing: list[float] = []
 
     def brain(request: dict[str, Any]) -> list[Any]:
         said = conversation_text(request)
         if "echo started" not in said:
             return [bash("echo started > started.txt", "start")]
-        failing.append(time.time())
-        if failing[-1] - failing[0] < 60:
-            return [Refusal(500, "server_error", "The server had an error processing your "
-                                                 "request.")]
-        return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
+        return fault() or ([Text("Done.")] if "touch ok.txt" in said else [bash(finish)])
 
     with FakeOpenAI(brain) as api:
         monkeypatch.setenv("OPENAI_BASE_URL", f"{api.url}/v1")
@@ -357,8 +345,33 @@ def test_a_run_of_5xx_codex_gives_up_on_pauses_the_swarm_free_and_it_goes_on(
         tick = controller_ticks(world, settings)
         retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
                              is StateType.COMPLETED)[1], 240, 0.5,
-                    what=f"{issue} done after the outage")
-    events = list(world.store.iter_events())
+                    what=f"{issue} done after the fault: {api.errors}")
+    return list(world.store.iter_events())
+
+
+def test_a_run_of_5xx_codex_gives_up_on_pauses_the_swarm_free_and_it_goes_on(
+        world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: the Responses API answers 500 for a minute. Codex retries by itself, then
+    ends its turn on it and exits; that is an outage (no attempt charged): the swarm
+    pauses for its backoff, and the worker goes on in its session once the API answers."""
+    import dataclasses
+
+    from ralph_dev.core.config import Timing
+    from ralph_dev.devtools.api_faults import Refusal
+
+    first: list[float] = []
+
+    def failing() -> list[Any]:
+        if not first:
+            first.append(time.time())
+        if time.time() - first[0] < 60:
+            return [Refusal(500, "server_error", "The server had an error processing your "
+                                                 "request.")]
+        return []
+
+    events = through_a_fault(world, monkeypatch, dataclasses.replace(
+        world.settings, timing=Timing(poll_interval=0.5, stall_timeout=600,
+                                      restart_timeout=600, outage_wait=5)), failing)
     assert [e for e in events if e["event"] == "agent_api_error"]  # Codex gave up at least once
     assert [e for e in events if e["event"] == "swarm_paused"]
     starts = [e for e in events if e["event"] == "spawn"]
@@ -372,34 +385,20 @@ def test_a_hung_codex_call_is_restarted_in_its_own_session(
     after ``hang_timeout`` the worker is restarted in its own session, free."""
     import dataclasses
 
-    from test_claude_smoke import controller_ticks
-
     from ralph_dev.core.config import Timing
     from ralph_dev.devtools.api_faults import Hang
 
-    settings = dataclasses.replace(world.settings, timing=Timing(
-        poll_interval=0.5, stall_timeout=600, restart_timeout=600, hang_timeout=10))
-    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
-    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
     hung: list[float] = []
 
-    def brain(request: dict[str, Any]) -> list[Any]:
-        said = conversation_text(request)
-        if "echo started" not in said:
-            return [bash("echo started > started.txt", "start")]
-        if not hung:
-            hung.append(time.time())
-            return [Hang(120)]
-        return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
+    def hanging() -> list[Any]:
+        if hung:
+            return []
+        hung.append(time.time())
+        return [Hang(120)]
 
-    with FakeOpenAI(brain) as api:
-        monkeypatch.setenv("OPENAI_BASE_URL", f"{api.url}/v1")
-        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
-        tick = controller_ticks(world, settings)
-        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
-                             is StateType.COMPLETED)[1], 240, 0.5,
-                    what=f"{issue} done after the hang")
-    events = list(world.store.iter_events())
+    events = through_a_fault(world, monkeypatch, dataclasses.replace(
+        world.settings, timing=Timing(poll_interval=0.5, stall_timeout=600,
+                                      restart_timeout=600, hang_timeout=10)), hanging)
     restarts = [e for e in events if e["event"] == "restart"]
     assert restarts and "has not answered" in restarts[0]["reason"], restarts
     assert "no attempt charged" in restarts[0]["reason"] and restarts[0].get("resume")
