@@ -4,11 +4,11 @@ Every assistant message Claude Code writes to its transcript (one JSON object pe
 line) carries the model and the API's ``usage``: input, output, cache-write and
 cache-read tokens. A message split over several lines (one per content block)
 repeats the same usage under the same message id: it is counted once. Codex's session
-file says its session's running token totals (``token_count``) and each turn's model. The price is
-an estimate from a per-model table (USD per million tokens; a model matches the
-first key its name contains), with defaults for the Claude families and overrides in
-config (``[costs.prices]``). Budgets (``[costs]``): per issue in tokens or dollars,
-and per day for the whole swarm.
+file says its session's running token totals (``token_count``) and each turn's model.
+The price is an estimate from a per-model table (USD per million tokens; a model
+matches the first key its name contains), with defaults for the Claude and GPT-5
+families and overrides in config (``[costs.prices]``). Budgets (``[costs]``): per
+issue in tokens or dollars, and per day for the whole swarm.
 """
 
 from __future__ import annotations

@@ -71,12 +71,12 @@ class Spending:
             if not record.transcript:
                 continue
             seen = data["read"].get(name) or {}
-            offset = int(seen.get("offset", 0)) if seen.get("transcript") == record.transcript \
-                else 0
+            same = seen.get("transcript") == record.transcript  # else a new session's file
+            offset = int(seen.get("offset", 0)) if same else 0
             lines, offset = read_lines_from(Path(record.transcript), offset, READ_AT_MOST)
             if not lines:
                 continue
-            spent, last_id = read_transcript(lines, costs, seen.get("last_id"))
+            spent, last_id = read_transcript(lines, costs, seen.get("last_id") if same else None)
             data["read"][name] = {"transcript": record.transcript, "offset": offset,
                                   "last_id": last_id}
             changed = True
