@@ -61,7 +61,7 @@ def test_codexs_usage_limit_is_read_with_the_zone_its_clock_printed_it_in() -> N
     the zone, and the controller reads the reset as the worker's clock meant it."""
     from datetime import UTC, datetime
 
-    from ralph_dev.core.agent_faults import USAGE_LIMIT, classify_stop_failure
+    from ralph_dev.core.agent_faults import API_ACCESS, USAGE_LIMIT, classify_stop_failure
     from ralph_dev.inpane.codex_exec import error_news, local_zone
 
     said = ("You\u2019ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro),"
@@ -77,6 +77,8 @@ def test_codexs_usage_limit_is_read_with_the_zone_its_clock_printed_it_in() -> N
         datetime(2026, 11, 28, 1, 24, tzinfo=UTC)
     outage = error_news("stream disconnected before completion: exceeded retry limit", "UTC")
     assert outage["error"] == "server_error"
+    broke = error_news("Quota exceeded. Check your plan and billing details.", "UTC")
+    assert classify_stop_failure(broke["error"], broke["text"], now).kind == API_ACCESS
     assert local_zone({"TZ": "America/New_York"}) == "America/New_York"
     assert local_zone({"TZ": "$(touch x)"}) != "$(touch x)"  # a variable is data, checked
 

@@ -204,7 +204,8 @@ def classify_stop_failure(error: str, text: str, now: datetime, *,
     if error in ("authentication_failed", "oauth_org_not_allowed", "billing_error"):
         return AgentFault(API_ACCESS, f"the model API refused the agent's access ({error}): "
                                       f"{shown}",
-                          "check ANTHROPIC_API_KEY or the Claude login and billing; ralph-dev "
+                          "check the agent CLI's API key or login (ANTHROPIC_API_KEY, "
+                          "OPENAI_API_KEY, …) and its billing; ralph-dev "
                           "tries again every 30 minutes", now + UNKNOWN_RESET_WAIT,
                           probe=False)
     return AgentFault(API_OUTAGE, f"the model API failed ({error or 'unknown'}): {shown}",

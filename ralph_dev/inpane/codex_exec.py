@@ -47,7 +47,8 @@ TELL_ERRORS = (ch.ChannelError, ch.ReportRefused, RalphError, OSError)
 """What telling the controller may raise: none of it stops Codex or its pane."""
 
 _AGAIN_AT = re.compile(r"(try again at [^.()]*?\d{1,2}:\d{2}\s*[AP]M)(?!\s*\()", re.IGNORECASE)
-_USAGE = re.compile(r"hit your [\w -]*?limit|usage limit|quota", re.IGNORECASE)
+_USAGE = re.compile(r"hit your [\w -]*?limit|usage limit", re.IGNORECASE)
+_BILLING = re.compile(r"quota exceeded|insufficient_quota|billing", re.IGNORECASE)
 _RATE = re.compile(r"rate limit|429|too many requests", re.IGNORECASE)
 
 
@@ -99,6 +100,8 @@ def error_news(message: str, zone: str) -> dict[str, Any]:
     text = _AGAIN_AT.sub(lambda m: f"{m.group(1)} ({zone})", one_line(clean_text(message), 300))
     if _USAGE.search(text) or _RATE.search(text):
         return {"error": "rate_limit", "text": text}
+    if _BILLING.search(text):  # an API key out of credit: the person's to fix
+        return {"error": "billing_error", "text": text}
     return {"error": "server_error", "text": text}
 
 
