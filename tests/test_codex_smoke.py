@@ -430,8 +430,10 @@ def test_a_chatgpt_plans_windows_codex_read_reach_the_accounts_pacing(
                 "10080", "x-codex-secondary-reset-at": str(reset + 86400)}
 
     def brain(request: dict[str, Any]) -> list[Any]:
-        return [Text("Done.")] if "touch ok.txt" in conversation_text(request) \
-            else [bash(finish)]
+        said = conversation_text(request)
+        if "echo started" not in said:  # an answer whose windows are written before done
+            return [bash("echo started > started.txt", "start")]
+        return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
 
     with FakeOpenAI(brain, answer_headers=windows) as api:
         monkeypatch.setenv("OPENAI_BASE_URL", f"{api.url}/v1")

@@ -180,6 +180,9 @@ class CodexEvents:
         elif kind == "item.started" and item.get("type") == "command_execution":
             self.show(f"$ {one_line(clean_text(str(item.get('command', ''))), 200)}")
             self.say("running a command", active=True)
+            # before the command runs (it may be `worker done`, and the window closes):
+            # the answers before this one are in the session file by now
+            self.tell_windows()
         elif kind == "item.completed":
             self.completed(item)
         elif kind == "turn.completed":
