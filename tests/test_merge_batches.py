@@ -162,23 +162,25 @@ def test_a_red_batch_is_bisected_the_later_of_two_goes_back_and_the_rest_land(
         swarm.teardown()
 
 
-def test_six_changes_done_together_are_in_trunk_within_50_s_of_the_last_done(
+def test_six_changes_done_together_reach_trunk_in_two_verifies_after_the_last_done(
         tmp_path: Path, jj_bin: str, tmux_socket: str) -> None:
-    """The issue's own check: with a 15 s verify, one at a time takes 90 s after the last
-    `worker done`; batched, a couple of verifies."""
+    """The issue's own check, counted in verifies rather than seconds (the seconds are
+    `benchmarks/merge_lane.py`'s figure, which a loaded host stretches): with a 15 s
+    verify, six changes done together reach trunk in batches: at most two verifies start
+    after the last `worker done` (one at a time: six)."""
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=6, verify="sleep 15")
     try:
         idents = swarm.import_plan("".join(f'[[task]]\ntitle = "T{n}"\n' for n in range(6)))
         swarm.start()
         wait_for(lambda: len(events_of(swarm, "worker_done")) == 6, 180, "six workers done")
-        wait_for(lambda: len(events_of(swarm, "merge_verified")) == 6, 120, "six merged")
+        wait_for(lambda: len(events_of(swarm, "merge_verified")) == 6, 240, "six merged")
         last_done = max(from_iso(e["time"]) for e in events_of(swarm, "worker_done"))
         last_merged = max(from_iso(e["time"]) for e in events_of(swarm, "merge_verified"))
-        makespan = (last_merged - last_done).total_seconds()
         runs = events_of(swarm, "merge_verify_started")
-        print(f"in trunk {makespan:.1f}s after the last done, "
-              f"batches {[len(e['batch']) for e in runs]}")
-        assert makespan < 50, (makespan, [e["batch"] for e in runs])
+        print(f"in trunk {(last_merged - last_done).total_seconds():.1f}s after the last "
+              f"done, batches {[len(e['batch']) for e in runs]}")
+        after = [e["batch"] for e in runs if from_iso(e["time"]) >= last_done]
+        assert len(after) <= 2, ([e["batch"] for e in runs], after)
         assert len(runs) < 6  # batched, not one at a time
         assert {f"changes/{i}.txt" for i in idents} <= set(swarm.trunk_files())
         wait_for(swarm.all_done, 60, "all six done")
