@@ -56,6 +56,19 @@ def test_setup_installs_the_pinned_codex() -> None:
     assert re.search(rf"^CODEX_VERSION={re.escape(CODEX.pinned)}\b", script, re.M)
 
 
+@contextlib.contextmanager
+def codex_swarm(world: Any, monkeypatch: pytest.MonkeyPatch, brain: Any,
+                settings: Any = None, **api: Any) -> Iterator[tuple[FakeOpenAI, Any]]:
+    """The scripted Responses API playing ``brain``, Codex pointed at it with its own key,
+    and one real controller tick per call: (the API, the tick)."""
+    from test_claude_smoke import controller_ticks
+
+    with FakeOpenAI(brain, **api) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{fake.url}/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+        yield fake, controller_ticks(world, settings or world.settings)
+
+
 def test_codexs_usage_limit_is_read_with_the_zone_its_clock_printed_it_in() -> None:
     """Codex prints the reset in its own local time, without a zone: its supervisor adds
     the zone, and the controller reads the reset as the worker's clock meant it."""
@@ -166,7 +179,6 @@ def test_a_usage_limit_pauses_a_codex_worker_and_it_resumes_its_session_after_th
     it the worker starts again in its own session (``codex exec resume``: the model sees
     its first step in the history) and finishes the issue, in its first attempt."""
     from test_claude_limits import LimitFromFirstCall
-    from test_claude_smoke import controller_ticks
 
     from ralph_dev.core.agent_faults import USAGE_LIMIT
     from ralph_dev.devtools.api_faults import openai_usage_limit
@@ -188,10 +200,7 @@ def test_a_usage_limit_pauses_a_codex_worker_and_it_resumes_its_session_after_th
             return [openai_usage_limit(limit.until(now))]
         return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
 
-    with FakeOpenAI(brain) as api:
-        monkeypatch.setenv("OPENAI_BASE_URL", f"{api.url}/v1")
-        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
-        tick = controller_ticks(world, world.settings)
+    with codex_swarm(world, monkeypatch, brain) as (api, tick):
 
         def diagnostics() -> str:
             panes = "\n".join(world.tmux.capture(w.pane_id, 40) for w in world.tmux.find(issue))
@@ -236,7 +245,6 @@ def test_a_codex_turn_ending_on_a_question_reaches_a_person_and_the_answer_its_s
     question goes on the issue (the label, a comment in its words), no attempt is charged,
     and the person's answer starts the same session again (``codex exec resume``), which
     then finishes the issue."""
-    from test_claude_smoke import controller_ticks
 
     question = "Should the file hold JSON or YAML?"
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
@@ -248,10 +256,7 @@ def test_a_codex_turn_ending_on_a_question_reaches_a_person_and_the_answer_its_s
             return [Text(f"I can write it either way. {question}")]
         return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
 
-    with FakeOpenAI(brain) as api:
-        monkeypatch.setenv("OPENAI_BASE_URL", f"{api.url}/v1")
-        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
-        tick = controller_ticks(world, world.settings)
+    with codex_swarm(world, monkeypatch, brain) as (api, tick):
 
         def asked() -> bool:
             found = world.tracker.get_sync(issue)
@@ -284,7 +289,7 @@ def test_a_crashed_codex_is_resumed_in_its_own_session(
     import dataclasses
     import signal
 
-    from test_claude_smoke import controller_ticks, working_in
+    from test_claude_smoke import working_in
 
     from ralph_dev.core.config import Timing
     from ralph_dev.devtools.api_faults import Hang
@@ -303,10 +308,7 @@ def test_a_crashed_codex_is_resumed_in_its_own_session(
             return [Hang()]  # the agent dies while it waits here
         return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
 
-    with FakeOpenAI(brain) as api:
-        monkeypatch.setenv("OPENAI_BASE_URL", f"{api.url}/v1")
-        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
-        tick = controller_ticks(world, settings)
+    with codex_swarm(world, monkeypatch, brain, settings) as (api, tick):
         retry_until(lambda: (tick(), len(api.responses()) >= 2
                              and world.store.load_record(issue).session_id)[1], 120, 0.5,
                     what="the hanging second call, the session told")
@@ -330,7 +332,6 @@ def through_a_fault(world: Any, monkeypatch: pytest.MonkeyPatch, settings: Any,
     """One Codex worker adds ok.txt: its first step, then ``fault()`` answers each call
     while it says something, then the finish; the real controller ticks until the issue
     is done. Its events."""
-    from test_claude_smoke import controller_ticks
 
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
     finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
@@ -341,10 +342,7 @@ def through_a_fault(world: Any, monkeypatch: pytest.MonkeyPatch, settings: Any,
             return [bash("echo started > started.txt", "start")]
         return fault() or ([Text("Done.")] if "touch ok.txt" in said else [bash(finish)])
 
-    with FakeOpenAI(brain) as api:
-        monkeypatch.setenv("OPENAI_BASE_URL", f"{api.url}/v1")
-        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
-        tick = controller_ticks(world, settings)
+    with codex_swarm(world, monkeypatch, brain, settings) as (api, tick):
         retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
                              is StateType.COMPLETED)[1], 240, 0.5,
                     what=f"{issue} done after the fault: {api.errors}")
@@ -415,8 +413,6 @@ def test_a_chatgpt_plans_windows_codex_read_reach_the_accounts_pacing(
     pacing, ``status`` and ``/metrics`` read) are those."""
     from datetime import UTC, datetime
 
-    from test_claude_smoke import controller_ticks
-
     from ralph_dev.adapters.accounts import AccountWindows, account_of
 
     reset = int(time.time()) + 3 * 3600
@@ -435,11 +431,8 @@ def test_a_chatgpt_plans_windows_codex_read_reach_the_accounts_pacing(
             return [bash("echo started > started.txt", "start")]
         return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
 
-    with FakeOpenAI(brain, answer_headers=windows) as api:
-        monkeypatch.setenv("OPENAI_BASE_URL", f"{api.url}/v1")
-        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    with codex_swarm(world, monkeypatch, brain, answer_headers=windows) as (_api, tick):
         account = account_of(world.settings, os.environ)
-        tick = controller_ticks(world, world.settings)
         seen = retry_until(lambda: (tick(), AccountWindows(account).read(
             datetime.now(UTC)))[1], 120, 0.5, what="the plan's windows, told")
     five, seven = sorted(seen, key=lambda w: w.name)
