@@ -23,11 +23,13 @@ export RALPH_DEV_LINEAR_SCHEMA=${RALPH_DEV_LINEAR_SCHEMA:-$ROOT/../shared/linear
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/ralph-dev/compat
 PINNED_CLAUDE=$(sed -n 's/^CLAUDE_CODE_VERSION=\([^ ]*\).*/\1/p' scripts/setup.sh)
 PINNED_CODEX=$(sed -n 's/^CODEX_VERSION=\([^ ]*\).*/\1/p' scripts/setup.sh)
+PINNED_GEMINI=$(sed -n 's/^GEMINI_VERSION=\([^ ]*\).*/\1/p' scripts/setup.sh)
 
 # name|npm package|program|variable the tests read|pinned|its tests
 CLIS=(
   "claude|@anthropic-ai/claude-code|claude|RALPH_DEV_CLAUDE_BIN|$PINNED_CLAUDE|tests/test_claude_smoke.py tests/test_claude_limits.py tests/test_claude_questions.py"
   "codex|@openai/codex|codex|RALPH_DEV_CODEX_BIN|$PINNED_CODEX|tests/test_codex_smoke.py"
+  "gemini|@google/gemini-cli|gemini|RALPH_DEV_GEMINI_BIN|$PINNED_GEMINI|tests/test_gemini_smoke.py"
 )
 
 wanted_version() {  # NAME PACKAGE: RALPH_DEV_COMPAT_VERSIONS's, else npm's newest

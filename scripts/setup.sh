@@ -14,6 +14,7 @@ SHARED=${RALPH_DEV_SHARED:-$ROOT/../shared}
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/ralph-dev
 CLAUDE_CODE_VERSION=2.1.197
 CODEX_VERSION=0.171.0  # ralph_dev/core/agent_profiles.py pins the same (a test checks)
+GEMINI_VERSION=0.61.0  # likewise
 say() { printf 'setup: %s\n' "$*" >&2; }
 
 # --- jj -------------------------------------------------------------------
@@ -95,6 +96,10 @@ fi
 if [ "$WITH_TEST" = 1 ] || [ "${RALPH_DEV_WITH_CODEX:-1}" = 1 ]; then
   npm_cli "$CACHE/codex-$CODEX_VERSION" "@openai/codex@$CODEX_VERSION" codex \
     "agent.cli = \"codex\" and its tests need it"
+fi
+if [ "$WITH_TEST" = 1 ] || [ "${RALPH_DEV_WITH_GEMINI:-1}" = 1 ]; then
+  npm_cli "$CACHE/gemini-$GEMINI_VERSION" "@google/gemini-cli@$GEMINI_VERSION" gemini \
+    "agent.cli = \"gemini\" and its tests need it"
 fi
 
 # --- the PATH line ---------------------------------------------------------

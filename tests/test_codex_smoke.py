@@ -13,14 +13,14 @@ import contextlib
 import json
 import os
 import re
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_jj_repo, retry_until
+from cli_kit import cli_project, pinned_cli
+from conftest import retry_until
 from test_claude_smoke import open_world
 
 from ralph_dev.adapters.store import utcnow
@@ -39,16 +39,7 @@ INSTALLED = find_codex()
 
 @pytest.fixture
 def codex_bin() -> str:
-    found = INSTALLED
-    if found is None:
-        pytest.fail(f"the Codex CLI is not installed: run scripts/setup.sh --test (it installs "
-                    f"{CODEX.package}@{CODEX.pinned} into ~/.cache/ralph-dev/codex-"
-                    f"{CODEX.pinned})")
-    version = subprocess.run([found, "--version"], capture_output=True, text=True,
-                             check=False, timeout=60).stdout
-    if not os.environ.get("RALPH_DEV_COMPAT"):  # scripts/compat.sh tries other versions
-        assert CODEX.pinned in version, f"{found} is {version!r}, not the pinned {CODEX.pinned}"
-    return found
+    return pinned_cli(CODEX, INSTALLED)
 
 
 def test_setup_installs_the_pinned_codex() -> None:
@@ -100,17 +91,7 @@ def test_codexs_usage_limit_is_read_with_the_zone_its_clock_printed_it_in() -> N
 def world(xdg: Path, jj_bin: str, tmux_socket: str, codex_bin: str) -> Iterator[Any]:
     """A project whose workers run Codex; the real controller's windows
     (``test_claude_smoke.controller_ticks``) open on the test's tmux server."""
-    repo = make_jj_repo(xdg / "repo")
-    config = xdg / "config" / "ralph-dev" / "config.toml"
-    config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text("\n".join([
-        "[projects.demo]", f"repo = {json.dumps(str(repo))}", 'trunk = "main"',
-        f"tmux_socket = {json.dumps(tmux_socket)}",
-        f"verify_command = {json.dumps('test -f ok.txt')}",
-        "[projects.demo.tracker]", 'key = "DEMO"',
-        "[projects.demo.timing]", "poll_interval = 0.5",
-        "[projects.demo.agent]", 'cli = "codex"', f"codex_bin = {json.dumps(codex_bin)}",
-        'home = "isolated"', ""]))
+    config = cli_project(xdg, tmux_socket, CODEX, codex_bin)
     with open_world(xdg, jj_bin, tmux_socket, config) as made:
         yield made
 

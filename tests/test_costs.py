@@ -34,6 +34,8 @@ def line(message_id: str, model: str = "claude-sonnet-5", **usage: int) -> bytes
     ("claude-opus-4-7", (15.0, 75.0, 18.75, 1.50)),
     ("claude-sonnet-5", (3.0, 15.0, 3.75, 0.30)),
     ("Claude-Haiku-4-5", (1.0, 5.0, 1.25, 0.10)),
+    ("gemini-2.5-pro", (1.25, 10.0, 0.0, 0.31)),
+    ("gemini-2.5-flash", (0.30, 2.50, 0.0, 0.03)),
     ("some-other-model", (0.0, 0.0, 0.0, 0.0)),  # unknown: tokens count, dollars do not
 ])
 def test_prices_by_model_family(model: str, price: tuple[float, ...]) -> None:
@@ -99,6 +101,33 @@ def test_a_codex_session_is_counted_from_its_running_totals_each_once() -> None:
     assert more.usd == pytest.approx((1000 * 1.25 + 200 * 10.0 + 500 * 0.125) / 1e6, abs=1e-6)
     again, _ = read_transcript([totals(2500, 500, 300)], settings, mark)
     assert again.tokens == 0
+
+
+def gemini_line(message_id: str, **tokens: int) -> bytes:
+    return json.dumps({"id": message_id, "timestamp": "2026-11-28T13:17:08.018Z",
+                       "type": "gemini", "content": "ok", "model": "gemini-2.5-pro",
+                       "tokens": {"thoughts": 0, "tool": 0, **tokens}}).encode()
+
+
+def test_a_gemini_session_counts_each_answer_once_its_thinking_as_output() -> None:
+    """Gemini CLI writes an answer's line again (same id) as its tool calls finish, and
+    replays its messages in a ``$set`` line on a resume: each answer counts once; its
+    prompt's cached part is a cache read, its thinking is billed as output."""
+    settings = CostSettings()
+    replay = json.dumps({"$set": {"messages": [{"id": "a1", "type": "gemini", "tokens": {
+        "input": 999, "output": 999}}]}}).encode()
+    spent, mark = read_transcript([
+        json.dumps({"sessionId": "8067acc5-9767-40fe-bfa7-e9f3f10be87e"}).encode(),
+        json.dumps({"id": "u1", "type": "user", "content": [{"text": "go"}]}).encode(),
+        gemini_line("a1", input=1000, output=50, cached=400, thoughts=30, total=1080),
+        gemini_line("a1", input=1000, output=50, cached=400, thoughts=30, total=1080),
+        replay,
+    ], settings, None)
+    assert (spent.input, spent.output, spent.cache_read) == (600, 80, 400)
+    assert spent.usd == pytest.approx((600 * 1.25 + 80 * 10.0 + 400 * 0.31) / 1e6, abs=1e-6)
+    again, _ = read_transcript([gemini_line("a1", input=1000, output=50, cached=400)],
+                               settings, mark)
+    assert again.tokens == 0  # the same answer, read on the next pass
 
 
 @pytest.mark.parametrize(("spent", "settings", "why"), [

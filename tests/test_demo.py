@@ -20,16 +20,19 @@ import pytest
 from conftest import running
 
 from ralph_dev.agent.codex import find_codex
+from ralph_dev.agent.gemini import find_gemini
 
 pytestmark = pytest.mark.slow
 
 
 CODEX_BIN = find_codex()
-"""Found before a fixture repoints HOME and XDG_CACHE_HOME (scripts/setup.sh installs it)."""
+GEMINI_BIN = find_gemini()
+"""Found before a fixture repoints HOME and XDG_CACHE_HOME (scripts/setup.sh installs
+them)."""
 
 
 @pytest.mark.parametrize("agent", ["--scripted", "--claude", "--agent=codex",
-                                   "--review-agent=codex"])
+                                   "--agent=gemini", "--review-agent=codex"])
 def test_demo_runs_to_completion_and_leaves_nothing_running(
     agent: str, xdg, jj_bin: str
 ) -> None:
@@ -43,6 +46,10 @@ def test_demo_runs_to_completion_and_leaves_nothing_running(
         assert CODEX_BIN, "the Codex CLI is not installed: run scripts/setup.sh --test"
         env["RALPH_DEV_CODEX_BIN"] = CODEX_BIN
         keep = ["--keep"]  # its events are read below, then its files removed
+    if "gemini" in agent:
+        assert GEMINI_BIN, "Gemini CLI is not installed: run scripts/setup.sh --test"
+        env["RALPH_DEV_GEMINI_BIN"] = GEMINI_BIN
+        keep = ["--keep"]
     proc = subprocess.run([sys.executable, "-m", "ralph_dev", "demo", agent, "--timeout", "300",
                            *keep],
                           env=env, capture_output=True, text=True, timeout=420,
@@ -53,6 +60,7 @@ def test_demo_runs_to_completion_and_leaves_nothing_running(
     assert "Demo finished: every issue is Done." in out
     assert ("real Claude Code" in out) is (agent in ("--claude", "--review-agent=codex"))
     assert ("real Codex CLI" in out) is ("codex" in agent)
+    assert ("real Gemini CLI" in out) is ("gemini" in agent)
     trunk = out.split("Trunk (main) now holds:")[1].split("project demo")[0]
     assert len(re.findall(r"KV-\d+: ", trunk)) == 10  # every task's change, once
     socket = re.search(r"tmux -L (\S+) attach", out).group(1)
@@ -63,8 +71,8 @@ def test_demo_runs_to_completion_and_leaves_nothing_running(
         events = [json.loads(line) for line in
                   (Path(where) / "state/ralph-dev/demo/events.jsonl").read_text().splitlines()]
         spawns = [e for e in events if e["event"] == "spawn"]
-        if agent == "--agent=codex":
-            assert spawns and {e.get("cli") for e in spawns} == {"codex"}
+        if agent.startswith("--agent="):
+            assert spawns and {e.get("cli") for e in spawns} == {agent.split("=")[1]}
         else:  # a review on Codex before each merge, the work itself on Claude Code
             reviews = [e for e in spawns if e.get("role") == "review"]
             assert {e["issue"] for e in reviews} >= set(re.findall(r"KV-\d+", trunk))

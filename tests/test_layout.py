@@ -35,7 +35,7 @@ TOOL_HOMES = {
     "subprocess": {"adapters/process.py", "adapters/verify.py", "adapters/verify_runs.py",
                    "adapters/tmux.py",
                    "agent/supervisor.py", "adapters/processes.py", "adapters/notify.py",
-                   "inpane/codex_exec.py",
+                   "inpane/event_stream.py",
                    "devtools/demo.py", "devtools/demo_agent.py"},
     "os.exec": {"adapters/tmux.py", "inpane/exec_launch.py"},
     "import libtmux": {"adapters/tmux.py"},  # only doctor's tmux version: tmux_version()

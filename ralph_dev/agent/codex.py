@@ -18,13 +18,11 @@ says what it is; this does what it needs on disk):
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ralph_dev.adapters.files import atomic_write_text, private_dir
-from ralph_dev.agent.claude import AgentError, setup_dirs
+from ralph_dev.agent.cli_bin import find_cli, resolve_cli_bin
 from ralph_dev.core.agent_profiles import CODEX
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import Role
@@ -71,34 +69,13 @@ def codex_home(home: Path) -> Path:
 
 
 def find_codex(path: str | None = None) -> str | None:
-    """Codex as a person (or the demo) has it: ``$RALPH_DEV_CODEX_BIN``, ``codex`` on
-    ``path``, else the copy ``scripts/setup.sh`` installed under
-    ``~/.cache/ralph-dev/codex-VERSION``."""
-    for candidate in (os.environ.get(CODEX.bin_variable), shutil.which(CODEX.program, path=path),
-                      *(str(d / "node_modules/.bin/codex") for d in setup_dirs("codex"))):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    """Codex as a person (or the demo) has it (``agent.cli_bin.find_cli``)."""
+    return find_cli(CODEX, path)
 
 
 def resolve_codex_bin(settings: ProjectSettings, path: str) -> str:
-    """The Codex program workers run: ``agent.codex_bin`` as configured (a path, or a name
-    looked up on the workers' ``path``); left at its default, also the set-up copy."""
-    configured = settings.agent.codex_bin
-    if os.sep in configured:
-        if Path(configured).is_file() and os.access(configured, os.X_OK):
-            return configured
-        raise AgentError(f"agent.codex_bin {configured!r} is not an executable file; install "
-                         f"Codex (npm install -g {CODEX.package}@{CODEX.pinned}) or fix "
-                         "agent.codex_bin")
-    found = find_codex(path) if configured == CODEX.program \
-        else shutil.which(configured, path=path)
-    if not found:
-        raise AgentError(f"Codex CLI ({configured!r}) is not on the worker's PATH nor installed "
-                         f"by scripts/setup.sh; install it (scripts/setup.sh, or npm install -g "
-                         f"{CODEX.package}@{CODEX.pinned}) or set agent.codex_bin to its full "
-                         "path")
-    return found
+    """The Codex program workers run: ``agent.codex_bin``, or the set-up copy."""
+    return resolve_cli_bin(CODEX, settings, path)
 
 
 def prepare_codex(settings: ProjectSettings, env: dict[str, str], home: Path,
@@ -125,8 +102,3 @@ def codex_argv(program: str, role: Role, model: str, *, extra_args: Sequence[str
         *extra_args,
         "--",
     ]
-
-
-def codex_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """What of ``environ`` a Codex worker is given beyond every agent's allowlist."""
-    return {k: v for k, v in environ.items() if k.startswith(CODEX.env_prefixes)}

@@ -50,6 +50,7 @@ from ralph_dev.agent.claude import (
     resolve_claude_bin,
 )
 from ralph_dev.agent.codex import codex_argv, prepare_codex, resolve_codex_bin
+from ralph_dev.agent.gemini import gemini_argv, prepare_gemini, resolve_gemini_bin
 from ralph_dev.agent.prompt import render_prompt, write_prompt
 from ralph_dev.agent.sandbox import bwrap_path, on_this_host, sandbox_args, write_filter
 from ralph_dev.agent.toolchain import ralph_dev_script, worker_tools
@@ -337,12 +338,24 @@ def _codex(settings: ProjectSettings, env: dict[str, str], home: Path, trust: Se
             *codex_argv(program, role, model, resume=resume, workspace=workspace)], program
 
 
-DRIVERS = {"claude": _claude, "codex": _codex}
+def _gemini(settings: ProjectSettings, env: dict[str, str], home: Path, trust: Sequence[Path],
+            role: Role, model: str, resume: str | None, workspace: Path
+            ) -> tuple[list[str], str]:
+    del workspace  # it works in its cwd, the workspace
+    program = prepare_gemini(settings, env, home, trust)
+    # under its supervisor, which gives it the prompt on stdin and reads its events
+    # (``inpane.gemini_exec``)
+    return ["ralph-dev", "hook", "gemini-exec", "--",
+            *gemini_argv(program, role, model, resume=resume)], program
+
+
+DRIVERS = {"claude": _claude, "codex": _codex, "gemini": _gemini}
 """Per agent CLI (``core.agent_profiles``), what readies its files and builds its argv
 (without the prompt, which the launcher appends as the last word), and the agent's own
 program (what its sandbox must hold)."""
 
-PROGRAMS = {"claude": resolve_claude_bin, "codex": resolve_codex_bin}
+PROGRAMS = {"claude": resolve_claude_bin, "codex": resolve_codex_bin,
+            "gemini": resolve_gemini_bin}
 """Per agent CLI, how its program is found (its install check names the fix)."""
 
 

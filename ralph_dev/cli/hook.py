@@ -1,5 +1,5 @@
-"""``ralph-dev hook …``: the Claude Code hooks of a ralph-dev worker, and Codex's
-supervisor (``codex-exec``).
+"""``ralph-dev hook …``: the Claude Code hooks of a ralph-dev worker, and the supervisors
+of Codex (``codex-exec``) and Gemini CLI (``gemini-exec``).
 
 Claude Code runs these with a JSON payload on stdin. They always exit 0: the
 output (context text, or a Stop ``decision``) is the only signal, and a hook
@@ -88,3 +88,14 @@ def codex_exec_cmd(argv: tuple[str, ...]) -> None:
     from ralph_dev.inpane import codex_exec
 
     raise SystemExit(codex_exec.run(argv))
+
+
+@hook_group.command("gemini-exec", context_settings={"ignore_unknown_options": True,
+                                                    "allow_interspersed_args": False})
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def gemini_exec_cmd(argv: tuple[str, ...]) -> None:
+    """Run Gemini CLI headless in this pane (its prompt on stdin), read its stream-json
+    events for the controller, and exit with its status."""
+    from ralph_dev.inpane import gemini_exec
+
+    raise SystemExit(gemini_exec.run(argv))

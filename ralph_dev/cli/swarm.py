@@ -13,7 +13,7 @@ import click
 
 from ralph_dev.cli import CliContext, echo_json, main, pass_ctx, project_argument, run
 from ralph_dev.core.actions import Action, Plan, Restart, Spawn
-from ralph_dev.core.agent_profiles import aware_roles
+from ralph_dev.core.agent_profiles import SUPPORTED, aware_roles
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import ConfigError, RalphError
 from ralph_dev.core.model import Workspace, worker_windows
@@ -302,11 +302,11 @@ def plan(cli: CliContext, project: str, as_json: bool) -> None:
 @click.option("--claude/--scripted", "use_claude", default=None,
               help="Force real Claude Code sessions or the scripted agent (default: Claude "
                    "Code when its CLI is found).")
-@click.option("--agent", "agent", type=click.Choice(["claude", "codex"]), default="claude",
+@click.option("--agent", "agent", type=click.Choice(SUPPORTED), default="claude",
               show_default=True,
               help="The agent CLI the workers run, against a scripted fake of its provider's "
                    "API on loopback (scripts/setup.sh installs each).")
-@click.option("--review-agent", "review_agent", type=click.Choice(["claude", "codex"]),
+@click.option("--review-agent", "review_agent", type=click.Choice(SUPPORTED),
               default=None,
               help="Review each change before its merge, the review workers on this agent "
                    "CLI (beside the others on --agent's).")

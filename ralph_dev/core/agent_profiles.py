@@ -5,8 +5,8 @@ to start it fresh and resumed, how it gets the prompt, its model flag, where its
 session and transcript live, which of its own signals say it is busy, idle,
 asking, rate-limited or out of quota, and how to check it is installed. Adding a
 CLI is adding a profile here (and, for what it needs on disk before it starts, a
-preparer in ``agent.clis``); the ``command`` runner stays for any other program,
-with no supervision beyond its pane.
+preparer in ``agent`` and a driver in ``agent.launch``); the ``command`` runner stays
+for any other program, with no supervision beyond its pane.
 
 The profiles are plain data so that both the pure core (config validation, which
 model a role gets, whether a worker's state comes from its own signals) and the
@@ -25,15 +25,18 @@ if TYPE_CHECKING:
     from ralph_dev.core.config import ProjectSettings
     from ralph_dev.core.model import Role
 
-PromptPassing = Literal["argument", "after_double_dash"]
+PromptPassing = Literal["argument", "after_double_dash", "stdin"]
 """How a CLI takes the prompt: its last argv word (``after_double_dash``: behind a
-``--`` so no prompt text is ever read as an option)."""
+``--`` so no prompt text is ever read as an option), or on its stdin (its supervisor
+takes the launcher's last word and writes it there: Gemini CLI reads a word that
+starts with ``-`` behind ``--prompt`` as an option)."""
 
 Signals = Literal["hooks", "events"]
 """How a CLI tells its supervisor what it does: ``hooks`` (a program run at each
 event, with the event as JSON on stdin: Claude Code's, the agent's state live) or
 ``events`` (one JSON event per line on its stdout, read by ralph-dev's supervisor in its
-pane: Codex's ``exec --json``, ``inpane.codex_exec``)."""
+pane: Codex's ``exec --json``, ``inpane.codex_exec``; Gemini CLI's ``--output-format
+stream-json``, ``inpane.gemini_exec``)."""
 
 
 @dataclass(frozen=True)
@@ -150,26 +153,39 @@ CODEX = AgentProfile(
 )
 
 GEMINI = AgentProfile(
-    name="gemini", title="Gemini CLI", package="@google/gemini-cli", pinned="",
+    name="gemini", title="Gemini CLI", package="@google/gemini-cli", pinned="0.61.0",
     program="gemini", bin_setting="gemini_bin", bin_variable="RALPH_DEV_GEMINI_BIN",
-    fresh=(), resumed=("--resume", "{session}"), prompt="argument",
+    fresh=("--output-format", "stream-json", "--approval-mode", "yolo"),
+    resumed=("--output-format", "stream-json", "--approval-mode", "yolo",
+             "--resume", "{session}"),
+    prompt="stdin",
     model_flag="--model", default_model="gemini-2.5-pro",
-    home_variable=None, home_dir=".gemini",
+    home_variable="GEMINI_CLI_HOME", home_dir=".gemini",
     key_variables=("GEMINI_API_KEY",), base_url_variable="GOOGLE_GEMINI_BASE_URL",
     env_prefixes=("GEMINI_", "GOOGLE_GEMINI_"),
-    transcript="tmp/<project hash>/chats/session-<time>.json",
-    signals="hooks",
-    states={},
-    supports={"resume": False, "live_state": False, "questions": False, "cost": False},
+    transcript="tmp/<project>/chats/session-<time>-<session's first 8>.jsonl",
+    signals="events",
+    states={
+        "busy": "`--output-format stream-json` events: init, tool_use, tool_result",
+        "idle": "result (status success); headless Gemini CLI exits with its turn",
+        "asking": "its turn's last assistant message ends on a question, and it reported "
+                  "nothing",
+        "rate_limited": "a retry it announces on stderr (\"Retrying after 5519ms\"), the "
+                        "model's silence, not a hang",
+        "out_of_quota": "result (status error): \"exhausted your daily quota\" (resets at "
+                        "midnight Pacific), \"Suggested retry after 3600s\", \"Your quota "
+                        "will reset after 1h2m3s\"",
+    },
+    supports={"resume": True, "live_state": True, "questions": True, "cost": True},
 )
-"""Described, not yet driven: no version is pinned and no test runs it (issue 35's
-Gemini half); the config refuses it until one does."""
+"""``home_variable`` names the directory its ``.gemini`` is in (not the ``.gemini``
+itself, as ``CODEX_HOME`` is Codex's)."""
 
 PROFILES: Mapping[str, AgentProfile] = {p.name: p for p in (CLAUDE, CODEX, GEMINI)}
 """Every agent CLI ralph-dev knows, by its config name."""
 
-SUPPORTED = ("claude", "codex")
-"""The CLIs a worker may run today: each pinned and tested against its fake API."""
+SUPPORTED = tuple(PROFILES)
+"""The CLIs a worker may run: each pinned and tested against its fake API."""
 
 COMMAND = "command"
 """``agent.runner = "command"``: any other program, supervised only through its pane."""

@@ -67,6 +67,8 @@ class AgentSettings:
     claude_bin: str = "claude"
     codex_bin: str = "codex"
     """The Codex CLI program: a path, or a name looked up on the workers' PATH."""
+    gemini_bin: str = "gemini"
+    """The Gemini CLI program: a path, or a name looked up on the workers' PATH."""
     model: str | None = None
     """None: the CLI's own default (Claude Code: ``sonnet``)."""
     models: Mapping[str, str] = field(default_factory=dict)

@@ -7,7 +7,6 @@ import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ralph_dev.core.agent_profiles import COMMAND, PROFILES, SUPPORTED
 from ralph_dev.core.environment import controller_secret
 from ralph_dev.core.errors import ConfigError
 from ralph_dev.core.model import Role
@@ -156,18 +155,11 @@ def cluster_rules(cluster: ClusterSettings, bad: Callable[[str, str], ConfigErro
 
 
 def _check_clis(settings: ProjectSettings, bad: Callable[[str, str], ConfigError]) -> None:
-    """``agent.cli`` and ``roles.ROLE``: known roles, CLIs ralph-dev can run today."""
-    chosen = [("agent.cli", settings.agent.cli)] if settings.agent.runner != COMMAND else []
+    """``roles.ROLE``: known roles, each model named (its CLI is one of the profiles: the
+    config's types check that)."""
     for role, agent in settings.roles.items():
         if role not in {r.value for r in Role}:
             raise bad(f"roles.{role}", f"unknown role (roles: {', '.join(Role)}); name the "
                       "table after one, e.g. [projects.NAME.roles.review]")
         if agent.model is not None and not agent.model.strip():
             raise bad(f"roles.{role}.model", "is empty: name a model, or remove the key")
-        if agent.cli is not None:
-            chosen.append((f"roles.{role}.cli", agent.cli))
-    for key, cli in chosen:
-        if cli not in SUPPORTED:
-            raise bad(key, f"{PROFILES[cli].title} ({cli!r}) is described but not yet "
-                      f"supported as a worker (supported: {', '.join(SUPPORTED)}); use one "
-                      "of those, or agent.runner = \"command\" to run it unsupervised")

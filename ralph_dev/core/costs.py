@@ -4,7 +4,9 @@ Every assistant message Claude Code writes to its transcript (one JSON object pe
 line) carries the model and the API's ``usage``: input, output, cache-write and
 cache-read tokens. A message split over several lines (one per content block)
 repeats the same usage under the same message id: it is counted once. Codex's session
-file says its session's running token totals (``token_count``) and each turn's model.
+file says its session's running token totals (``token_count``) and each turn's model;
+Gemini CLI's says each answer's tokens (``type: gemini``), its line written again (same
+id) as the answer's tool calls finish.
 The price is an estimate from a per-model table (USD per million tokens; a model
 matches the first key its name contains), with defaults for the Claude and GPT-5
 families and overrides in config (``[costs.prices]``). Budgets (``[costs]``): per
@@ -23,6 +25,8 @@ DEFAULT_PRICES: dict[str, tuple[float, float, float, float]] = {
     "sonnet": (3.0, 15.0, 3.75, 0.30),
     "haiku": (1.0, 5.0, 1.25, 0.10),
     "gpt-5": (1.25, 10.0, 0.0, 0.125),  # Codex's models (cached input read at a tenth)
+    "flash": (0.30, 2.50, 0.0, 0.03),  # Gemini's, at most 200k tokens of prompt
+    "gemini": (1.25, 10.0, 0.0, 0.31),
 }
 
 
@@ -145,11 +149,30 @@ def _codex_entry(entry: Mapping[str, object], settings: CostSettings, last_id: s
     return Usage(*grown, usd=usd), f"{CODEX_MARK} {model or '-'} {total_in} {cached} {out}"
 
 
+def _gemini_entry(entry: Mapping[str, object], settings: CostSettings) -> Usage | None:
+    """A line of Gemini CLI's session file (``tmp/…/chats/session-*.jsonl``) that is one
+    answer of the model: its tokens (the prompt's include its cached part; thinking is
+    billed as output). None for a line of any other kind."""
+    tokens = entry.get("tokens")
+    if entry.get("type") != "gemini" or not isinstance(tokens, Mapping):
+        return None
+
+    def count(key: str) -> int:
+        value = tokens.get(key, 0)
+        return value if isinstance(value, int) and value > 0 else 0
+
+    cached = count("cached")
+    spent = (max(0, count("input") - cached), count("output") + count("thoughts"), 0, cached)
+    price = price_of(str(entry.get("model", "")), settings)
+    return Usage(*spent, usd=sum(n * p for n, p in zip(spent, price, strict=True)) / 1_000_000)
+
+
 def read_transcript(lines: Iterable[bytes], settings: CostSettings, last_id: str | None
                     ) -> tuple[Usage, str | None]:
     """The usage of the assistant messages in these transcript lines, each message once
     (``last_id``: the message counted last, whose further lines are not counted again).
-    A Codex session's file is read the same way (:func:`_codex_entry`)."""
+    A Codex session's file is read the same way (:func:`_codex_entry`), and Gemini CLI's
+    (:func:`_gemini_entry`)."""
     total = Usage()
     for line in lines:
         try:
@@ -160,14 +183,17 @@ def read_transcript(lines: Iterable[bytes], settings: CostSettings, last_id: str
         if codex is not None:
             total, last_id = total + codex[0], codex[1]
             continue
-        message = entry.get("message") if isinstance(entry, dict) else None
-        if not isinstance(message, dict) or message.get("role") != "assistant":
+        if not isinstance(entry, dict):
             continue
-        ident = message.get("id")
+        gemini = _gemini_entry(entry, settings)
+        said = entry if gemini is not None else entry.get("message")
+        if not isinstance(said, dict) or (gemini is None and said.get("role") != "assistant"):
+            continue
+        ident = said.get("id")
         if not isinstance(ident, str) or ident == last_id:
             continue
         last_id = ident
-        total = total + usage_of(message, settings)
+        total = total + (gemini if gemini is not None else usage_of(said, settings))
     return total, last_id
 
 

@@ -60,9 +60,10 @@ _CONTROLLER_EXACT = (
     "SSH_AUTH_SOCK", *NETWORK,
 )
 # GH_/GITHUB_: pull-request mode's gh and push; the controller is ralph-dev itself.
-# OPENAI_: what Codex workers are to get (each worker gets only its own CLI's, launch.py).
+# OPENAI_, GEMINI_, GOOGLE_GEMINI_: what Codex and Gemini CLI workers are to get (each
+# worker gets only its own CLI's, launch.py).
 _CONTROLLER_PREFIXES = ("RALPH_DEV_", "ANTHROPIC_", "CLAUDE_", "LINEAR_", "JJ_", "DISABLE_",
-                        "GH_", "GITHUB_", "OPENAI_")
+                        "GH_", "GITHUB_", "OPENAI_", "GEMINI_", "GOOGLE_GEMINI_")
 
 
 WEB_TOKEN = "RALPH_DEV_WEB_TOKEN"  # noqa: S105 - a variable name, not a secret
@@ -145,6 +146,7 @@ OWN_VARIABLES = frozenset({
     "RALPH_DEV_CLAUDE_BIN", "RALPH_DEV_CODEX_BIN", "RALPH_DEV_GEMINI_BIN",
     "RALPH_DEV_LINEAR_SCHEMA", "RALPH_DEV_CHAOS_SEED",
     "RALPH_DEV_SHARED", "RALPH_DEV_WITH_CLAUDE", "RALPH_DEV_WITH_CODEX",
+    "RALPH_DEV_WITH_GEMINI",
 })
 """``RALPH_DEV_*`` variables that are no setting: ralph-dev sets them for its own
 processes or reads them elsewhere. Any other is a setting (``core.config``), or a

@@ -74,3 +74,44 @@ def openai_usage_limit(resets_at: float) -> Refusal:
     return Refusal(429, "usage_limit_reached", "The usage limit has been reached", detail={
         "plan_type": "plus", "resets_at": int(resets_at),
         "resets_in_seconds": max(0, int(resets_at - time.time()))})
+
+
+def gemini_quota(resets_at: float) -> Refusal:
+    """A Gemini plan's quota used up until ``resets_at`` (Unix s), as Google's API refuses
+    it: 429 ``RESOURCE_EXHAUSTED`` with ``ErrorInfo`` ``QUOTA_EXHAUSTED`` and the wait in
+    ``RetryInfo`` and in its words, which Gemini CLI does not retry (a terminal quota
+    error: it ends its turn, quoting the message; one saying "exhausted your capacity" it
+    would retry silently, as a passing overload)."""
+    import time
+
+    wait = max(1, round(resets_at - time.time()))
+    return Refusal(429, "RESOURCE_EXHAUSTED", "You have exhausted your quota on this "
+                   f"model. Your quota will reset after {wait}s.", detail={"details": [
+                       {"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                        "reason": "QUOTA_EXHAUSTED", "domain": "cloudcode-pa.googleapis.com",
+                        "metadata": {"uiMessage": "true", "model": "gemini-2.5-pro"}},
+                       {"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                        "retryDelay": f"{wait}s"}]})
+
+
+def gemini_daily_quota() -> Refusal:
+    """A Gemini API key's requests-per-day quota used up (it lifts at midnight Pacific):
+    Gemini CLI says "You have exhausted your daily quota on this model" and stops."""
+    return Refusal(429, "RESOURCE_EXHAUSTED", "You exceeded your current quota, please check "
+                   "your plan and billing details.\n* Quota exceeded for metric: generativelan"
+                   "guage.googleapis.com/generate_content_free_tier_requests, limit: 50\n"
+                   "Please retry in 24.5s.", detail={"details": [
+                       {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
+                           {"quotaMetric": "generativelanguage.googleapis.com/"
+                                           "generate_content_free_tier_requests",
+                            "quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
+                            "quotaValue": "50"}]},
+                       {"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                        "retryDelay": "24s"}]})
+
+
+def gemini_server_error() -> Refusal:
+    """Google's API failing: 500 ``INTERNAL``, which Gemini CLI retries by itself (up to ten
+    tries, five to thirty seconds apart) before it gives up on the turn."""
+    return Refusal(500, "INTERNAL", "An internal error has occurred. Please retry or report "
+                   "in https://developers.generativeai.google/guide/troubleshooting")

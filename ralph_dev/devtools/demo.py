@@ -28,8 +28,8 @@ from typing import Any
 
 from ralph_dev.adapters.jj_cli import JjCli, find_jj
 from ralph_dev.agent.claude import find_claude
-from ralph_dev.agent.codex import find_codex
-from ralph_dev.core.agent_profiles import CLAUDE, CODEX, PROFILES
+from ralph_dev.agent.cli_bin import find_cli
+from ralph_dev.core.agent_profiles import CLAUDE, PROFILES
 from ralph_dev.core.cluster import SLOT_RESOURCE
 from ralph_dev.core.errors import RalphError
 
@@ -195,6 +195,29 @@ def scripted_openai() -> Iterator[dict[str, str]]:
 
 
 @contextlib.contextmanager
+def scripted_gemini() -> Iterator[dict[str, str]]:
+    """Run the scripted fake Gemini API on loopback; yield the env that points Gemini CLI
+    at it."""
+    from ralph_dev.devtools.scripted_gemini import FakeGemini
+    from ralph_dev.devtools.scripted_model import demo_brain
+
+    server = FakeGemini(demo_brain(DEMO_KEY))
+    server.start()
+    try:
+        yield {
+            "GOOGLE_GEMINI_BASE_URL": server.url,
+            "GEMINI_API_KEY": "AIza-demo-not-a-real-key-0000000000000",
+        }
+    finally:
+        server.stop()
+
+
+SCRIPTED_APIS: dict[str, Callable[[], contextlib.AbstractContextManager[dict[str, str]]]] = {
+    "claude": scripted_model, "codex": scripted_openai, "gemini": scripted_gemini}
+"""Per agent CLI, the scripted fake of its provider's API the demo runs it against."""
+
+
+@contextlib.contextmanager
 def local_cluster(nodes: int, slots: int, hosts: Path, env: Mapping[str, str]
                   ) -> Iterator[Any]:
     """A Ray cluster on this machine: a head with no worker slots and ``nodes`` nodes of
@@ -220,7 +243,7 @@ def _found_cli(name: str, echo: Callable[[str], None], option: str) -> tuple[str
     """(name, program) of agent CLI ``name``, as ``scripts/setup.sh`` installs it; None,
     having said so, when it is missing."""
     profile = PROFILES[name]
-    program = find_codex() if profile is CODEX else find_claude()
+    program = find_cli(profile)
     if program is None:
         echo(f"{option} {name} was asked for, but no {profile.program} CLI was found "
              f"(scripts/setup.sh installs it, or npm install -g {profile.package}@"
@@ -251,7 +274,7 @@ def run_demo(*, keep: bool, timeout: float, use_claude: bool | None,
         review = _found_cli(review_agent, echo, "--review-agent")
         if review is None:
             return 1
-    if agent == CODEX.name or review_agent is not None:
+    if agent != CLAUDE.name or review_agent is not None:
         cli = _found_cli(agent, echo, "--agent")
         if cli is None:
             return 1
@@ -314,8 +337,7 @@ def _run_swarm(root: Path, env: dict[str, str], socket: str, cli: tuple[str, str
         profile = PROFILES[cli[0]]
         echo(f" workers: real {profile.title} ({cli[1]}) against a scripted model on loopback")
         for name, _program in {cli, *([review] if review else [])}:
-            env.update(stack.enter_context(
-                scripted_openai() if PROFILES[name] is CODEX else scripted_model()))
+            env.update(stack.enter_context(SCRIPTED_APIS[name]()))
         if review is not None:
             echo(f" reviews: a review worker on real {PROFILES[review[0]].title} ({review[1]}) "
                  "before each merge")

@@ -19,7 +19,7 @@ import itertools
 import json
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,6 +218,32 @@ class Recorded:
 _HIDDEN_HEADERS = {"x-api-key", "authorization"}
 
 
+def recorded(request: web.Request, body: Any, hidden: Collection[str]) -> Recorded:
+    """A request as a fake API keeps it: its key's headers (``hidden``) never kept."""
+    headers = {k.lower(): v for k, v in request.headers.items() if k.lower() not in hidden}
+    return Recorded(request.method, request.path, dict(request.query), body, headers)
+
+
+def ask_brain(brain: Brain, asked: dict[str, Any], errors: list[str]
+              ) -> list[Block | Refusal | Hang | Malformed]:
+    """The brain's answer to ``asked``; a broken brain's error is kept in ``errors`` and
+    answered as text, so it shows up in the test instead of hanging the CLI."""
+    try:
+        return list(brain(asked))
+    except Exception as exc:  # whatever a test's brain raises is the test's to see
+        errors.append(f"{type(exc).__name__}: {exc}")
+        return [Text(f"brain error: {exc}")]
+
+
+async def linger(request: web.Request, seconds: float) -> None:
+    """Say nothing for ``seconds``, or until the client goes (a hung API call)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < deadline:
+        if request.transport is None or request.transport.is_closing():
+            break
+        await asyncio.sleep(0.1)
+
+
 def _message(blocks: Sequence[Block], model: str, prompt_size: int = 40) -> dict[str, Any]:
     """The answer as the API returns it; its ``usage`` is sized like the real API's
     (about 4 bytes per token of the request and of the answer), so a long conversation
@@ -320,11 +346,8 @@ class FakeAnthropic(LoopbackServer):
     # -- handlers --------------------------------------------------------------------
 
     def _record(self, request: web.Request, body: Any) -> None:
-        headers = {k.lower(): v for k, v in request.headers.items()
-                   if k.lower() not in _HIDDEN_HEADERS}
         with self._lock:
-            self.requests.append(Recorded(request.method, request.path, dict(request.query),
-                                          body, headers))
+            self.requests.append(recorded(request, body, _HIDDEN_HEADERS))
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
@@ -342,11 +365,7 @@ class FakeAnthropic(LoopbackServer):
             return web.json_response(
                 {"type": "error", "error": {"type": "invalid_request_error",
                                             "message": "body must be JSON"}}, status=400)
-        try:
-            blocks = list(self.brain(body))
-        except Exception as exc:  # a broken brain must show up in the test, not hang claude
-            self.errors.append(f"{type(exc).__name__}: {exc}")
-            blocks = [Text(f"brain error: {exc}")]
+        blocks = ask_brain(self.brain, body, self.errors)
         if any(isinstance(b, Hang) for b in blocks):
             return await self._hang(request, next(b for b in blocks if isinstance(b, Hang)))
         if any(isinstance(b, Malformed) for b in blocks):
@@ -386,11 +405,7 @@ class FakeAnthropic(LoopbackServer):
         await response.prepare(request)
         start = sse_events(_message([Text("")], "fake-model"))[0]  # message_start only
         await response.write(start)
-        deadline = asyncio.get_running_loop().time() + hang.seconds
-        while asyncio.get_running_loop().time() < deadline:
-            if request.transport is None or request.transport.is_closing():
-                break
-            await asyncio.sleep(0.1)
+        await linger(request, hang.seconds)
         return response
 
     async def _count_tokens(self, request: web.Request) -> web.Response:

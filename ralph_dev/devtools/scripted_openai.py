@@ -12,7 +12,6 @@ API refuses: a 429 with ``retry-after``, a 5xx, a hang, a malformed stream.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import threading
@@ -24,7 +23,16 @@ from aiohttp import web
 
 from ralph_dev.devtools.api_faults import Hang, Malformed, Refusal
 from ralph_dev.devtools.loopback import LoopbackServer
-from ralph_dev.devtools.scripted_model import Block, Brain, Recorded, Text, ToolUse
+from ralph_dev.devtools.scripted_model import (
+    Block,
+    Brain,
+    Recorded,
+    Text,
+    ToolUse,
+    ask_brain,
+    linger,
+    recorded,
+)
 
 _ids = itertools.count(1)
 
@@ -184,11 +192,8 @@ class FakeOpenAI(LoopbackServer):
             return any(isinstance(b, Text) and b.text == text for a in self.answers for b in a)
 
     def _record(self, request: web.Request, body: Any) -> None:
-        headers = {k.lower(): v for k, v in request.headers.items()
-                   if k.lower() not in _HIDDEN_HEADERS}
         with self._lock:
-            self.requests.append(Recorded(request.method, request.path, dict(request.query),
-                                          body, headers))
+            self.requests.append(recorded(request, body, _HIDDEN_HEADERS))
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -200,11 +205,7 @@ class FakeOpenAI(LoopbackServer):
         if not isinstance(body, dict):
             return web.json_response({"error": {"type": "invalid_request_error",
                                                 "message": "body must be JSON"}}, status=400)
-        try:
-            blocks = list(self.brain(as_messages_request(body)))
-        except Exception as exc:  # a broken brain must show up in the test, not hang codex
-            self.errors.append(f"{type(exc).__name__}: {exc}")
-            blocks = [Text(f"brain error: {exc}")]
+        blocks = ask_brain(self.brain, as_messages_request(body), self.errors)
         response_id = f"resp_fake{next(_ids):06d}"
         model = str(body.get("model", "fake-model"))
         if any(isinstance(b, Hang) for b in blocks):
@@ -241,11 +242,7 @@ class FakeOpenAI(LoopbackServer):
                                              "Cache-Control": "no-cache"})
         await stream.prepare(request)
         await stream.write(sse_events(response_id, model, [], 0)[0])  # created, then nothing
-        deadline = asyncio.get_running_loop().time() + hang.seconds
-        while asyncio.get_running_loop().time() < deadline:
-            if request.transport is None or request.transport.is_closing():
-                break
-            await asyncio.sleep(0.1)
+        await linger(request, hang.seconds)
         return stream
 
     async def _anything(self, request: web.Request) -> web.Response:

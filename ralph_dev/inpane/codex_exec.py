@@ -28,23 +28,15 @@ import contextlib
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ralph_dev.adapters import mailbox as ch
-from ralph_dev.core.errors import RalphError
 from ralph_dev.core.model import AWAITING_MODEL, SESSION_ID_RE, WORKING
-from ralph_dev.core.questions import asked_question
-from ralph_dev.inpane.asking import ask_person, reported, say
+from ralph_dev.inpane.event_stream import TELL_ERRORS, Teller, run_stream, this_worker
 from ralph_dev.inpane.hooks import tell_windows
-from ralph_dev.inpane.worker import Worker, clean_text, current_worker, one_line
-
-TELL_ERRORS = (ch.ChannelError, ch.ReportRefused, RalphError, OSError)
-"""What telling the controller may raise: none of it stops Codex or its pane."""
+from ralph_dev.inpane.worker import Worker, clean_text, one_line
 
 _AGAIN_AT = re.compile(r"(try again at [^.()]*?\d{1,2}:\d{2}\s*[AP]M)(?!\s*\()", re.IGNORECASE)
 _USAGE = re.compile(r"hit your [\w -]*?limit|usage limit", re.IGNORECASE)
@@ -111,8 +103,8 @@ class CodexEvents:
     def __init__(self, worker: Worker | None, codex_home: Path | None, out: IO[str],
                  zone: str) -> None:
         self.worker = worker
+        self.teller = Teller(worker, out, "codex")
         self.codex_home = codex_home
-        self.out = out
         self.zone = zone
         self.session: str | None = None
         self.told_id = False
@@ -122,20 +114,6 @@ class CodexEvents:
         """The agent's last message of its turn: a question in it goes to a person."""
         self.read_to = 0
         """How far its session file was read for the account's windows."""
-
-    def tell(self, kind: str, fields: dict[str, Any]) -> None:
-        if self.worker is not None:
-            with contextlib.suppress(*TELL_ERRORS):  # the controller hears the outbox later
-                ch.tell(self.worker.run_dir, kind, fields)
-
-    def say(self, doing: str, *, active: bool) -> None:
-        if self.worker is not None:
-            with contextlib.suppress(*TELL_ERRORS):
-                say(self.worker, doing, active=active)
-
-    def show(self, line: str) -> None:
-        self.out.write(f"codex: {line}\n")
-        self.out.flush()
 
     def transcript(self) -> Path | None:
         """This session's file under CODEX_HOME, once Codex wrote it."""
@@ -154,18 +132,13 @@ class CodexEvents:
         if path is None and self.told_id:
             return
         self.told_id, self.told_transcript = True, path is not None
-        self.tell("session", {"session_id": self.session,
-                              "transcript_path": str(path) if path else None})
+        self.teller.tell("session", {"session_id": self.session,
+                                     "transcript_path": str(path) if path else None})
 
     def take(self, line: str) -> None:
         """One line of Codex's stdout: an event, or (anything else) shown as it is."""
-        try:
-            event = json.loads(line)
-        except ValueError:
-            event = None
-        if not isinstance(event, dict):
-            if line.strip():
-                self.show(one_line(clean_text(line), 300))
+        event = self.teller.event(line)
+        if event is None:
             return
         kind = event.get("type")
         self.tell_session()  # its file, once Codex wrote it: a crash resumes from it
@@ -173,13 +146,13 @@ class CodexEvents:
         if kind == "thread.started" and isinstance(event.get("thread_id"), str) \
                 and SESSION_ID_RE.fullmatch(event["thread_id"]):
             self.session = event["thread_id"]
-            self.show(f"session {self.session}")
+            self.teller.show(f"session {self.session}")
             self.tell_session()  # the id now, its file once it is there
         elif kind == "turn.started":
-            self.say(WORKING, active=True)
+            self.teller.say(WORKING, active=True)
         elif kind == "item.started" and item.get("type") == "command_execution":
-            self.show(f"$ {one_line(clean_text(str(item.get('command', ''))), 200)}")
-            self.say("running a command", active=True)
+            self.teller.show(f"$ {one_line(clean_text(str(item.get('command', ''))), 200)}")
+            self.teller.say("running a command", active=True)
             # before the command runs (it may be `worker done`, and the window closes):
             # the answers before this one are in the session file by now
             self.tell_windows()
@@ -188,18 +161,18 @@ class CodexEvents:
         elif kind == "turn.completed":
             usage: dict[str, Any] = event["usage"] if isinstance(event.get("usage"), dict) \
                 else {}
-            self.show(f"turn done ({usage.get('input_tokens', '?')} tokens in, "
-                      f"{usage.get('output_tokens', '?')} out)")
+            self.teller.show(f"turn done ({usage.get('input_tokens', '?')} tokens in, "
+                             f"{usage.get('output_tokens', '?')} out)")
             self.tell_windows()
         elif kind in ("error", "turn.failed"):
             error: dict[str, Any] = event["error"] if isinstance(event.get("error"), dict) \
                 else event
             message = str(error.get("message", "")) or "unknown error"
-            self.show(f"error: {one_line(clean_text(message), 300)}")
+            self.teller.show(f"error: {one_line(clean_text(message), 300)}")
             if kind == "turn.failed" or self.failed is None:
                 self.failed = message
             if kind == "error":  # it may retry by itself ("Reconnecting… 2/5"): alive
-                self.tell("activity", {"state": AWAITING_MODEL})
+                self.teller.tell("activity", {"state": AWAITING_MODEL})
 
     def tell_windows(self) -> None:
         """The account's usage windows Codex read from its last answer's headers and
@@ -230,37 +203,26 @@ class CodexEvents:
     def completed(self, item: Mapping[str, Any]) -> None:
         what = item.get("type")
         if what == "command_execution":
-            self.show(f"  exit {item.get('exit_code')}")
-            self.tell("activity", {"state": AWAITING_MODEL})
+            self.teller.show(f"  exit {item.get('exit_code')}")
+            self.teller.tell("activity", {"state": AWAITING_MODEL})
             self.tell_windows()
         elif what == "agent_message":
             self.last_message = str(item.get("text", ""))
-            self.show(one_line(clean_text(self.last_message), 300))
+            self.teller.show(one_line(clean_text(self.last_message), 300))
         elif what == "error":  # a warning of Codex's own, not the turn's end
-            self.show(f"note: {one_line(clean_text(str(item.get('message', ''))), 200)}")
+            self.teller.show(f"note: {one_line(clean_text(str(item.get('message', ''))), 200)}")
         else:
-            self.tell("activity", {"state": AWAITING_MODEL})
+            self.teller.tell("activity", {"state": AWAITING_MODEL})
 
     def ended(self, status: int) -> None:
         """Codex exited: its session's file is told if it was not yet, and the error
         that ended its turn, if one did."""
         self.tell_session()
         if status != 0 and self.failed is not None:
-            self.tell("agent_error", error_news(self.failed, self.zone))
-        elif status == 0 and self.worker is not None:
-            self.ask_if_asked(self.worker)
-        self.say("session ended", active=False)
-
-    def ask_if_asked(self, worker: Worker) -> None:
-        """A turn that ended asking a person something, with no report of its own: the
-        question goes on the issue as ``worker blocked`` puts it (``inpane.asking``); the
-        person's answer starts this session again (``codex exec resume``)."""
-        question = asked_question(self.last_message)
-        if question is None:
-            return
-        with contextlib.suppress(*TELL_ERRORS):  # refused, or its run dir unreadable
-            if reported(worker) is None:
-                ask_person(worker, question, "a question ending its Codex turn")
+            self.teller.tell("agent_error", error_news(self.failed, self.zone))
+        elif status == 0:
+            self.teller.ask_if_asked(self.last_message, "a question ending its Codex turn")
+        self.teller.say("session ended", active=False)
 
 
 def run(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
@@ -270,27 +232,6 @@ def run(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
         print("usage: ralph-dev hook codex-exec -- CODEX_ARGV...", file=sys.stderr)
         return 2
     home = environ.get("CODEX_HOME")
-    try:
-        worker = current_worker(environ)
-    except RalphError:  # its run dir unreadable: Codex still runs, unsupervised
-        worker = None
-    events = CodexEvents(worker, Path(home) if home else None, sys.stdout, local_zone(environ))
-    try:
-        child = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                 text=True, encoding="utf-8", errors="replace")
-    except OSError as exc:
-        print(f"ralph-dev: cannot run {argv[0]}: {exc.strerror}", file=sys.stderr)
-        return 127
-
-    def forward(signum: int, _frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
-
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, forward)
-    assert child.stdout is not None
-    for line in child.stdout:
-        events.take(line)
-    status = child.wait()
-    events.ended(status)
-    return status
+    events = CodexEvents(this_worker(environ), Path(home) if home else None, sys.stdout,
+                         local_zone(environ))
+    return run_stream(argv, events)

@@ -89,6 +89,24 @@ def said_at(report: mailbox.Report, now: datetime) -> datetime:
     return min(from_iso(report.at) or now, now)
 
 
+RETRY_WAIT_CAP = timedelta(seconds=900)
+"""The longest wait before a retried call believed (a garbled report never hides a hang
+for long)."""
+
+
+def quiet_from(report: mailbox.Report, now: datetime) -> datetime:
+    """When the agent's silence starts counting after an ``activity`` report: now, or, for
+    a retry its CLI announced (``retry_in``: seconds until the retried call goes out),
+    when that call goes out. A CLI waiting out a refused call by itself is alive, and
+    its next call may hang for ``hang_timeout`` from its start, not from the
+    announcement."""
+    wait = report.fields.get("retry_in")
+    if not isinstance(wait, int | float) or isinstance(wait, bool) or not wait > 0:
+        return now
+    return max(now, said_at(report, now) + min(timedelta(seconds=float(wait)),
+                                               RETRY_WAIT_CAP))
+
+
 class Intake:
     """One project's acceptance of its workers' reports."""
 
@@ -230,7 +248,7 @@ class Intake:
                 # the model answered: unless an API error came after this report was written
                 answered = record is None or record.agent_error_at is None \
                     or said_at(report, now) >= record.agent_error_at
-                self.store.note_facts(name, REPORTS, last_activity=now, **(
+                self.store.note_facts(name, REPORTS, last_activity=quiet_from(report, now), **(
                     {"agent_error_streak": 0, "hang_restarts": 0} if answered else {}), **(
                     {"iterations": count} if isinstance(count, int) and count >= 0 else {}),
                     **self._state(record, report, now))
