@@ -1,5 +1,5 @@
-"""What the tests of each agent CLI but Claude Code share: the pinned program, and a
-project whose workers run it (``test_codex_smoke``, ``test_gemini_smoke``)."""
+"""What the tests of the agent CLIs share: the pinned program, and a project whose
+workers run it (``test_codex_smoke``, ``test_gemini_smoke``, ``test_egress``)."""
 
 from __future__ import annotations
 
@@ -29,9 +29,10 @@ def pinned_cli(profile: AgentProfile, found: str | None) -> str:
     return found
 
 
-def cli_project(xdg: Path, tmux_socket: str, profile: AgentProfile, program: str) -> Path:
+def cli_project(xdg: Path, tmux_socket: str, profile: AgentProfile, program: str,
+                agent: tuple[str, ...] = ()) -> Path:
     """The config of project ``demo`` (a new jj repository, the local tracker) whose
-    workers run ``profile``'s CLI, ``program``: its path."""
+    workers run ``profile``'s CLI, ``program``, with more ``agent`` keys: its path."""
     repo = make_jj_repo(xdg / "repo")
     config = xdg / "config" / "ralph-dev" / "config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
@@ -42,5 +43,5 @@ def cli_project(xdg: Path, tmux_socket: str, profile: AgentProfile, program: str
         "[projects.demo.tracker]", 'key = "DEMO"',
         "[projects.demo.timing]", "poll_interval = 0.5",
         "[projects.demo.agent]", f"cli = {json.dumps(profile.name)}",
-        f"{profile.bin_setting} = {json.dumps(program)}", 'home = "isolated"', ""]))
+        f"{profile.bin_setting} = {json.dumps(program)}", 'home = "isolated"', *agent, ""]))
     return config

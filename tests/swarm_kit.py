@@ -220,8 +220,10 @@ class Swarm:
         else:
             swarm.make_repo()
         agent = f"{shlex.quote(sys.executable)} -m ralph_dev.devtools.demo_agent {{issue}} {{role}}"
+        # the network as before: what a worker may reach is tests/test_egress.py's
         args = ["init", swarm.project, "--repo", str(repo), "--agent", "command",
-                "--agent-command", agent, "--max-workers", str(max_workers), "--key", "DEMO"]
+                "--agent-command", agent, "--max-workers", str(max_workers), "--key", "DEMO",
+                "--network", "open"]
         if person:
             args.append("--colocate")
         if verify:

@@ -38,11 +38,10 @@ def test_crash_loop_backs_off_once_and_starts_the_supervisor(
     repo = make_jj_repo(tmp_path / "repo")
     assert CliRunner().invoke(main, ["init", "demo", "--repo", str(repo)]).exit_code == 0
     config = xdg / "config/ralph-dev/config.toml"
-    config.write_text(config.read_text() + (
-        "[projects.demo.timing]\ncrash_loop_restarts = 2\n"
+    config.write_text(config.read_text().replace("[projects.demo.agent]\n", (
         f'[projects.demo.agent]\nsupervisor = true\nhome = "isolated"\n'
-        f'claude_bin = "{find_claude()}"\n'
-    ))
+        f'claude_bin = "{find_claude()}"\n'), 1) + "[projects.demo.timing]\n"
+        "crash_loop_restarts = 2\n")
     monkeypatch.setenv("RALPH_DEV_TMUX_SOCKET", tmux_socket)
     # a controller that dies at once, every time
     monkeypatch.setattr(daemon_mod, "ralph_command", lambda *args: ["false"])

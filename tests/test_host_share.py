@@ -266,7 +266,7 @@ def two_projects(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[Swar
                  if line.startswith("command = "))
     swarm.cli("init", "second", "--repo", str(make_jj_repo(tmp_path / "second")),
               "--agent", "command", "--agent-command", json.loads(agent.split(" = ", 1)[1]),
-              "--key", "SEC", "--max-workers", "3")
+              "--key", "SEC", "--max-workers", "3", "--network", "open")
     text = swarm.config_file.read_text()
     header = f"[projects.{swarm.project}.timing]"
     timing = text[text.index(header) + len(header):].split("\n[", 1)[0]

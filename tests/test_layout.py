@@ -35,7 +35,7 @@ TOOL_HOMES = {
     "subprocess": {"adapters/process.py", "adapters/verify.py", "adapters/verify_runs.py",
                    "adapters/tmux.py",
                    "agent/supervisor.py", "adapters/processes.py", "adapters/notify.py",
-                   "inpane/event_stream.py",
+                   "inpane/children.py", "inpane/exec_launch.py",
                    "devtools/demo.py", "devtools/demo_agent.py"},
     "os.exec": {"adapters/tmux.py", "inpane/exec_launch.py"},
     "import libtmux": {"adapters/tmux.py"},  # only doctor's tmux version: tmux_version()
@@ -120,10 +120,11 @@ def test_the_pane_entry_point_is_stable() -> None:
     shim = PACKAGE / "launcher.py"
     assert shim.is_file()
     assert {"ralph_dev.inpane.exec_launch"} <= imported(shim)
-    # the launcher runs before anything else in every pane: stdlib only
+    # the launcher runs before anything else in every pane: stdlib only (subprocess and
+    # time: the worker's egress proxy is started, and waited for, from there)
     for name in imported(PACKAGE / "inpane" / "exec_launch.py"):
         assert name.split(".")[0] in {"__future__", "contextlib", "json", "os", "sys",
-                                      "pathlib", "collections"}, name
+                                      "pathlib", "collections", "subprocess", "time"}, name
 
 
 CORE_NEVER_IMPORTS = {"subprocess", "socket", "sqlite3", "fcntl", "signal", "aiohttp", "libtmux",

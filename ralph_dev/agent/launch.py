@@ -50,6 +50,7 @@ from ralph_dev.agent.claude import (
     resolve_claude_bin,
 )
 from ralph_dev.agent.codex import codex_argv, prepare_codex, resolve_codex_bin
+from ralph_dev.agent.egress import network_plan
 from ralph_dev.agent.gemini import gemini_argv, prepare_gemini, resolve_gemini_bin
 from ralph_dev.agent.prompt import render_prompt, write_prompt
 from ralph_dev.agent.sandbox import bwrap_path, on_this_host, sandbox_args, write_filter
@@ -419,13 +420,20 @@ def build_launch(
     sandbox = worker_sandbox(settings, workspace=workspace, worker_dir=worker_dir,
                              home=home, environ=environ, program=program, path=env["PATH"],
                              readable=[prompt_file])
+    network = network_plan(settings, worker_dir=worker_dir, issue=identifier,
+                           profile=profile, env=env)
+    if network is not None and sandbox is not None:
+        sandbox = {**sandbox, "args": [*sandbox["args"], *network.bwrap_args]}
+        argv = [*network.argv_prefix, *argv]
+        env.update(network.env)
     log.info("agent_launch", issue=identifier, role=role.value,
              cli=profile.name if profile is not None else "command",
              model=model, attempt=attempt, home=settings.agent.home, program=Path(program).name,
-             sandbox=settings.agent.sandbox)
+             sandbox=settings.agent.sandbox, network=settings.agent.network)
     return launch_via_spec(argv, env, workspace, prompt_file.with_suffix(LAUNCH_SPEC),
                            prompt_file=prompt_file, prompt_arg=prompt_arg, sandbox=sandbox,
-                           issue=identifier, role=role.value, attempt=int(attempt))
+                           issue=identifier, role=role.value, attempt=int(attempt),
+                           egress=network.egress if network is not None else None)
 
 
 def worker_sandbox(settings: ProjectSettings, *, workspace: Path, worker_dir: Path, home: Path,

@@ -267,6 +267,11 @@ def echo_json(data: Any) -> None:
 @click.option("--agent-command", help="Template for --agent command ({issue} {role} "
               "{workspace} {prompt_file}).")
 @click.option("--max-workers", type=click.IntRange(1, 64), default=None)
+@click.option("--network", type=click.Choice(["allowlist", "none", "open"]),
+              default="allowlist", show_default=True,
+              help="What workers can reach (agent.network): their agent's API and "
+                   "agent.allow_hosts through ralph-dev's egress proxy, nothing, or the "
+                   "machine's whole network.")
 @click.option("--force", is_flag=True, help="Replace an existing [projects.NAME] table.")
 @pass_ctx
 def init(
@@ -284,6 +289,7 @@ def init(
     runner: str | None,
     agent_command: str | None,
     max_workers: int | None,
+    network: str,
     force: bool,
 ) -> None:
     """Add PROJECT to the config (refuses to replace one without --force)."""
@@ -316,8 +322,8 @@ def init(
         agent["runner"] = runner
     if agent_command:
         agent["command"] = agent_command
-    if agent:
-        raw["agent"] = agent
+    agent["network"] = network
+    raw["agent"] = agent
     if max_workers:
         raw["limits"] = {"max_workers": max_workers}
     settings = build_project(project, raw)  # every option checked before anything is touched

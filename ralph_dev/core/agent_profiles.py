@@ -81,6 +81,10 @@ class AgentProfile:
     """Where a session's transcript lives, a pattern under its config home."""
     signals: Signals
     states: Mapping[str, str] = field(default_factory=dict)
+    api_hosts: tuple[str, ...] = ()
+    """The hosts its model API and login are on, for a worker without network but
+    through the egress proxy (``agent.network = "allowlist"``); its base URL variable's
+    host is allowed too."""
     login_variables: tuple[str, ...] = ()
     """Variables that carry a subscriber's login (not an API key): with the key
     variables, what names the account its workers spend (``adapters.accounts``)."""
@@ -119,6 +123,7 @@ CLAUDE = AgentProfile(
     base_url_variable="ANTHROPIC_BASE_URL", env_prefixes=("ANTHROPIC_", "CLAUDE_CODE_"),
     transcript="projects/<workspace, slashes as dashes>/<session>.jsonl",
     signals="hooks", login_variables=("CLAUDE_CODE_OAUTH_TOKEN",),
+    api_hosts=("api.anthropic.com", "console.anthropic.com", "statsig.anthropic.com"),
     states={
         "busy": "UserPromptSubmit / PreToolUse / PostToolUse hooks",
         "idle": "Stop hook (the Ralph loop decides whether it may stop)",
@@ -137,7 +142,7 @@ CODEX = AgentProfile(
     model_flag="--model", default_model="gpt-5-codex",
     home_variable="CODEX_HOME", home_dir=".codex",
     key_variables=("OPENAI_API_KEY",), base_url_variable="OPENAI_BASE_URL",
-    env_prefixes=("OPENAI_",),
+    env_prefixes=("OPENAI_",), api_hosts=("api.openai.com", "chatgpt.com", "auth.openai.com"),
     transcript="sessions/YYYY/MM/DD/rollout-<time>-<session>.jsonl",
     signals="events",
     states={
@@ -163,6 +168,8 @@ GEMINI = AgentProfile(
     home_variable="GEMINI_CLI_HOME", home_dir=".gemini",
     key_variables=("GEMINI_API_KEY",), base_url_variable="GOOGLE_GEMINI_BASE_URL",
     env_prefixes=("GEMINI_", "GOOGLE_GEMINI_"),
+    api_hosts=("generativelanguage.googleapis.com", "cloudcode-pa.googleapis.com",
+               "oauth2.googleapis.com"),
     transcript="tmp/<project>/chats/session-<time>-<session's first 8>.jsonl",
     signals="events",
     states={

@@ -91,6 +91,13 @@ class AgentSettings:
     """``bwrap``: each worker confined by bubblewrap (``agent.sandbox``); ``off``: none."""
     shared_paths: tuple[str, ...] = ()
     """Absolute paths every sandboxed worker may also write (a shared cache): name few."""
+    network: Literal["open", "allowlist", "none"] = "open"
+    """What a sandboxed worker can reach: ``open`` (the machine's network), ``allowlist``
+    (only through ralph-dev's egress proxy: its agent's API, ``allow_hosts``, the cluster's
+    git remote) or ``none`` (nothing)."""
+    allow_hosts: tuple[str, ...] = ()
+    """With ``network = "allowlist"``: more hosts workers may reach (``registry.npmjs.org``,
+    ``pypi.org:443``, ``*.githubusercontent.com``)."""
 
 
 @dataclass(frozen=True)

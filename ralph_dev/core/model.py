@@ -522,6 +522,9 @@ class Observed:
     config_loaded_at: datetime | None = None
     """When the controller last read its config: a pause only a config change could end
     (the workspace hook's) ends when a newer config is read."""
+    egress_refused: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    """Running workers whose egress proxy refused them since they started: how often, and
+    the last host:port they tried (``agent.network = "allowlist"``)."""
     retrying: Mapping[str, str] = field(default_factory=dict)
     """Agents whose panes say their CLI is retrying the model API by itself (Claude Code's
     "Retrying in 5s · attempt 3/10"), each with that line: silent, but not hung."""

@@ -332,7 +332,9 @@ def _run_swarm(root: Path, env: dict[str, str], socket: str, cli: tuple[str, str
                  environ=env)
     _make_repo(repo)
     init = ["init", PROJECT, "--repo", str(repo.repo), "--key", DEMO_KEY,
-            "--max-workers", str(workers), "--verify", "test -n \"$(ls)\""]
+            "--max-workers", str(workers), "--verify", "test -n \"$(ls)\"",
+            # a cluster's hosts have no egress proxy yet: their workers' network stays open
+            "--network", "open" if cluster else "allowlist"]
     if cli is not None:
         profile = PROFILES[cli[0]]
         echo(f" workers: real {profile.title} ({cli[1]}) against a scripted model on loopback")
@@ -369,8 +371,8 @@ def _run_swarm(root: Path, env: dict[str, str], socket: str, cli: tuple[str, str
                         "snapshot_interval = 30\n")
     config.write_text(config.read_text() + (
         f"\n[projects.{PROJECT}.timing]\npoll_interval = 1.0\nhealth_interval = 5\n"
-        "retry_base = 2\nretry_cap = 10\nstall_timeout = 120\nrestart_timeout = 120\n"
-    ) + _agent_tables(cli, review))
+        "retry_base = 2\nretry_cap = 10\nstall_timeout = 120\nrestart_timeout = 120\n"))
+    _agent_tables(config, cli, review)
     if review is not None:  # every execute worker's done goes to review first
         text = config.read_text()
         config.write_text(text.replace(f"[projects.{PROJECT}]\n",
@@ -395,18 +397,21 @@ def _run_swarm(root: Path, env: dict[str, str], socket: str, cli: tuple[str, str
     return 0 if ok else 1
 
 
-def _agent_tables(cli: tuple[str, str] | None, review: tuple[str, str] | None) -> str:
-    """The demo project's agent table (its CLI, and the review CLI's program) and, with a
-    review step, the review role's table."""
+def _agent_tables(config: Path, cli: tuple[str, str] | None,
+                  review: tuple[str, str] | None) -> None:
+    """The demo project's agent keys (its CLI, and the review CLI's program), put in the
+    agent table ``init`` wrote, and, with a review step, the review role's table."""
     if cli is None:
-        return ""
-    out = (f'\n[projects.{PROJECT}.agent]\nrunner = "claude"\ncli = "{cli[0]}"\n'
-           f'{PROFILES[cli[0]].bin_setting} = {json.dumps(cli[1])}\nhome = "isolated"\n')
+        return
+    keys = (f'runner = "claude"\ncli = "{cli[0]}"\n'
+            f'{PROFILES[cli[0]].bin_setting} = {json.dumps(cli[1])}\nhome = "isolated"\n')
+    roles = ""
     if review is not None:
         if review[0] != cli[0]:
-            out += f'{PROFILES[review[0]].bin_setting} = {json.dumps(review[1])}\n'
-        out += f'\n[projects.{PROJECT}.roles.review]\ncli = "{review[0]}"\n'
-    return out
+            keys += f'{PROFILES[review[0]].bin_setting} = {json.dumps(review[1])}\n'
+        roles = f'\n[projects.{PROJECT}.roles.review]\ncli = "{review[0]}"\n'
+    header = f"[projects.{PROJECT}.agent]\n"
+    config.write_text(config.read_text().replace(header, header + keys, 1) + roles)
 
 
 def _watch(env: dict[str, str], timeout: float, echo: Callable[[str], None],

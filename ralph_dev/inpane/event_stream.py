@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any, Protocol
@@ -26,6 +24,7 @@ from ralph_dev.adapters import mailbox as ch
 from ralph_dev.core.errors import RalphError
 from ralph_dev.core.questions import asked_question
 from ralph_dev.inpane.asking import ask_person, reported, say
+from ralph_dev.inpane.children import start_child
 from ralph_dev.inpane.worker import Worker, clean_text, current_worker, one_line
 
 TELL_ERRORS = (ch.ChannelError, ch.ReportRefused, RalphError, OSError)
@@ -103,21 +102,12 @@ def run_stream(argv: Sequence[str], events: Events, *, stdin_text: str | None = 
     status. ``stdin_text``: its prompt, written to its stdin (else it reads nothing
     there). ``on_stderr``: each line it prints on stderr, which then is the caller's to
     show; else stderr goes to the pane as it is."""
-    try:
-        child = subprocess.Popen(
-            list(argv), stdout=subprocess.PIPE, text=True, encoding="utf-8", errors="replace",
-            stdin=subprocess.DEVNULL if stdin_text is None else subprocess.PIPE,
-            stderr=None if on_stderr is None else subprocess.PIPE)
-    except OSError as exc:
-        print(f"ralph-dev: cannot run {argv[0]}: {exc.strerror}", file=sys.stderr)
+    child = start_child(
+        argv, stdout=subprocess.PIPE, text=True, encoding="utf-8", errors="replace",
+        stdin=subprocess.DEVNULL if stdin_text is None else subprocess.PIPE,
+        stderr=None if on_stderr is None else subprocess.PIPE)
+    if child is None:
         return 127
-
-    def forward(signum: int, _frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
-
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, forward)
     if stdin_text is not None:
         assert child.stdin is not None
         with contextlib.suppress(BrokenPipeError):  # it died before reading: its status says

@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -28,6 +30,9 @@ def _take_secrets(path: str | None) -> dict[str, str]:
             Path(path).unlink()
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
+
+EGRESS_START = 15.0
+"""How long the egress proxy may take to listen before the worker's start fails."""
 
 PANE_VARS = ("TERM", "COLORTERM", "TMUX", "TMUX_PANE")
 """What tmux sets for the pane it starts (its terminal, its server); kept from the
@@ -67,6 +72,14 @@ def exec_spec(spec_file: Path, environ: Mapping[str, str] | None = None) -> int:
     if spec.get("prompt_arg"):
         argv = [*argv, prompt.replace("\x00", "")]
     sandbox = spec.get("sandbox")
+    if spec.get("egress"):
+        try:
+            _start_egress(spec_file, env, Path(spec["egress"]["socket"]))
+        except (OSError, KeyError, TypeError) as exc:
+            said = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            print(f"ralph-dev: cannot start the worker's egress proxy: {said}",
+                  file=sys.stderr)
+            return 2
     print(f"ralph-dev: starting {Path(argv[0]).name} for {spec.get('issue') or 'the project'} "
           f"({spec.get('role')}, attempt {spec.get('attempt')}"
           f"{', sandboxed' if sandbox else ''})", file=sys.stderr, flush=True)
@@ -82,6 +95,23 @@ def exec_spec(spec_file: Path, environ: Mapping[str, str] | None = None) -> int:
         print(f"ralph-dev: cannot run {argv[0]}: {exc.strerror}", file=sys.stderr)
         return 127
     return 0  # pragma: no cover - execvpe does not return
+
+
+def _start_egress(spec_file: Path, env: Mapping[str, str], socket: Path) -> None:
+    """The worker's egress proxy (``inpane.egress``), on the host beside its sandbox, once
+    it listens; it ends with this process, which becomes the sandbox. Raises OSError
+    when it could not start."""
+    with contextlib.suppress(FileNotFoundError):
+        socket.unlink()  # a former start's: its proxy is gone with that start
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "ralph_dev.inpane.egress", str(spec_file)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        env={k: v for k, v in env.items() if k in ("PATH", "LANG", "TZ", *PANE_VARS)})
+    deadline = time.monotonic() + EGRESS_START
+    while not socket.exists():
+        if proxy.poll() is not None or time.monotonic() > deadline:
+            raise OSError(0, f"it did not listen on {socket} (exit status {proxy.poll()})")
+        time.sleep(0.02)
 
 
 def _sandboxed(sandbox: Mapping[str, object], argv: list[str]) -> list[str]:

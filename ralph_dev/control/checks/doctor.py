@@ -103,6 +103,7 @@ async def project_checks(settings: ProjectSettings) -> list[Check]:
         checks.append(_claude_check(settings))
     if settings.agent.sandbox == "bwrap":
         checks.append(_sandbox_check(settings))
+        checks.append(_network_check(settings))
     checks.append(_worker_check(settings))
     if settings.merge.mode == "pr":
         checks.append(version_check(
@@ -185,6 +186,23 @@ def _sandbox_check(settings: ProjectSettings) -> Check:
         return Check(name, True, f"{try_sandbox()}: workers are confined")
     except AgentError as exc:
         return Check(name, False, str(exc))
+
+
+def _network_check(settings: ProjectSettings) -> Check:
+    """What a worker can reach (``agent.network``): ``open`` passes, said as the risk it
+    is: a worker talked into it can send what it reads to any host."""
+    name = f"network ({settings.name})"
+    network = settings.agent.network
+    if network == "open":
+        return Check(name, True, "RISK: workers reach every host this machine reaches, so an "
+                                 "agent talked into it can send the repository anywhere; set "
+                                 "agent.network = \"allowlist\" (its API and "
+                                 "agent.allow_hosts only) or \"none\"")
+    if network == "none":
+        return Check(name, True, "workers reach no host at all (agent.network = \"none\")")
+    return Check(name, True, "workers reach only their agent's API and agent.allow_hosts, "
+                             "through ralph-dev's egress proxy; refusals are events "
+                             "(egress_refused)")
 
 
 def _worker_check(settings: ProjectSettings) -> Check:

@@ -73,6 +73,10 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
                ("role", "kind")),
     "cost_usd": ("Agent cost in US dollars, by role (when the agent reports it)", ("role",)),
     "events": ("Events written to the events log, by event name", ("event",)),
+    "egress_refused": ("Connections a worker's egress proxy refused, by issue "
+                       "(agent.network = \"allowlist\")", ("issue",)),
+    "egress_bytes": ("Bytes a worker sent (out) and received (in) through its egress proxy, "
+                     "by issue", ("issue", "direction")),
 }
 
 
@@ -123,6 +127,14 @@ class EventCounts:
             self._add("holds", kind=HOLD_KINDS[name])
         elif name == PAUSE_EVENT and event.get("kind") == USAGE_LIMIT:
             self._add("usage_limit_pauses")
+        elif name == "egress_refused":
+            self._add("egress_refused", issue=str(event.get("issue", ""))[:40])
+        elif name == "egress_bytes":
+            for direction in ("out", "in"):
+                amount = _number(event.get(f"{direction}_bytes"))
+                if amount:
+                    self._add("egress_bytes", amount, issue=str(event.get("issue", ""))[:40],
+                              direction=direction)
         elif name == USAGE_EVENT:
             for kind in TOKEN_KINDS:
                 amount = _number(event.get(f"{kind}_tokens"))

@@ -29,6 +29,7 @@ from ralph_dev.adapters.pattern_store import settle_safely
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.writebacks import WriteBackQueue
 from ralph_dev.control.loop.costs import Spending
+from ralph_dev.control.loop.egress import EgressWatch
 from ralph_dev.control.loop.merging import MergeLane, read_lane, read_trunk_due
 from ralph_dev.control.loop.tripwires import Tripwires
 from ralph_dev.control.loop.worker_dirs import WorkerDirs
@@ -258,6 +259,7 @@ class Observer:
         self.config_loaded_at = clock()
         """When this controller read its config."""
         self.retries = RetryWatch(settings, host, store)
+        self.egress = EgressWatch(settings, store)
 
     async def observe(self) -> Observed:
         pauses = self.store.load_pauses()
@@ -291,6 +293,7 @@ class Observer:
             resources=host.sample(self.settings.workspaces),
             spent_today=spent_today, over_budget=over,
             tripped=await self._tripped(observed),
+            egress_refused=self._egress(observed),
             retrying=await asyncio.to_thread(self.retries.read, observed, self.clock()),
             trunk_head=trunk_head, trunk_red_at=red_at,
             unadopted=self._unadopted(observed),
@@ -353,6 +356,13 @@ class Observer:
         except (RalphError, OSError) as exc:
             log.warning("spend_unread", error=str(exc))
             return {}, 0.0
+
+    def _egress(self, observed: Observed) -> dict[str, tuple[int, str]]:
+        try:
+            return self.egress.read(observed.records)
+        except (RalphError, OSError) as exc:
+            log.warning("egress_unread", error=str(exc))
+            return {}
 
     async def _tripped(self, observed: Observed) -> dict[str, str]:
         try:

@@ -25,7 +25,7 @@ from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide.issues import Decider
 from ralph_dev.core.decide.lane import Lane
 from ralph_dev.core.decide.orders import fill
-from ralph_dev.core.decide.swarm import SHARED_RECHECK, SwarmRules, stops
+from ralph_dev.core.decide.swarm import SHARED_RECHECK, SwarmRules, egress_flags, stops
 from ralph_dev.core.decide.views import (
     COLUMNS,
     blocked_issues,
@@ -78,7 +78,7 @@ def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan
     stopped = stops(world)
     waited = frozenset(a.issue for a in actions if isinstance(a, Continue | Waited))
     decider = Decider(world, now, pauses=tuple(swarm.pauses.values()), waited=waited)
-    decider.emit(*stopped)
+    decider.emit(*stopped, *egress_flags(world))
     skip = {a.issue for a in stopped}
     idents = set(world.issues) | set(world.windows) | set(world.workspaces) | set(world.records)
     for ident in sorted(idents - skip, key=id_key):

@@ -23,6 +23,7 @@ from ralph_dev.core.actions import (
     Hold,
     PauseSwarm,
     Stop,
+    Tell,
     TrunkVerified,
     VerifyTrunk,
     Waited,
@@ -40,6 +41,7 @@ from ralph_dev.core.config import Limits, ProjectSettings
 from ralph_dev.core.decide.world import World, aware
 from ralph_dev.core.model import Observed, OwedWrite, Pause, Resources, WorkerRecord
 from ralph_dev.core.policy import HOOK_LOST, Blame, hold_comment, retry_policy
+from ralph_dev.core.writeback import said
 
 SHARED_RECHECK = timedelta(seconds=1)
 """How soon a pause another project met is looked at again once its end has passed:
@@ -416,4 +418,33 @@ def stops(world: World) -> list[Action]:
                             why=why))
         out.append(Hold(name, f"{name}: stopped and held for a person",
                         comment=hold_comment(name, why, feedback)))
+    return out
+
+
+EGRESS_FLAG_AT = 5
+"""Refused connections of one worker's run after which a person is told (a worker that
+keeps trying hosts it may not reach: a task that needs one more allowed host, or an
+agent talked into sending something out)."""
+
+
+def egress_flags(world: World) -> list[Action]:
+    """Tell the person, once per worker start, about a worker its egress proxy keeps
+    refusing: where it tried, and how to allow a host it needs. The worker goes on."""
+    out: list[Action] = []
+    for name, (count, last) in sorted(world.observed.egress_refused.items()):
+        record = world.records.get(name)
+        issue = world.issues.get(name)
+        if count < EGRESS_FLAG_AT or record is None or issue is None:
+            continue
+        mark = f"[ralph-dev] {name} keeps trying hosts it may not reach (start " \
+               f"{record.host_attempt or record.attempts})"
+        if said(issue, mark) is not None:
+            continue
+        out.append(Tell(name, f"{name}: its egress proxy refused it {count} times, last "
+                              f"{last}: telling the person", mark=mark,
+                        comment=f"{mark}: {count} connections refused so far, the last to "
+                                f"{last} (`ralph-dev events` lists them: egress_refused). "
+                                "If its task needs that host, add it to agent.allow_hosts "
+                                "in ralph-dev's config (it applies to the next start); if "
+                                "not, look at what the agent was asked to do."))
     return out

@@ -49,6 +49,10 @@ from ralph_dev.hosts.node.mailbox import NodeMailbox
 
 log = structlog.get_logger(__name__)
 
+SERVER_EXIT_WAIT = 2.0
+"""How long a tmux server without windows is given to finish exiting before the
+attempt's window is said to be gone by itself, not lost with its server."""
+
 REMOTE = "origin"
 """What a node's clone calls the cluster's remote (``jj git clone`` names it so)."""
 
@@ -148,6 +152,8 @@ class NodeWorker:
                          f"ralph-{spec.project}-{spec.issue}-a{spec.attempt}")
         self._stopped = threading.Event()
         self._server: subprocess.Popen[bytes] | None = None
+        self._seen = False
+        """Its window was seen: a server without it since has ended, or is ending."""
         self._bundle: Bundle | None = None
         self._mailbox: NodeMailbox | None = None
         self._agent_home: Path | None = None
@@ -441,14 +447,18 @@ class NodeWorker:
         is said as such (``server_lost``), no failure of the issue's."""
         found = self.tmux.find(self.spec.issue)
         if found:
+            self._seen = True
             return found[0]
         if self._lease_ran_out:  # stopped by its host, for no failure of the issue's
             return Window(name=self.spec.issue, pane_id="", window_id="", alive=False,
                           server_lost=True)
-        if self._server is not None and self._server.poll() is not None \
-                and not self._stopped.is_set():
-            return Window(name=self.spec.issue, pane_id="", window_id="", alive=False,
-                          server_lost=True)
+        if self._server is not None and not self._stopped.is_set():
+            if self._seen:  # its window went: a server killed from outside may be exiting
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._server.wait(timeout=SERVER_EXIT_WAIT)
+            if self._server.poll() is not None:
+                return Window(name=self.spec.issue, pane_id="", window_id="", alive=False,
+                              server_lost=True)
         return None
 
     def capture(self, lines: int = 40) -> str:
