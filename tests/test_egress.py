@@ -418,3 +418,43 @@ def test_git_npm_and_pip_reach_an_allowed_host_through_the_proxy(
         server.server_close()
     assert "git=0" in said and "npm=0" in said and "1.2.3" in said, said
     assert "pip=0" in said and "demo_pkg-1.0-py3-none-any.whl" in said, said
+
+
+def test_what_a_proxy_wrote_is_told_once_even_by_a_restarted_controller(xdg: Path) -> None:
+    """Each refusal becomes one event, and a controller started again (or the same one,
+    once the worker's window went) does not tell it twice; refusals before the worker's
+    start do not count towards putting it before the person."""
+    from datetime import UTC, datetime, timedelta
+
+    from test_config import write_config
+
+    from ralph_dev.adapters.store import StateStore
+    from ralph_dev.agent.egress import LEDGER
+    from ralph_dev.control.loop.egress import EgressWatch
+    from ralph_dev.core.config import load_project
+    from ralph_dev.core.model import WorkerRecord
+
+    write_config('[projects.app]\nrepo = "/r"\n[projects.app.agent]\nnetwork = "allowlist"\n')
+    settings = load_project("app", environ={})
+    store = StateStore(settings.paths)
+    ledger = settings.paths.worker_dir("APP-1") / LEDGER
+    ledger.parent.mkdir(parents=True)
+    start = datetime.now(UTC)
+
+    def refusal(at: datetime, port: int) -> str:
+        return json.dumps({"at": at.timestamp(), "kind": "refused", "issue": "APP-1",
+                           "host": "10.0.0.1", "port": port, "why": "not allowed"}) + "\n"
+
+    ledger.write_text(refusal(start - timedelta(minutes=5), 1) + refusal(start, 2)
+                      + '{"kind": "bytes", "out": 10, "in": 20, "at": 0}\n{"torn')
+    records = {"APP-1": WorkerRecord("APP-1", started_at=start)}
+    assert EgressWatch(settings, store).read(records, ["APP-1"]) == {"APP-1": (1, "10.0.0.1:2")}
+    again = EgressWatch(settings, store)  # a controller started again
+    assert again.read(records, ["APP-1"]) == {}
+    with ledger.open("a") as file:
+        file.write('"}\n' + refusal(start, 3))
+    again.read(records, [])  # its window went: what its proxy wrote last is read
+    events = list(store.iter_events())
+    assert [e["port"] for e in events if e["event"] == "egress_refused"] == [1, 2, 3]
+    assert [(e["out_bytes"], e["in_bytes"]) for e in events
+            if e["event"] == "egress_bytes"] == [(10, 20)]

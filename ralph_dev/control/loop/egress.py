@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ralph_dev.adapters.files import atomic_write_text
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.agent.egress import LEDGER
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import WorkerRecord
 
+READ_MARK = "egress.read"
+READS_AFTER = 3
+"""Ticks a worker's ledger is still read after its window went."""
 READ_AT_MOST = 1 << 20
 """Ledger bytes read per worker and tick (a worker hammering refused hosts cannot make
 a tick slow)."""
@@ -31,37 +35,56 @@ class EgressWatch:
     def __init__(self, settings: ProjectSettings, store: StateStore) -> None:
         self.settings = settings
         self.store = store
-        self.read_to: dict[str, int] = {}
         self.refusals: dict[str, list[tuple[float, str]]] = {}
         """Per worker, each refusal read: when, and where it tried."""
+        self.reads_left: dict[str, int] = {}
 
-    def read(self, records: Mapping[str, WorkerRecord]) -> dict[str, tuple[int, str]]:
-        """Per running worker refused since its start: how often, and its last target."""
+    def read(self, records: Mapping[str, WorkerRecord], windows: Iterable[str]
+             ) -> dict[str, tuple[int, str]]:
+        """Per running worker refused since its start: how often, and its last target.
+        Read: the workers with a window, and a few ticks more those whose window went
+        (what their proxy wrote as it ended)."""
         if self.settings.agent.network != "allowlist":
             return {}
+        with_window = set(windows) & set(records)
+        for name in with_window:
+            self.reads_left[name] = READS_AFTER
         out: dict[str, tuple[int, str]] = {}
-        for name, record in records.items():
-            self._take(name, self.settings.paths.worker_dir(name) / LEDGER)
+        for name in sorted(n for n, left in self.reads_left.items() if left > 0):
+            record = records.get(name)
+            if record is None:
+                continue
+            self._take(name, self.settings.paths.worker_dir(name))
+            if name not in with_window:
+                self.reads_left[name] -= 1
             started = record.started_at.timestamp() if record.started_at else 0.0
             since = [where for at, where in self.refusals.get(name, ()) if at >= started]
             if since and not record.done:
                 out[name] = (len(since), since[-1])
-        for gone in set(self.read_to) - set(records):
-            self.read_to.pop(gone, None)
+        for gone in [n for n, left in self.reads_left.items() if left <= 0 or n not in records]:
+            self.reads_left.pop(gone, None)
             self.refusals.pop(gone, None)
         return out
 
-    def _take(self, name: str, path: Path) -> None:
+    def _take(self, name: str, worker_dir: Path) -> None:
+        """What the worker's ledger gained since it was last read: the place read to is
+        kept beside it (``egress.read``), so a restarted controller tells nothing twice."""
+        mark = worker_dir / READ_MARK
         try:
-            with path.open("rb") as file:
+            read_to = int(mark.read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            read_to = 0
+        try:
+            with (worker_dir / LEDGER).open("rb") as file:
                 size = file.seek(0, 2)
-                start = self.read_to.get(name, 0) if size >= self.read_to.get(name, 0) else 0
+                start = read_to if size >= read_to else 0
                 file.seek(start)
                 chunk = file.read(READ_AT_MOST)
-        except OSError:
+        except OSError:  # nothing written yet: a worker's one connection is written at its end
             return
         whole = chunk[:chunk.rfind(b"\n") + 1]
-        self.read_to[name] = start + len(whole)
+        if not whole:
+            return
         sent = received = 0
         for line in whole.splitlines():
             with contextlib.suppress(ValueError, TypeError, KeyError):
@@ -80,3 +103,5 @@ class EgressWatch:
         if sent or received:
             self.store.append_event("egress_bytes", issue=name, out_bytes=sent,
                                     in_bytes=received)
+        with contextlib.suppress(OSError):
+            atomic_write_text(mark, str(start + len(whole)))

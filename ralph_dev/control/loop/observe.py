@@ -359,7 +359,7 @@ class Observer:
 
     def _egress(self, observed: Observed) -> dict[str, tuple[int, str]]:
         try:
-            return self.egress.read(observed.records)
+            return self.egress.read(observed.records, (w.name for w in observed.windows))
         except (RalphError, OSError) as exc:
             log.warning("egress_unread", error=str(exc))
             return {}
