@@ -14,10 +14,11 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cli_kit
 import pytest
 from cli_kit import cli_project, pinned_cli
 from conftest import retry_until
@@ -220,114 +221,27 @@ def test_a_usage_limit_pauses_a_codex_worker_and_it_resumes_its_session_after_th
     assert "ok.txt" in world.jj_out("file", "list", "-r", "main")
 
 
+def swarm_of(world: Any, monkeypatch: pytest.MonkeyPatch) -> cli_kit.SwarmOf:
+    return lambda brain, settings=None: codex_swarm(world, monkeypatch, brain, settings)
+
+
+def responses(api: FakeOpenAI) -> int:
+    return len(api.responses())
+
+
 def test_a_codex_turn_ending_on_a_question_reaches_a_person_and_the_answer_its_session(
         world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 35: Codex ends its turn asking a person something and reports nothing; its
-    question goes on the issue (the label, a comment in its words), no attempt is charged,
-    and the person's answer starts the same session again (``codex exec resume``), which
-    then finishes the issue."""
-
-    question = "Should the file hold JSON or YAML?"
-    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
-    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
-
-    def brain(request: dict[str, Any]) -> list[Any]:
-        said = conversation_text(request)
-        if "JSON, please." not in said:
-            return [Text(f"I can write it either way. {question}")]
-        return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
-
-    with codex_swarm(world, monkeypatch, brain) as (api, tick):
-
-        def asked() -> bool:
-            found = world.tracker.get_sync(issue)
-            return "user-input-needed" in found.labels and any(
-                question in c.body for c in found.comments)
-
-        retry_until(lambda: (tick(), asked())[1], 120, 0.5, what="the question on the issue")
-        asked_calls = len(api.responses())
-        for _ in range(4):
-            tick()
-        assert len(api.responses()) == asked_calls  # it waits for the person
-        world.tracker.comment_sync(issue, "JSON, please.", by_ralph=False)
-        world.tracker.change_labels_sync(issue, add=["user-feedback-given"])
-        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
-                             is StateType.COMPLETED)[1], 180, 0.5,
-                    what="the issue done after the answer")
-    events = list(world.store.iter_events())
-    starts = [e for e in events if e["event"] == "spawn"]
-    assert [e["attempt"] for e in starts] == [1, 1] and starts[1].get("resume"), starts
-    assert "worker_blocked" in [e["event"] for e in events]
-    assert not [e for e in events if e["event"] in ("hold", "nudge", "restart")]
-    assert "ok.txt" in world.jj_out("file", "list", "-r", "main")
+    question goes on the issue, no attempt is charged, and the person's answer starts
+    the same session again (``codex exec resume``), which then finishes the issue."""
+    cli_kit.question_goes_to_a_person(world, swarm_of(world, monkeypatch), responses)
 
 
 def test_a_crashed_codex_is_resumed_in_its_own_session(
         world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 35: Codex dies mid-task (kill -9 of everything in its workspace, a call to
-    the model hanging); its next attempt is ``codex exec resume`` of the session its
-    supervisor told: the model sees the first step in the history and goes on."""
-    import dataclasses
-    import signal
-
-    from test_claude_smoke import working_in
-
-    from ralph_dev.core.config import Timing
-    from ralph_dev.devtools.api_faults import Hang
-
-    settings = dataclasses.replace(world.settings, timing=Timing(
-        poll_interval=0.5, retry_base=0.5, retry_cap=1))
-    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Two steps")])
-    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'two steps'"
-    crashed = {"yet": False}
-
-    def brain(request: dict[str, Any]) -> list[Any]:
-        said = conversation_text(request)
-        if "echo step-one" not in said:
-            return [bash("echo step-one > one.txt", "step one")]
-        if not crashed["yet"]:
-            return [Hang()]  # the agent dies while it waits here
-        return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
-
-    with codex_swarm(world, monkeypatch, brain, settings) as (api, tick):
-        retry_until(lambda: (tick(), len(api.responses()) >= 2
-                             and world.store.load_record(issue).session_id)[1], 120, 0.5,
-                    what="the hanging second call, the session told")
-        session = world.store.load_record(issue).session_id
-        workspace = world.jj.workspaces.workspace_path(issue)
-        crashed["yet"] = True
-        for pid in working_in(workspace):  # kill -9 of the agent, its supervisor, shells
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
-                             is StateType.COMPLETED)[1], 180, 0.5,
-                    what="the issue done after the crash")
-    starts = [e for e in world.store.iter_events() if e["event"] == "spawn"]
-    assert [e["attempt"] for e in starts] == [1, 2], starts
-    assert starts[1].get("resume") == session  # the same session goes on
-    assert "ok.txt" in world.jj_out("file", "list", "-r", "main")
-
-
-def through_a_fault(world: Any, monkeypatch: pytest.MonkeyPatch, settings: Any,
-                    fault: Callable[[], list[Any]]) -> list[dict[str, Any]]:
-    """One Codex worker adds ok.txt: its first step, then ``fault()`` answers each call
-    while it says something, then the finish; the real controller ticks until the issue
-    is done. Its events."""
-
-    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
-    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
-
-    def brain(request: dict[str, Any]) -> list[Any]:
-        said = conversation_text(request)
-        if "echo started" not in said:
-            return [bash("echo started > started.txt", "start")]
-        return fault() or ([Text("Done.")] if "touch ok.txt" in said else [bash(finish)])
-
-    with codex_swarm(world, monkeypatch, brain, settings) as (api, tick):
-        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
-                             is StateType.COMPLETED)[1], 240, 0.5,
-                    what=f"{issue} done after the fault: {api.errors}")
-    return list(world.store.iter_events())
+    """Issue 35: Codex dies mid-task; its next attempt is ``codex exec resume`` of the
+    session its supervisor told."""
+    cli_kit.crash_resumes_its_session(world, swarm_of(world, monkeypatch), responses)
 
 
 def test_a_run_of_5xx_codex_gives_up_on_pauses_the_swarm_free_and_it_goes_on(
@@ -335,8 +249,6 @@ def test_a_run_of_5xx_codex_gives_up_on_pauses_the_swarm_free_and_it_goes_on(
     """Issue 35: the Responses API answers 500 for a minute. Codex retries by itself, then
     ends its turn on it and exits; that is an outage (no attempt charged): the swarm
     pauses for its backoff, and the worker goes on in its session once the API answers."""
-    import dataclasses
-
     from ralph_dev.core.config import Timing
     from ralph_dev.devtools.api_faults import Refusal
 
@@ -350,9 +262,8 @@ def test_a_run_of_5xx_codex_gives_up_on_pauses_the_swarm_free_and_it_goes_on(
                                                  "request.")]
         return []
 
-    events = through_a_fault(world, monkeypatch, dataclasses.replace(
-        world.settings, timing=Timing(poll_interval=0.5, stall_timeout=600,
-                                      restart_timeout=600, outage_wait=5)), failing)
+    events = cli_kit.through_a_fault(world, swarm_of(world, monkeypatch), Timing(
+        poll_interval=0.5, stall_timeout=600, restart_timeout=600, outage_wait=5), failing)
     assert [e for e in events if e["event"] == "agent_api_error"]  # Codex gave up at least once
     assert [e for e in events if e["event"] == "swarm_paused"]
     starts = [e for e in events if e["event"] == "spawn"]
@@ -364,26 +275,7 @@ def test_a_hung_codex_call_is_restarted_in_its_own_session(
         world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 35: a model call that never answers (Codex's own events stop) is a hang:
     after ``hang_timeout`` the worker is restarted in its own session, free."""
-    import dataclasses
-
-    from ralph_dev.core.config import Timing
-    from ralph_dev.devtools.api_faults import Hang
-
-    hung: list[float] = []
-
-    def hanging() -> list[Any]:
-        if hung:
-            return []
-        hung.append(time.time())
-        return [Hang(120)]
-
-    events = through_a_fault(world, monkeypatch, dataclasses.replace(
-        world.settings, timing=Timing(poll_interval=0.5, stall_timeout=600,
-                                      restart_timeout=600, hang_timeout=10)), hanging)
-    restarts = [e for e in events if e["event"] == "restart"]
-    assert restarts and "has not answered" in restarts[0]["reason"], restarts
-    assert "no attempt charged" in restarts[0]["reason"] and restarts[0].get("resume")
-    assert not [e for e in events if e["event"] == "hold"]
+    cli_kit.hang_restarts_its_session(world, swarm_of(world, monkeypatch))
 
 
 def test_a_chatgpt_plans_windows_codex_read_reach_the_accounts_pacing(

@@ -10,9 +10,7 @@ workspace and report done through ``ralph-dev worker done``.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import cli_kit
 import pytest
 from cli_kit import cli_project, pinned_cli
 from conftest import retry_until
@@ -138,7 +137,7 @@ def diagnostics(world: Any, api: FakeGemini, issue: str) -> str:
             f"\n--- api ---\n{[r.path for r in api.requests]} {api.errors}")
 
 
-def until_done(world: Any, api: FakeGemini, issue: str, tick: Callable[[], Any],
+def done_or_say_why(world: Any, api: FakeGemini, issue: str, tick: Callable[[], Any],
                timeout: float, what: str) -> None:
     retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
                          is StateType.COMPLETED)[1], timeout, 0.5,
@@ -164,7 +163,7 @@ def test_a_gemini_worker_does_its_issue_confined_with_its_own_home_and_key(
         return [Text("Reported.")]
 
     with gemini_swarm(world, monkeypatch, brain) as (api, tick):
-        until_done(world, api, issue, tick, 180, f"{issue} done")
+        done_or_say_why(world, api, issue, tick, 180, f"{issue} done")
     assert set(api.models()) == {GEMINI.default_model}
     assert issue in json.dumps(api.generations()[0])  # the prompt (on stdin) reached it
     said = json.dumps(api.generations()[-1])
@@ -216,7 +215,7 @@ def test_a_quota_pauses_a_gemini_worker_and_it_resumes_its_session_after_the_res
                     what="the quota pause" + diagnostics(world, api, issue))
         (pause,) = world.store.load_pauses()
         assert pause.until is not None and abs(pause.until.timestamp() - resets[0]) < 3
-        until_done(world, api, issue, tick, 240, f"{issue} done after the reset")
+        done_or_say_why(world, api, issue, tick, 240, f"{issue} done after the reset")
     events = list(world.store.iter_events())
     spawns = [e for e in events if e["event"] == "spawn"]
     assert [e["attempt"] for e in spawns] == [1, 1], [e["reason"] for e in spawns]
@@ -226,100 +225,27 @@ def test_a_quota_pauses_a_gemini_worker_and_it_resumes_its_session_after_the_res
     assert len(refused) == 1  # nothing went to the API during the pause
 
 
+def swarm_of(world: Any, monkeypatch: pytest.MonkeyPatch) -> cli_kit.SwarmOf:
+    return lambda brain, settings=None: gemini_swarm(world, monkeypatch, brain, settings)
+
+
+def generations(api: FakeGemini) -> int:
+    return len(api.generations())
+
+
 def test_a_gemini_turn_ending_on_a_question_reaches_a_person_and_the_answer_its_session(
         world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 35: Gemini CLI ends its turn asking a person something and reports nothing;
     the question goes on the issue, no attempt is charged, and the person's answer starts
-    the same session again, which then finishes the issue."""
-    question = "Should the file hold JSON or YAML?"
-    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
-    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
-
-    def brain(request: dict[str, Any]) -> list[Any]:
-        said = conversation_text(request)
-        if "JSON, please." not in said:
-            return [Text(f"I can write it either way. {question}")]
-        return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
-
-    with gemini_swarm(world, monkeypatch, brain) as (api, tick):
-
-        def asked() -> bool:
-            found = world.tracker.get_sync(issue)
-            return "user-input-needed" in found.labels and any(
-                question in c.body for c in found.comments)
-
-        retry_until(lambda: (tick(), asked())[1], 120, 0.5,
-                    what="the question on the issue" + diagnostics(world, api, issue))
-        asked_calls = len(api.generations())
-        for _ in range(4):
-            tick()
-        assert len(api.generations()) == asked_calls  # it waits for the person
-        world.tracker.comment_sync(issue, "JSON, please.", by_ralph=False)
-        world.tracker.change_labels_sync(issue, add=["user-feedback-given"])
-        until_done(world, api, issue, tick, 180, "the issue done after the answer")
-    events = list(world.store.iter_events())
-    starts = [e for e in events if e["event"] == "spawn"]
-    assert [e["attempt"] for e in starts] == [1, 1] and starts[1].get("resume"), starts
-    assert not [e for e in events if e["event"] in ("hold", "nudge", "restart")]
+    the same session again (``--resume``), which then finishes the issue."""
+    cli_kit.question_goes_to_a_person(world, swarm_of(world, monkeypatch), generations)
 
 
 def test_a_crashed_gemini_is_resumed_in_its_own_session(
         world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 35: Gemini CLI dies mid-task (kill -9 of everything in its workspace while a
-    call to the model hangs); its next attempt resumes the session its supervisor told:
-    the model sees the first step in the history and goes on."""
-    import signal
-
-    from test_claude_smoke import working_in
-
-    from ralph_dev.devtools.api_faults import Hang
-
-    settings = dataclasses.replace(world.settings, timing=Timing(
-        poll_interval=0.5, retry_base=0.5, retry_cap=1))
-    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Two steps")])
-    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'two steps'"
-    crashed = {"yet": False}
-
-    def brain(request: dict[str, Any]) -> list[Any]:
-        said = conversation_text(request)
-        if "echo step-one" not in said:
-            return [bash("echo step-one > one.txt", "step one")]
-        if not crashed["yet"]:
-            return [Hang()]
-        return [Text("Done.")] if "touch ok.txt" in said else [bash(finish)]
-
-    with gemini_swarm(world, monkeypatch, brain, settings) as (api, tick):
-        retry_until(lambda: (tick(), len(api.generations()) >= 2
-                             and world.store.load_record(issue).session_id)[1], 120, 0.5,
-                    what="the hanging second call, the session told")
-        session = world.store.load_record(issue).session_id
-        crashed["yet"] = True
-        for pid in working_in(world.jj.workspaces.workspace_path(issue)):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        until_done(world, api, issue, tick, 180, "the issue done after the crash")
-    starts = [e for e in world.store.iter_events() if e["event"] == "spawn"]
-    assert [e["attempt"] for e in starts] == [1, 2], starts
-    assert starts[1].get("resume") == session
-
-
-def through_a_fault(world: Any, monkeypatch: pytest.MonkeyPatch, timing: Timing,
-                    fault: Callable[[], list[Any]]) -> list[dict[str, Any]]:
-    """One Gemini worker adds ok.txt: its first step, then ``fault()`` answers each call
-    while it says something, then the finish. Its events."""
-    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt")])
-    finish = f"touch ok.txt && ralph-dev worker done {issue} --summary 'added ok.txt'"
-
-    def brain(request: dict[str, Any]) -> list[Any]:
-        said = conversation_text(request)
-        if "echo started" not in said:
-            return [bash("echo started > started.txt", "start")]
-        return fault() or ([Text("Done.")] if "touch ok.txt" in said else [bash(finish)])
-
-    settings = dataclasses.replace(world.settings, timing=timing)
-    with gemini_swarm(world, monkeypatch, brain, settings) as (api, tick):
-        until_done(world, api, issue, tick, 240, f"{issue} done after the fault")
-    return list(world.store.iter_events())
+    """Issue 35: Gemini CLI dies mid-task; its next attempt resumes the session its
+    supervisor told."""
+    cli_kit.crash_resumes_its_session(world, swarm_of(world, monkeypatch), generations)
 
 
 def test_a_run_of_5xx_gemini_retries_by_itself_is_not_taken_for_hung(
@@ -337,7 +263,7 @@ def test_a_run_of_5xx_gemini_retries_by_itself_is_not_taken_for_hung(
             first.append(time.time())
         return [gemini_server_error()] if time.time() - first[0] < 25 else []
 
-    events = through_a_fault(world, monkeypatch, Timing(
+    events = cli_kit.through_a_fault(world, swarm_of(world, monkeypatch), Timing(
         poll_interval=0.5, stall_timeout=600, restart_timeout=600, hang_timeout=10), failing)
     assert first  # the fault was met
     assert not [e for e in events if e["event"] in ("restart", "hold", "agent_api_error")]
@@ -349,19 +275,4 @@ def test_a_hung_gemini_call_is_restarted_in_its_own_session(
     """Issue 35: a model call that never answers (the CLI's events stop, it announces no
     retry) is a hang: after ``hang_timeout`` the worker is restarted in its own session,
     free."""
-    from ralph_dev.devtools.api_faults import Hang
-
-    hung: list[float] = []
-
-    def hanging() -> list[Any]:
-        if hung:
-            return []
-        hung.append(time.time())
-        return [Hang(120)]
-
-    events = through_a_fault(world, monkeypatch, Timing(
-        poll_interval=0.5, stall_timeout=600, restart_timeout=600, hang_timeout=10), hanging)
-    restarts = [e for e in events if e["event"] == "restart"]
-    assert restarts and "has not answered" in restarts[0]["reason"], restarts
-    assert "no attempt charged" in restarts[0]["reason"] and restarts[0].get("resume")
-    assert not [e for e in events if e["event"] == "hold"]
+    cli_kit.hang_restarts_its_session(world, swarm_of(world, monkeypatch))
