@@ -158,6 +158,86 @@ def test_the_proxy_carries_only_allowed_hosts_and_writes_down_the_rest(
     assert "Proxy-Authorization" not in ledger.read_text()
 
 
+@contextlib.contextmanager
+def machine_proxy(rules: list[str], ledger: Path) -> Iterator[int]:
+    """A proxy on the host's loopback standing for the one a company's machine reaches
+    the internet through (this module's own kind, on TCP): its port; its ledger says
+    what went through it."""
+    import asyncio
+
+    from ralph_dev.inpane.egress import Ledger, Proxy
+
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(asyncio.start_server(
+        Proxy(rules, Ledger(ledger, "machine")).serve, "127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+def test_the_proxy_goes_through_the_machines_own_proxy_but_for_what_it_bypasses(
+        tmp_path: Path, served: tuple[Served, Served]) -> None:
+    """A machine that reaches the internet only through a proxy of its own (its
+    ``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``): an allowed connection, tunnelled or
+    plain, goes through that proxy, with its credentials, which nothing writes down; a
+    name ``NO_PROXY`` covers goes straight there; a refused one goes nowhere."""
+    from ralph_dev.agent.egress import machine_proxy as read_machine_proxy
+
+    allowed_server, other = served
+    via_ledger = tmp_path / "machine.jsonl"
+    with machine_proxy([f"127.0.0.1:{allowed_server.port}"], via_ledger) as port:
+        upstream = read_machine_proxy({"HTTPS_PROXY": f"http://me:s3cret@127.0.0.1:{port}",
+                                       "http_proxy": f"127.0.0.1:{port}",
+                                       "NO_PROXY": "example.org,.localhost:99"})
+        assert upstream is not None
+        spec = tmp_path / "spec.json"
+        sock, ledger = tmp_path / "proxy.sock", tmp_path / "egress.jsonl"
+        spec.write_text(json.dumps({"egress": {
+            "socket": str(sock), "log": str(ledger), "issue": "T-1", "upstream": upstream,
+            "allow": [f"127.0.0.1:{allowed_server.port}", f"localhost:{allowed_server.port}",
+                      f"127.0.0.1:{other.port}"]}}))
+        proxy = subprocess.Popen([sys.executable, "-m", "ralph_dev.inpane.egress", str(spec)])
+        try:
+            retry_until(sock.exists, 20, 0.05, what="the proxy's socket")
+            got = through(sock, f"GET http://127.0.0.1:{allowed_server.port}/plain HTTP/1.1"
+                                "\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            assert got.startswith(b"HTTP/1.0 200") and got.endswith(b"the host's secret"), got
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+                client.settimeout(10)
+                client.connect(str(sock))
+                client.sendall(f"CONNECT 127.0.0.1:{allowed_server.port} HTTP/1.1\r\n\r\n"
+                               .encode())
+                assert client.recv(4096).startswith(b"HTTP/1.1 200")
+                client.sendall(b"GET /tunnelled HTTP/1.0\r\n\r\n")
+                answer = b""
+                while chunk := client.recv(65536):
+                    answer += chunk
+                assert answer.endswith(b"the host's secret"), answer
+            direct = through(sock, f"GET http://localhost:{allowed_server.port}/direct "
+                                   "HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+            assert direct.startswith(b"HTTP/1.0 200"), direct
+            # allowed here, but the machine's proxy says no: a 502, and why, written down
+            denied = through(sock, f"CONNECT 127.0.0.1:{other.port} HTTP/1.1\r\n\r\n"
+                             .encode())
+            assert denied.startswith(b"HTTP/1.1 502"), denied
+        finally:
+            proxy.terminate()
+            proxy.wait(10)
+    assert allowed_server.hits == ["/plain", "/tunnelled", "/direct"] and other.hits == []
+    through_machine = [json.loads(line) for line in via_ledger.read_text().splitlines()]
+    assert {(e["host"], e["port"]) for e in through_machine if e["kind"] == "bytes"} == \
+        {("127.0.0.1", allowed_server.port)}  # not localhost: NO_PROXY covers it
+    assert [e["port"] for e in through_machine if e["kind"] == "refused"] == [other.port]
+    said = ledger.read_text()
+    assert "the machine's proxy 127.0.0.1" in said and "s3cret" not in said
+    assert "s3cret" not in via_ledger.read_text()
+
+
 @pytest.fixture
 def claude_world(xdg: Path, jj_bin: str, tmux_socket: str,
                  claude_bin: str,  # noqa: F811 - the fixture, by its name
@@ -215,7 +295,7 @@ def test_a_worker_reaches_its_model_api_and_nothing_else_on_the_host(
 
 
 def command_project(xdg: Path, tmux_socket: str, command: str, network: str,
-                    allow: str) -> Path:
+                    allow: str, verify: str = "test -f ok.txt") -> Path:
     """The config of project ``demo`` whose workers run ``command`` (the command runner)
     with ``agent.network`` and one allowed host."""
     from conftest import make_jj_repo
@@ -225,7 +305,7 @@ def command_project(xdg: Path, tmux_socket: str, command: str, network: str,
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text("\n".join([
         "[projects.demo]", f"repo = {json.dumps(str(repo))}", 'trunk = "main"',
-        f"tmux_socket = {json.dumps(tmux_socket)}", 'verify_command = "test -f ok.txt"',
+        f"tmux_socket = {json.dumps(tmux_socket)}", f"verify_command = {json.dumps(verify)}",
         "[projects.demo.tracker]", 'key = "DEMO"', "[projects.demo.timing]",
         "poll_interval = 0.5", "[projects.demo.agent]", 'runner = "command"',
         f"command = {json.dumps(command)}", f"network = {json.dumps(network)}",
@@ -280,6 +360,38 @@ def test_each_network_mode_lets_a_worker_reach_what_it_says(
     refused = [e for e in world.store.iter_events() if e["event"] == "egress_refused"]
     assert [(e["issue"], e["port"]) for e in refused] == \
         ([(issue, other.port)] if network == "allowlist" else [])
+
+
+def test_the_controllers_verify_reaches_only_what_workers_may(
+        xdg: Path, jj_bin: str, tmux_socket: str, served: tuple[Served, Served]) -> None:
+    """The verify command runs code workers wrote: on the controller's side too (the
+    merge lane's run) it reaches only ``agent.allow_hosts``, through a proxy of its own,
+    and what it was refused is named in the run's output."""
+    allowed_server, other = served
+    fetch = ("import urllib.request as u\n"
+             f"for port in ({allowed_server.port}, {other.port}):\n"
+             "    try: print(port, u.urlopen('http://127.0.0.1:%d/verify' % port, "
+             "timeout=5).read())\n"
+             "    except Exception as exc: print(port, 'no', exc)\n")
+    config = command_project(
+        xdg, tmux_socket, "sh -c 'touch ok.txt && ralph-dev worker done {issue} "
+        "--summary probed'", "allowlist", f"127.0.0.1:{allowed_server.port}",
+        verify=f"python3 -c {shlex.quote(fetch)}")
+    with open_world(xdg, jj_bin, tmux_socket, config) as world:
+        (issue,) = world.tracker.create_issues_sync([NewIssue(title="Probe")])
+        tick = controller_ticks(world, world.settings)
+        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
+                             is StateType.COMPLETED)[1], 120, 0.5, what="the probe merged")
+        runs = world.settings.paths.lane_dir / "runs"
+        said = {p.parent.name: p.read_text() for p in runs.glob("*/output.log")}
+    # the worker's own verify (at `worker done`) and the lane's reached the allowed host
+    assert allowed_server.hits.count("/verify") >= 2, said
+    assert other.hits == [], said
+    assert said and all(f"{other.port} no" in out for out in said.values()), said
+    from ralph_dev.agent.egress import refused_in
+
+    assert [refused_in(p) for p in runs.glob("*/egress.jsonl")] == \
+        [[f"127.0.0.1:{other.port}"]], list(runs.iterdir())
 
 
 def test_a_network_mode_without_the_sandbox_is_refused(xdg: Path) -> None:
@@ -458,3 +570,89 @@ def test_what_a_proxy_wrote_is_told_once_even_by_a_restarted_controller(xdg: Pat
     assert [e["port"] for e in events if e["event"] == "egress_refused"] == [1, 2, 3]
     assert [(e["out_bytes"], e["in_bytes"]) for e in events
             if e["event"] == "egress_bytes"] == [(10, 20)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("probe_world", ["allowlist"], indirect=True)
+def test_a_cluster_worker_reaches_only_what_is_allowed_and_its_refusals_come_back(
+        probe_world: Any, served: tuple[Served, Served], tmp_path: Path,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The issue's first item on a cluster: the worker runs on a node with a HOME and XDG
+    dirs of its own, behind a proxy of that node's; the allowed server answers it, the
+    other sees nothing, and the refusal comes back to the controller as an event naming
+    the issue and the port."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'ralph-dev[ray]')")
+    import dataclasses
+
+    from ray_kit import bare_remote, local_cluster
+    from test_cluster_claude import cluster_ticks
+
+    from ralph_dev.core.config import ClusterSettings, Timing
+
+    world, (allowed_server, other) = probe_world, served
+    remote = bare_remote(tmp_path / "remote.git")
+    world.jj.cli.run("git", "remote", "add", "origin", str(remote), touch_checkout=True).check()
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Probe")])
+    with local_cluster(tmp_path_factory.getbasetemp(), "demo", nodes=1,
+                       connect=False) as made:
+        world.settings = dataclasses.replace(
+            world.settings, cluster=ClusterSettings(engine="ray", address=made.address,
+                                                    remote=None),
+            timing=Timing(poll_interval=0.5, retry_base=0.5, retry_cap=1))
+        tick, close = cluster_ticks(world)
+        try:
+            retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
+                                 is StateType.COMPLETED)[1], 240, 0.5,
+                        what="the probe on a cluster node done")
+            # the proxy writes a connection's bytes as it ends: a tick or two more reads them
+            for _ in range(3):
+                tick()
+        finally:
+            close()
+    said = world.jj_out("file", "show", "-r", "main", "ok.txt")
+    lines = dict(line.split(" ", 1) for line in said.splitlines())
+    assert {int(port) for port, text in lines.items() if "secret" in text} == \
+        {allowed_server.port}, said
+    assert other.hits == [] and allowed_server.hits
+    refused = [e for e in world.store.iter_events() if e["event"] == "egress_refused"]
+    assert [(e["issue"], e["port"]) for e in refused] == [(issue, other.port)]
+    assert any(e["event"] == "egress_bytes" and e["issue"] == issue and e["in_bytes"] > 0
+               for e in world.store.iter_events())
+
+
+def test_a_hosts_ledger_is_copied_once_whatever_the_controller_restarts(tmp_path: Path) -> None:
+    """``hosts.ray.ledger``: what a cluster worker's proxy wrote on its host reaches the
+    controller's copy whole lines at a time, once, across a controller stopped between
+    appending and noting, and a new attempt's ledger (on another host) goes after it."""
+    from ralph_dev.adapters.files import read_lines
+    from ralph_dev.hosts.ray.ledger import LedgerCopy
+
+    hosts = {1: tmp_path / "host-a.jsonl", 2: tmp_path / "host-b.jsonl"}
+    folder = tmp_path / "worker"
+    folder.mkdir()
+
+    def read(issue: str, attempt: int, position: int, limit: int) -> bytes:
+        assert issue == "T-1"
+        try:
+            return read_lines(hosts[attempt], position, limit)[0]
+        except OSError:
+            return b""
+
+    def copier() -> LedgerCopy:  # a controller (re)started
+        return LedgerCopy(lambda issue: folder, read)
+
+    copy = folder / "egress.jsonl"
+    assert copier().bring("T-1", 1) == 0 and not copy.exists()
+    hosts[1].write_bytes(b'{"n": 1}\n{"n": 2}\n{"n": 3')  # the third still being written
+    assert copier().bring("T-1", 1) == 18
+    assert copy.read_bytes() == b'{"n": 1}\n{"n": 2}\n'
+    with hosts[1].open("ab") as host:
+        host.write(b'}\n{"n": 4}\n')
+    with copy.open("ab") as stopped:  # appended, then stopped before noting it
+        stopped.write(b'{"n": 3}\n')
+    assert copier().bring("T-1", 1) == 18
+    assert copy.read_bytes() == b'{"n": 1}\n{"n": 2}\n{"n": 3}\n{"n": 4}\n'
+    assert copier().bring("T-1", 1) == 0
+    hosts[2].write_bytes(b'{"n": 5}\n')  # attempt 2, elsewhere: its ledger starts anew
+    assert copier().bring("T-1", 2) == 9
+    assert copy.read_bytes().splitlines()[-2:] == [b'{"n": 4}', b'{"n": 5}']

@@ -12,8 +12,10 @@ the rules are fixed here, outside the sandbox, where the worker cannot change th
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,8 @@ SOCKET_NAME = "proxy.sock"
 LEDGER = "egress.jsonl"
 """The proxy's record of a worker's refusals and bytes, in its worker dir (outside the
 sandbox, hidden from it)."""
+READ_MARK = "egress.read"
+"""How far the controller has read a worker's ledger, beside it."""
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
                    "all_proxy")
 NO_PROXY_VARIABLES = ("NO_PROXY", "no_proxy")
@@ -77,12 +81,42 @@ class NetworkPlan:
 
 def network_plan(settings: ProjectSettings, *, worker_dir: Path, issue: str,
                  profile: AgentProfile | None, env: Mapping[str, str]) -> NetworkPlan | None:
-    """None with ``open`` (or no sandbox, which config refuses with the other modes)."""
+    """A worker's: None with ``open`` (or no sandbox, which config refuses with the other
+    modes)."""
+    return _plan(settings, worker_dir, issue, lambda: allow_rules(settings, profile, env),
+                 env)
+
+
+def verify_network(settings: ProjectSettings, *, run_dir: Path, issue: str | None,
+                   env: Mapping[str, str]) -> NetworkPlan | None:
+    """The controller's verify command's: it runs code workers wrote, so it reaches what
+    they may, but for their agent's API (``agent.allow_hosts``: the registries a test
+    run installs from). Its ledger is the run's own; the lane names its refusals in the
+    run's output (:func:`refused_in`)."""
+    return _plan(settings, run_dir, issue or "", lambda: list(settings.agent.allow_hosts),
+                 env)
+
+
+def machine_proxy(env: Mapping[str, str]) -> dict[str, str] | None:
+    """The proxy this machine reaches the internet through, as its variables say it
+    (curl's reading: the lower-case name first): the egress proxy goes through it."""
+    def named(name: str) -> str:
+        return env.get(name.lower()) or env.get(name.upper()) or ""
+
+    said = {"https": named("https_proxy"), "http": named("http_proxy"),
+            "no_proxy": named("no_proxy")}
+    return said if said["https"] or said["http"] else None
+
+
+def _plan(settings: ProjectSettings, own_dir: Path, issue: str,
+          rules: Callable[[], list[str]], env: Mapping[str, str]) -> NetworkPlan | None:
+    """``env``: the variables the launch was given, before this plan replaces the proxy
+    ones (the machine's proxy is read from them)."""
     if settings.agent.network == "open" or settings.agent.sandbox != "bwrap":
         return None
     if settings.agent.network == "none":
         return NetworkPlan(["--unshare-net"], [], {}, None)
-    egress_dir = worker_dir / "egress"
+    egress_dir = own_dir / "egress"
     egress_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     inside = SOCKET_MOUNT / SOCKET_NAME
     proxy = f"http://127.0.0.1:{PROXY_PORT}"
@@ -90,5 +124,22 @@ def network_plan(settings: ProjectSettings, *, worker_dir: Path, issue: str,
         ["--unshare-net", "--bind", str(egress_dir), str(SOCKET_MOUNT)],
         [sys.executable, "-m", "ralph_dev.inpane.netbridge", str(inside), str(PROXY_PORT), "--"],
         {**dict.fromkeys(PROXY_VARIABLES, proxy), **dict.fromkeys(NO_PROXY_VARIABLES, "")},
-        {"socket": str(egress_dir / SOCKET_NAME), "log": str(worker_dir / LEDGER),
-         "allow": allow_rules(settings, profile, env), "issue": issue})
+        {"socket": str(egress_dir / SOCKET_NAME), "log": str(own_dir / LEDGER),
+         "allow": rules(), "issue": issue,
+         **({"upstream": upstream} if (upstream := machine_proxy(env)) else {})})
+
+
+def refused_in(ledger: Path, limit: int = 1 << 20) -> list[str]:
+    """``host:port`` of each refusal a ledger holds, once each, in the order first
+    refused."""
+    try:
+        data = ledger.read_bytes()[:limit]
+    except OSError:
+        return []
+    found: dict[str, None] = {}
+    for line in data.splitlines():
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            entry = json.loads(line)
+            if entry["kind"] == "refused":
+                found[f"{str(entry['host'])[:253]}:{int(entry['port'])}"] = None
+    return list(found)

@@ -285,8 +285,8 @@ def sandbox_args(settings: ProjectSettings, *, workspace: Path, worker_dir: Path
     return [*args, "--bind", str(worker_dir / "run"), str(RUN_MOUNT), *_leave(workspace)]
 
 
-def verify_wrapper(settings: ProjectSettings, checkout: Path, *, home: Path | None = None
-                   ) -> list[str]:
+def verify_wrapper(settings: ProjectSettings, checkout: Path, *, home: Path | None = None,
+                   network: Sequence[str] = ()) -> list[str]:
     """The argv prefix the controller runs the verify command under: the code it runs
     was written by workers, so it gets the workers' sandbox (its checkout writable, an
     empty /tmp, nothing of ralph-dev's) — or nothing with ``agent.sandbox = "off"``.
@@ -294,14 +294,16 @@ def verify_wrapper(settings: ProjectSettings, checkout: Path, *, home: Path | No
     ``home``: the HOME its environment names. A worker's own (``agent.home =
     "isolated"``) lies in ralph-dev's hidden state, and what the worker left there
     (a ``usercustomize.py``, a tool's config) must not steer the controller's check: it
-    gets an empty, writable one at the same path, as a first run of the worker had."""
+    gets an empty, writable one at the same path, as a first run of the worker had.
+
+    ``network``: bubblewrap's options for ``agent.network`` (``agent.egress``)."""
     if settings.agent.sandbox != "bwrap":
         return []
     fresh_home = ["--tmpfs", str(home)] if home is not None and \
         settings.agent.home == "isolated" else []
     return [bwrap_path(), *_confined(settings, workspace=checkout, person_home=Path.home(),
                                      private_tmp=["--tmpfs", SANDBOX_TMP]),
-            *fresh_home, *_leave(checkout)]
+            *fresh_home, *network, *_leave(checkout)]
 
 
 def write_filter(worker_dir: Path) -> Path | None:

@@ -84,10 +84,6 @@ def validate(settings: ProjectSettings, where: str) -> None:
         raise bad("agent.network", f"{settings.agent.network!r} needs the workers' sandbox "
                   "(agent.sandbox = \"bwrap\"), which alone takes their network away: set it, "
                   "or agent.network = \"open\"")
-    if settings.agent.network == "allowlist" and settings.cluster is not None:
-        raise bad("agent.network", "\"allowlist\" does not reach a cluster's hosts yet (the "
-                  "egress proxy runs beside a worker on the controller's host): set "
-                  "agent.network = \"open\" or \"none\" for a project with [cluster]")
     for rule in settings.agent.allow_hosts:
         if not rule.strip() or any(c.isspace() or c in "/@?#" for c in rule.strip()):
             raise bad("agent.allow_hosts", f"{rule!r} is not a host: write a name, "

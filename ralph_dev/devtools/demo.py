@@ -332,9 +332,7 @@ def _run_swarm(root: Path, env: dict[str, str], socket: str, cli: tuple[str, str
                  environ=env)
     _make_repo(repo)
     init = ["init", PROJECT, "--repo", str(repo.repo), "--key", DEMO_KEY,
-            "--max-workers", str(workers), "--verify", "test -n \"$(ls)\"",
-            # a cluster's hosts have no egress proxy yet: their workers' network stays open
-            "--network", "open" if cluster else "allowlist"]
+            "--max-workers", str(workers), "--verify", "test -n \"$(ls)\""]
     if cli is not None:
         profile = PROFILES[cli[0]]
         echo(f" workers: real {profile.title} ({cli[1]}) against a scripted model on loopback")

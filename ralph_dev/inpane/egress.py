@@ -21,6 +21,7 @@ launcher's process (``PR_SET_PDEATHSIG``).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ctypes
 import json
@@ -30,6 +31,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 HEAD_LIMIT = 64 * 1024
 """The longest request head read before a request is refused as malformed."""
@@ -68,6 +70,62 @@ def split_target(target: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+class Upstream:
+    """The proxy the machine itself reaches the internet through (its ``HTTPS_PROXY``,
+    ``HTTP_PROXY`` and ``NO_PROXY``, read by the controller into the launch spec): an
+    allowed connection goes through it, as every other program's on the machine does.
+    Only ``http://`` proxy URLs; the credentials one carries are sent to it and never
+    written down."""
+
+    def __init__(self, spec: object) -> None:
+        said = spec if isinstance(spec, dict) else {}
+        self.https = _proxy_of(said.get("https"))
+        self.http = _proxy_of(said.get("http"))
+        self.bypass = _bypass(str(said.get("no_proxy") or ""))
+
+    def route(self, host: str, *, tunnel: bool) -> tuple[str, int, str | None] | None:
+        """The machine's proxy for a connection to ``host`` (its host, port and
+        ``Proxy-Authorization`` value); None: straight there."""
+        proxy = self.https if tunnel else self.http
+        name = host.strip("[]").lower().rstrip(".")
+        if proxy is None or any(not part or name == part or name.endswith("." + part)
+                                for part in self.bypass):
+            return None
+        return proxy
+
+
+def _bypass(no_proxy: str) -> list[str]:
+    """``NO_PROXY``'s names, as curl reads them: ``.corp``, ``corp`` and ``*.corp`` each
+    cover ``corp`` and the names under it, a port is ignored, and ``*`` (an empty entry
+    here) covers everything."""
+    out = []
+    for part in (p.strip().lower() for p in no_proxy.split(",")):
+        if not part:
+            continue
+        host, sep, port = part.rpartition(":")
+        if sep and port.isdigit() and (":" not in host or host.endswith("]")):
+            part = host
+        out.append(part.lstrip("*").lstrip(".").strip("[]").rstrip("."))
+    return out
+
+
+def _proxy_of(url: object) -> tuple[str, int, str | None] | None:
+    if not isinstance(url, str) or not url.strip():
+        return None
+    try:
+        parts = urlsplit(url.strip() if "://" in url else f"http://{url.strip()}")
+        port = parts.port or 80
+    except ValueError:
+        return None
+    if parts.scheme != "http" or not parts.hostname:
+        return None
+    auth = None
+    if parts.username is not None:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        auth = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+    return parts.hostname, port, auth
+
+
 class Ledger:
     """The worker's ``egress.jsonl``: each refusal and each connection's bytes."""
 
@@ -84,9 +142,11 @@ class Ledger:
 class Proxy:
     """One worker's proxy: ``rules`` say where it may go."""
 
-    def __init__(self, rules: Sequence[str], ledger: Ledger) -> None:
+    def __init__(self, rules: Sequence[str], ledger: Ledger,
+                 upstream: Upstream | None = None) -> None:
         self.rules = list(rules)
         self.ledger = ledger
+        self.upstream = upstream or Upstream(None)
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -108,7 +168,7 @@ class Proxy:
             if where is None:
                 return await self._refuse(writer, target[:100], 0, "not host:port", status=400)
             host, port = where
-            upstream = await self._open(writer, host, port)
+            upstream = await self._open(writer, host, port, tunnel=True)
             if upstream is None:
                 return None
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -120,26 +180,44 @@ class Proxy:
         authority, _, path = target[len("http://"):].partition("/")
         where = split_target(authority) or (authority.strip("[]"), 80)
         host, port = where
-        upstream = await self._open(writer, host, port)
+        via = self.upstream.route(host, tunnel=False)
+        upstream = await self._open(writer, host, port, tunnel=False)
         if upstream is None:
             return None
         headers = [line for line in lines[1:] if line and not line.lower().startswith(
             ("proxy-", "connection:", "keep-alive:"))]
+        if via is not None and via[2]:
+            headers.append(f"Proxy-Authorization: {via[2]}")
+        # the machine's proxy takes the absolute form; a server its own path
+        line = f"{method} {f'http://{authority}/' if via else '/'}{path} " \
+               f"{rest.rsplit(' ', 1)[-1]}"
         # one request per connection: a next one may be for another host
-        request = "\r\n".join([f"{method} /{path} {rest.rsplit(' ', 1)[-1]}", *headers,
-                               "Connection: close", "", ""]).encode("latin-1")
+        request = "\r\n".join([line, *headers, "Connection: close", "", ""]).encode("latin-1")
         upstream[1].write(request)
         return await self._pipe(reader, writer, upstream, host, port, sent=len(request))
 
-    async def _open(self, writer: asyncio.StreamWriter, host: str, port: int
-                    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    async def _open(self, writer: asyncio.StreamWriter, host: str, port: int, *,
+                    tunnel: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """A connection to an allowed ``host:port``: straight there, or through the
+        machine's proxy (a tunnel it opened, for ``tunnel``; else a connection to it that
+        the request goes down in absolute form)."""
         if not allowed(self.rules, host, port):
             await self._refuse(writer, host, port, "not in the project's allowed hosts")
             return None
+        via = self.upstream.route(host, tunnel=tunnel)
         try:
-            return await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT)
-        except (OSError, TimeoutError) as exc:
-            self.ledger.write("failed", host=host, port=port, why=str(exc)[:200])
+            if via is None:
+                return await asyncio.wait_for(asyncio.open_connection(host, port),
+                                              CONNECT_TIMEOUT)
+            opened = await asyncio.wait_for(asyncio.open_connection(via[0], via[1]),
+                                            CONNECT_TIMEOUT)
+            if tunnel:
+                await asyncio.wait_for(_tunnel(opened, host, port, via[2]), CONNECT_TIMEOUT)
+            return opened
+        except (OSError, TimeoutError, asyncio.IncompleteReadError,
+                asyncio.LimitOverrunError) as exc:
+            said = f"the machine's proxy {via[0]}:{via[1]}: " if via else ""
+            self.ledger.write("failed", host=host, port=port, why=(said + str(exc))[:200])
             writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
             await writer.drain()
             return None
@@ -181,6 +259,22 @@ class Proxy:
                               **{"in": counts["in"]})
 
 
+async def _tunnel(opened: tuple[asyncio.StreamReader, asyncio.StreamWriter], host: str,
+                  port: int, auth: str | None) -> None:
+    """Ask the machine's proxy for a tunnel to ``host:port``; OSError when it says no."""
+    reader, writer = opened
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    writer.write((f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
+                  + (f"Proxy-Authorization: {auth}\r\n" if auth else "")
+                  + "\r\n").encode("latin-1"))
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")
+    if status.split(" ")[1:2] != ["200"]:
+        writer.close()
+        raise OSError(f"it answered {status[:100]!r}")
+
+
 def _die_with_parent() -> None:
     """End this proxy when the launcher's process (the sandbox, then) ends."""
     with contextlib.suppress(OSError, AttributeError):
@@ -189,10 +283,11 @@ def _die_with_parent() -> None:
         sys.exit(0)
 
 
-async def serve(socket: Path, rules: Sequence[str], ledger: Ledger) -> None:
+async def serve(socket: Path, rules: Sequence[str], ledger: Ledger,
+                upstream: Upstream | None = None) -> None:
     """Serve on ``socket`` until a signal ends it. The socket is bound by its name in its
     own directory: a worker's directory can be longer than a socket path may be."""
-    proxy = Proxy(rules, ledger)
+    proxy = Proxy(rules, ledger, upstream)
     os.chdir(socket.parent)
     with contextlib.suppress(FileNotFoundError):
         Path(socket.name).unlink()
@@ -217,11 +312,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         socket, log = Path(spec["socket"]), Path(spec["log"])
         rules = [str(r) for r in spec["allow"]]
         issue = str(spec.get("issue", ""))
+        upstream = Upstream(spec.get("upstream"))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"ralph-dev egress: launch spec {args[0]} unusable ({exc})", file=sys.stderr)
         return 2
     _die_with_parent()
-    asyncio.run(serve(socket, rules, Ledger(log, issue)))
+    asyncio.run(serve(socket, rules, Ledger(log, issue), upstream))
     return 0
 
 

@@ -77,12 +77,13 @@ def exec_spec(spec_file: Path, environ: Mapping[str, str] | None = None) -> int:
             _start_egress(spec_file, env, Path(spec["egress"]["socket"]))
         except (OSError, KeyError, TypeError) as exc:
             said = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            print(f"ralph-dev: cannot start the worker's egress proxy: {said}",
+            print(f"ralph-dev: cannot start the egress proxy: {said}",
                   file=sys.stderr)
             return 2
-    print(f"ralph-dev: starting {Path(argv[0]).name} for {spec.get('issue') or 'the project'} "
-          f"({spec.get('role')}, attempt {spec.get('attempt')}"
-          f"{', sandboxed' if sandbox else ''})", file=sys.stderr, flush=True)
+    if not spec.get("quiet"):  # a verify's output is the project's command's alone
+        print(f"ralph-dev: starting {Path(argv[0]).name} for {spec.get('issue') or 'the project'} "
+              f"({spec.get('role')}, attempt {spec.get('attempt')}"
+              f"{', sandboxed' if sandbox else ''})", file=sys.stderr, flush=True)
     if sandbox:
         try:
             argv = _sandboxed(sandbox, argv)

@@ -17,13 +17,12 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ralph_dev.adapters.files import atomic_write_text
+from ralph_dev.adapters.files import atomic_write_text, read_lines
 from ralph_dev.adapters.store import StateStore
-from ralph_dev.agent.egress import LEDGER
+from ralph_dev.agent.egress import LEDGER, READ_MARK
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import WorkerRecord
 
-READ_MARK = "egress.read"
 READS_AFTER = 3
 """Ticks a worker's ledger is still read after its window went."""
 READ_AT_MOST = 1 << 20
@@ -75,14 +74,9 @@ class EgressWatch:
         except (OSError, ValueError):
             read_to = 0
         try:
-            with (worker_dir / LEDGER).open("rb") as file:
-                size = file.seek(0, 2)
-                start = read_to if size >= read_to else 0
-                file.seek(start)
-                chunk = file.read(READ_AT_MOST)
+            whole, start = read_lines(worker_dir / LEDGER, read_to, READ_AT_MOST)
         except OSError:  # nothing written yet: a worker's one connection is written at its end
             return
-        whole = chunk[:chunk.rfind(b"\n") + 1]
         if not whole:
             return
         sent = received = 0

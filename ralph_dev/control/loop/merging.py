@@ -33,6 +33,7 @@ import asyncio
 import json
 import secrets
 import shutil
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,10 +44,12 @@ import structlog
 from ralph_dev.adapters import verify_runs
 from ralph_dev.adapters.files import atomic_write_text, private_dir
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
-from ralph_dev.agent.launch import verify_env
+from ralph_dev.agent.egress import LEDGER, refused_in, verify_network
+from ralph_dev.agent.launch import LAUNCH_SPEC, verify_env
 from ralph_dev.agent.sandbox import verify_wrapper
 from ralph_dev.core.actions import Merge, SendBack, TrunkVerified, VerifyMerge, VerifyTrunk
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.environment import public_env
 from ralph_dev.core.errors import LaneStale, RalphError
 from ralph_dev.core.model import Issue, LaneRun, MergeResult, Role
 from ralph_dev.core.ports import PullRequests, Repository, work_bookmark
@@ -196,13 +199,25 @@ class MergeLane:
         env = verify_env(self.settings, checkout, issue=issue,
                          role=record.role if record else Role.EXECUTE,
                          attempt=record.attempts if record else 0)
-        wrapper = verify_wrapper(self.settings, checkout, home=Path(env["HOME"]))
+        run_dir = self.run_dir(data["id"])
+        network = verify_network(self.settings, run_dir=run_dir, issue=issue, env=env)
+        wrapper = verify_wrapper(self.settings, checkout, home=Path(env["HOME"]),
+                                 network=network.bwrap_args if network else ())
+        argv = [*wrapper, *(network.argv_prefix if network else ()), "/bin/sh", "-c", command]
+        if network is not None and network.egress is not None:
+            # behind an egress proxy of its own, started as a worker's is: by the launcher
+            env = {**env, **network.env}
+            spec = run_dir / f"verify{LAUNCH_SPEC}"
+            atomic_write_text(spec, json.dumps({"argv": argv, "cwd": str(checkout),
+                                                "env": public_env(env), "quiet": True,
+                                                "egress": network.egress}))
+            argv = [sys.executable, "-m", "ralph_dev.launcher", str(spec)]
         data = {**data, "command": command, "checkout": str(checkout),
                 "started_at": utcnow().isoformat()}
         self._write_run(data)
         self._prune({data["id"], data.get("bad_run") or ""})
-        verify_runs.start(self.run_dir(data["id"]), [*wrapper, "/bin/sh", "-c", command],
-                          cwd=checkout, env=env, wake=self.store.paths.heartbeat_file)
+        verify_runs.start(run_dir, argv, cwd=checkout, env=env,
+                          wake=self.store.paths.heartbeat_file)
 
     async def verify_merge(self, action: VerifyMerge,
                            bring_in: Callable[[str, int], Awaitable[None]] | None = None
@@ -327,9 +342,13 @@ class MergeLane:
         run_dir = self.run_dir(run)
         status = verify_runs.status(run_dir)
         data = self.load_run() or {}
+        tail = verify_runs.output_tail(run_dir)
+        if refused := refused_in(run_dir / LEDGER):
+            tail += (f"\n[ralph-dev: the verify's network refused {', '.join(refused[:10])}: "
+                     "a host it needs goes in agent.allow_hosts]")
         return {"command": self.settings.verify_command or "", "exit_code": status.exit_code,
                 "started_at": data.get("started_at") if data.get("id") == run else None,
-                "duration_s": status.duration_s, "output_tail": verify_runs.output_tail(run_dir)}
+                "duration_s": status.duration_s, "output_tail": tail}
 
     def send_back(self, action: SendBack) -> MergeOutcome:
         """A red change never moves trunk: the issue goes back to a worker of its own,

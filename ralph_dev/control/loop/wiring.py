@@ -76,7 +76,9 @@ def ray_host_for(settings: ProjectSettings, repository: JjRepository | None = No
                    lease_renewed=lambda issue, at: records.note_facts(
                        issue, "carrier", lease_renewed_at=at),
                    merge_remote=settings.merge.remote,
-                   agent_bin=agent_bin_dir(settings))
+                   agent_bin=agent_bin_dir(settings),
+                   ledger_dir=settings.paths.worker_dir
+                   if settings.agent.network == "allowlist" else None)
 
 
 def remote_workers_for(settings: ProjectSettings, store: StateStore | None = None

@@ -28,12 +28,19 @@ from pathlib import Path
 
 import structlog
 
-from ralph_dev.adapters.files import atomic_write_bytes, flocked, private_dir, read_tail
+from ralph_dev.adapters.files import (
+    atomic_write_bytes,
+    flocked,
+    private_dir,
+    read_lines,
+    read_tail,
+)
 from ralph_dev.adapters.jj_cli import JjCli, child_path, find_jj, quote_revset
 from ralph_dev.adapters.jj_home import JjHome
 from ralph_dev.adapters.jj_workspaces import JjWorkspaces
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.agent.claude import AgentError
+from ralph_dev.agent.egress import LEDGER
 from ralph_dev.agent.launch import LAUNCH_SPEC, sandbox_fit_here
 from ralph_dev.agent.sandbox import try_host_sandbox
 from ralph_dev.core import cluster
@@ -181,6 +188,15 @@ class NodeWorker:
         """The log from ``position`` (at most its last ``limit`` bytes; from the start
         again when it is shorter than ``position``), and where it ends now."""
         return read_tail(self.log_file, position, limit)
+
+    def read_ledger(self, position: int, limit: int) -> bytes:
+        """What the attempt's egress proxy wrote here from ``position`` on, whole lines of
+        at most ``limit`` bytes (``hosts.ray.ledger`` brings them to the controller)."""
+        try:
+            data, start = read_lines(self.own_dir / SHIPPED_ROOT / LEDGER, position, limit)
+        except OSError:  # nothing refused or carried yet
+            return b""
+        return data if start == position else b""
 
     # -- the code -------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from ralph_dev.adapters.files import atomic_write_bytes, read_bytes
 from ralph_dev.core.errors import RalphError
 from ralph_dev.core.policy import RetryPolicy
 from ralph_dev.hosts.node.mailbox import CONTROLLER_FILES
+from ralph_dev.hosts.ray.ledger import LedgerCopy
 
 log = structlog.get_logger(__name__)
 
@@ -43,6 +44,9 @@ CARRIER_THREADS = 128
 """Calls carried at once (one per cluster worker, each a long-poll of ``CARRY_WAIT``):
 a pool of their own, as the event loop's default one (a few threads per core) would
 queue them behind one another, and each call renews its attempt's lease."""
+
+LEDGER_EVERY = 2.0
+"""Seconds between copies of a worker's egress ledger from its host (``ledger``)."""
 
 CARRY_RETRY = RetryPolicy(initial=1.0, backoff=2.0, cap=30.0)
 """The wait before the next exchange after ones that failed in a row (a host that
@@ -62,7 +66,8 @@ class Exchange(Protocol):
 class MailboxCarrier:
     def __init__(self, run_dir: Callable[[str], Path], hear: Hear, exchange: Exchange,
                  attempt_of: Callable[[str], int], wake: Callable[[], None] = lambda: None,
-                 renewed: Renewed = lambda name, attempt, at: None) -> None:
+                 renewed: Renewed = lambda name, attempt, at: None,
+                 ledger: LedgerCopy | None = None) -> None:
         self.run_dir = run_dir
         self.hear = hear
         self.exchange = exchange
@@ -72,6 +77,8 @@ class MailboxCarrier:
         self.renewed = renewed
         """Told of every call the host answered (each renews the attempt's lease on its
         host), with when it was sent."""
+        self.ledger = ledger
+        """Brings each worker's egress ledger here (``agent.network = "allowlist"``)."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._pool = ThreadPoolExecutor(CARRIER_THREADS, thread_name_prefix="carrier")
 
@@ -104,6 +111,8 @@ class MailboxCarrier:
         sent: dict[str, tuple[int, int, int]] = {}
         answered: set[str] = set()
         taken: list[str] = []
+        ledger_at = 0.0
+        loop = asyncio.get_running_loop()
         while True:
             current = self.attempt_of(name)
             if current != attempt:  # a new attempt's host has none of it
@@ -120,7 +129,7 @@ class MailboxCarrier:
                 if attempt < 1:
                     raise RalphError(f"{name}: no cluster attempt yet")
                 sent_at = datetime.now(UTC)  # the host renews when the call arrives
-                got = await asyncio.get_running_loop().run_in_executor(
+                got = await loop.run_in_executor(
                     self._pool, self.exchange, name, attempt, files, answers, taken,
                     CARRY_WAIT)
             except RalphError as exc:
@@ -135,6 +144,17 @@ class MailboxCarrier:
             taken = _kept(run, got)
             if taken:
                 await self._heard(name, taken[-1])
+            if self.ledger is not None and loop.time() >= ledger_at:
+                ledger_at = loop.time() + LEDGER_EVERY
+                await self._bring_ledger(name, attempt)
+
+    async def _bring_ledger(self, name: str, attempt: int) -> None:
+        assert self.ledger is not None
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self._pool, self.ledger.bring, name, attempt)
+        except (RalphError, OSError) as exc:  # the next turn tries again
+            log.debug("ledger_not_brought", issue=name, attempt=attempt, error=str(exc))
 
     async def _pause(self, name: str, attempt: int, seconds: float) -> None:
         """Wait ``seconds``, or less when the issue's next attempt starts: its worker's

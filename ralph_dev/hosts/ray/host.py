@@ -22,6 +22,7 @@ import structlog
 from ralph_dev.adapters import mailbox
 from ralph_dev.adapters.files import atomic_write_bytes
 from ralph_dev.adapters.jj_cli import JjCli, JJError, quote_revset
+from ralph_dev.agent.egress import LEDGER, READ_MARK
 from ralph_dev.core import cluster
 from ralph_dev.core.cluster import session_folder
 from ralph_dev.core.errors import RalphError
@@ -32,6 +33,7 @@ from ralph_dev.hosts import bundle as launch_bundle
 from ralph_dev.hosts.bundle import SESSIONS, SHIPPED_ROOT
 from ralph_dev.hosts.hooks import HookFailed, Hooks
 from ralph_dev.hosts.ray.carrier import MailboxCarrier
+from ralph_dev.hosts.ray.ledger import CARRIED, LedgerCopy
 from ralph_dev.hosts.ray.plane import AttemptCalls, RayPlane
 from ralph_dev.hosts.ray.work import PushedWork, remote_named
 
@@ -52,7 +54,8 @@ class RayHost:
                  hook_failed: HookFailed, log_path: Callable[[str], Path],
                  kept_transcript: Callable[[str, str], Path], say: Say,
                  lease_renewed: Callable[[str, datetime], None] = lambda issue, at: None,
-                 merge_remote: str = "origin", agent_bin: Path | None = None) -> None:
+                 merge_remote: str = "origin", agent_bin: Path | None = None,
+                 ledger_dir: Callable[[str], Path] | None = None) -> None:
         self.plane = plane
         self.jj = jj
         self.workspaces = workspaces
@@ -72,6 +75,9 @@ class RayHost:
         """The directory of the ``ralph-dev`` link workers' PATH starts with
         (``agent.launch.agent_bin_dir``): its link travels, to the same program on each
         host."""
+        self.ledgers = LedgerCopy(ledger_dir, self._read_ledger) if ledger_dir else None
+        """Workers run behind an egress proxy on their host (``agent.network =
+        "allowlist"``): its ledger is brought into the issue's ``ledger_dir`` here."""
         self._merge_remote = merge_remote
         self._remote: str | None = None
         self._base_pushed: str | None = None
@@ -107,7 +113,11 @@ class RayHost:
             if attempt == self.attempt_of(issue):  # the record's attempt, not a stale one
                 self.lease_renewed(issue, sent_at)
 
-        return MailboxCarrier(run_dir, hear, exchange, attempt_of, renewed=renewed)
+        return MailboxCarrier(run_dir, hear, exchange, attempt_of, renewed=renewed,
+                              ledger=self.ledgers)
+
+    def _read_ledger(self, issue: str, attempt: int, position: int, limit: int) -> bytes:
+        return self._attempt(issue, attempt).read_ledger(position, limit)
 
     def list_windows(self) -> list[Window]:
         return self.plane.list_windows()
@@ -147,7 +157,9 @@ class RayHost:
         bundle = launch_bundle.pack(
             roots, trees=[worker_dir],
             leave_out=[run / mailbox.OUTBOX, run / mailbox.ANSWERS, run / mailbox.SOCKET,
-                       worker_dir / SESSIONS],
+                       worker_dir / SESSIONS,
+                       # the controller's copy of the egress ledger: the host's starts anew
+                       *(worker_dir / name for name in (LEDGER, READ_MARK, CARRIED))],
             files=[*launch_files, *([transcript] if transcript else [])],
             links_in=[self.agent_bin] if self.agent_bin is not None else [])
         self._attempt(issue, attempt).receive(bundle)
@@ -224,6 +236,8 @@ class RayHost:
             came_back = self._final_push(issue, attempt)
             if came_back and session:
                 transcript = self._keep_transcript(issue, attempt, session)
+            if came_back and self.ledgers is not None:
+                self._final_ledger(self.ledgers, issue, attempt)
         for target in targets:
             self.plane.kill_window(target, remove=came_back)
         if came_back and bring_in:
@@ -244,6 +258,14 @@ class RayHost:
             data, _ = calls.read_log(0, LOG_COPY_BYTES)
             atomic_write_bytes(self.log_path(issue), data)
         return True
+
+    @staticmethod
+    def _final_ledger(ledgers: LedgerCopy, issue: str, attempt: int) -> None:
+        """What its proxy wrote since the carrier's last copy (the connections its agent
+        closed as it finished): the controller reads it a few ticks after the end."""
+        with contextlib.suppress(RalphError, OSError):
+            while ledgers.bring(issue, attempt):
+                pass
 
     def _keep_transcript(self, issue: str, attempt: int, session: str) -> Path | None:
         """The agent's transcript from its host, kept here: the issue's next attempt,
