@@ -392,6 +392,13 @@ def test_the_controllers_verify_reaches_only_what_workers_may(
 
     assert [refused_in(p) for p in runs.glob("*/egress.jsonl")] == \
         [[f"127.0.0.1:{other.port}"]], list(runs.iterdir())
+    # had it failed, its output (to the worker, on the issue) would name what was refused
+    from ralph_dev.control.loop.merging import MergeLane
+
+    lane = MergeLane(world.settings, jj=world.jj, store=world.store, pull_requests=None)  # type: ignore[arg-type]
+    (run,) = (p.parent.name for p in runs.glob("*/egress.jsonl"))
+    assert f"the verify's network refused 127.0.0.1:{other.port}" in \
+        lane._outcome(run)["output_tail"]
 
 
 def test_a_network_mode_without_the_sandbox_is_refused(xdg: Path) -> None:
