@@ -62,6 +62,7 @@ def test_a_cluster_table_is_read_with_its_defaults(xdg: Path) -> None:
         ("slots = 4", "projects.app.cluster: unknown key 'slots'"),
         ("snapshot_interval = 0", "projects.app.cluster.snapshot_interval: must be greater"),
         ("lease = 2", "projects.app.cluster.lease: must be at least 5"),
+        ("max_hosts = 0", "projects.app.cluster.max_hosts: must be 1 or more"),
     ],
 )
 def test_a_bad_cluster_table_names_key_and_fix(xdg: Path, table: str, expected: str) -> None:

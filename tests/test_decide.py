@@ -1150,3 +1150,31 @@ def test_a_held_issue_is_never_shown_as_done() -> None:
     columns = issue_columns(obs, settings())
     assert columns["DEMO-4"] == ("held", None)
     assert columns["DEMO-5"] == ("done", None) and columns["DEMO-6"] == ("done", None)
+
+
+def test_issues_waiting_for_a_cluster_slot_ask_the_autoscaler_for_room_within_the_caps(
+        ) -> None:
+    """Issue 37 item 3: the plan asks for room for the workers running and those that
+    wait for a slot, within ``limits.max_workers`` and ``cluster.max_hosts`` hosts of
+    the largest live host's size; with nothing waiting it withdraws the request (0);
+    a project on this host alone asks for nothing (None)."""
+    from ralph_dev.core.config import ClusterSettings
+
+    running = [rec(f"DEMO-{n}", node="n1", host="h1", host_attempt=1) for n in (1, 2)]
+    busy = [win("DEMO-1"), win("DEMO-2")]
+    issues = [issue(1, "started"), issue(2, "started"), *(issue(n) for n in (3, 4, 5))]
+    many = settings(cluster=ClusterSettings(), limits=Limits(max_workers=8))
+    full = world(issues=issues, records=running, windows=busy, cluster_slots=0, host_slots=2)
+    plan = run(full, many)
+    assert plan.actions == () and plan.slots_wanted == 5  # 2 running, 3 waiting
+    assert "Ray's autoscaler is asked for more hosts" in plan.waits["DEMO-3"].why
+    assert run(full, dataclasses.replace(many, limits=Limits(max_workers=4))).slots_wanted == 4
+    capped = dataclasses.replace(many, cluster=ClusterSettings(max_hosts=1))
+    plan = run(full, capped)
+    assert plan.slots_wanted == 2  # one host of 2 slots: no more than runs
+    assert "no more hosts are asked for (cluster.max_hosts = 1)" in plan.waits["DEMO-3"].why
+    room = dataclasses.replace(full, cluster_slots=3)
+    plan = run(room, many)
+    assert [a.kind for a in plan.actions] == ["spawn"] * 3 and plan.slots_wanted == 0
+    alone = dataclasses.replace(full, cluster_slots=None, host_slots=0)
+    assert run(alone, settings(limits=Limits(max_workers=2))).slots_wanted is None

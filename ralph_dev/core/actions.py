@@ -446,6 +446,10 @@ class Plan:
     load: ProjectLoad | None = None
     """The project's load on the host, for the other projects on it (``[host]
     max_workers``; None: no host limit, or workers run on a cluster)."""
+    slots_wanted: int | None = None
+    """Worker slots the cluster's autoscaler is asked to make room for: those in use and
+    those waiting issues need (None: not a cluster project; 0: nothing waits for one,
+    and the request is withdrawn)."""
     due: datetime | None = None
     """The earliest time after this plan's when something ends by itself (a pause's end,
     a usage limit's reset, a retry's backoff): the loop ticks then, not at its next poll."""

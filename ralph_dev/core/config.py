@@ -284,6 +284,10 @@ class ClusterSettings:
     the agent before they are up, and the controller starts no next attempt of the issue
     until they (and a margin) have passed since it last reached the host. Never two
     agents on one issue, whatever the network does."""
+    max_hosts: int | None = None
+    """Hosts Ray's autoscaler is asked for at most when ready issues wait for a slot
+    (``ray.autoscaler.sdk.request_resources``; on KubeRay, worker pods). None: as many
+    as the waiting issues need, within ``limits.max_workers``."""
 
 
 @dataclass(frozen=True)

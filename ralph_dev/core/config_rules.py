@@ -149,6 +149,9 @@ def cluster_rules(cluster: ClusterSettings, bad: Callable[[str, str], ConfigErro
     if cluster.snapshot_interval <= 0:
         raise bad("cluster.snapshot_interval", "must be greater than 0 (seconds between a "
                   "worker's work-in-progress pushes)")
+    if cluster.max_hosts is not None and cluster.max_hosts < 1:
+        raise bad("cluster.max_hosts", "must be 1 or more (hosts the autoscaler may be "
+                  "asked for at most), or left out: as many as waiting issues need")
     if cluster.lease < MIN_LEASE:
         raise bad("cluster.lease", f"must be at least {MIN_LEASE:g} (seconds an attempt runs "
                   "without hearing from the controller; its host checks every second)")

@@ -504,6 +504,9 @@ class Observed:
     """What the host has free now (None: not sampled)."""
     cluster_slots: int | None = None
     """Free worker slots on the project's cluster now (None: workers run on this host)."""
+    host_slots: int = 0
+    """Worker slots the cluster's largest live host has (0: no host is up): what one more
+    host the autoscaler starts is taken to bring (``cluster.max_hosts``)."""
     host_loads: Mapping[str, ProjectLoad] | None = None
     """The other projects' loads on this host, as they last published them (None: no
     ``[host] max_workers``, or this project's workers run on a cluster)."""

@@ -191,6 +191,12 @@ class WorkerHost(WindowLister, Protocol):
         with (nothing when it shares none)."""
         ...
 
+    def want_slots(self, count: int) -> None:
+        """Ask for room for ``count`` workers where they run (a cluster's autoscaler:
+        more hosts, or, at 0, none beyond what runs); nothing on this host alone. Only
+        a change is passed on."""
+        ...
+
     def admit(self, issue: str, priority: int) -> AbstractContextManager[None]:
         """A place for ``issue``'s worker, taken before its start and given back if the
         start fails (``open_window`` hands it to the worker's process); raises

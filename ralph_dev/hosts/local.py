@@ -109,6 +109,9 @@ class LocalHost:
         shared = self._shared()
         return None if shared is None else shared[0].loads()
 
+    def want_slots(self, count: int) -> None:
+        return None  # this host's places are its own: no one to ask for more
+
     def publish(self, load: ProjectLoad | None, windows: Sequence[Window]) -> None:
         shared = self._shared()
         if shared is None:

@@ -139,10 +139,16 @@ def cluster_checks(settings: ProjectSettings) -> list[Check]:
                                    "`ray start --address=HEAD:6379 --resources="
                                    "'{\"ralph_worker\": 4}'` on each host) or fix "
                                    "cluster.address")]
+    max_hosts = settings.cluster.max_hosts if settings.cluster is not None else None
+    if not hosts and max_hosts is not None:
+        return [Check(name, True, "no node has ralph_worker slots yet: Ray's autoscaler is "
+                                  "asked for hosts as issues wait for one (cluster.max_hosts "
+                                  f"= {max_hosts})")]
     if not hosts:
         return [Check(name, False, "no node has ralph_worker slots: join hosts with "
                                    "`ray start --address=HEAD:6379 --resources="
-                                   "'{\"ralph_worker\": 4}'`")]
+                                   "'{\"ralph_worker\": 4}'`, or, for a cluster whose "
+                                   "autoscaler starts them, set cluster.max_hosts")]
     checks = [Check(name, True, f"{len(hosts)} nodes, {sum(h.slots for h in hosts)} "
                                 "worker slots")]
     for host in hosts:

@@ -14,6 +14,7 @@ it from there at the next tick.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable
@@ -53,6 +54,7 @@ from ralph_dev.core.actions import (
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.decide import decide
 from ralph_dev.core.decide.swarm import write_backs
+from ralph_dev.core.errors import RalphError
 from ralph_dev.core.model import Observed, worker_windows
 from ralph_dev.core.paths import config_file
 from ralph_dev.core.ports import (
@@ -207,6 +209,8 @@ class Controller:
             self._publish_waits(plan)
             # before acting: the projects sharing this host see what it runs and wants
             self.host.publish(plan.load, worker_windows(observed.windows))
+            if plan.slots_wanted is not None:
+                await self._want_slots(plan.slots_wanted)
             result = TickResult(self.tick_number, plan, observed)
             result.failures = await self.actuator.carry_out(
                 plan, observed, stopping=lambda: self.stopping,
@@ -216,6 +220,14 @@ class Controller:
             return result
         finally:
             structlog.contextvars.unbind_contextvars("tick")
+
+    async def _want_slots(self, count: int) -> None:
+        """The cluster's autoscaler asked for room for ``count`` workers; a cluster that
+        does not answer is asked again next tick (its slots are what they are)."""
+        try:
+            await asyncio.to_thread(self.host.want_slots, count)
+        except RalphError as exc:
+            log.warning("slots_not_asked", slots=count, error=str(exc))
 
     def _publish_waits(self, plan: Plan) -> None:
         """What each issue the plan leaves alone waits on, for ``status`` and the

@@ -39,6 +39,7 @@ from ralph_dev.core.decide.swarm import REPO_PAUSE
 from ralph_dev.core.errors import RalphError, TrackerError
 from ralph_dev.core.model import (
     MODEL_CALL_STATES,
+    HostSlots,
     Issue,
     Observed,
     Role,
@@ -287,6 +288,7 @@ class Observer:
         lane_acts = lane is not None and lane.state not in ("void", "concluded")
         if observed.trunk_red or lane_acts or due:  # one jj call, only when a rule weighs it
             trunk_head = await asyncio.to_thread(self.jj.trunk.trunk_commit)
+        slots = await self._cluster_slots(observed)
         return dataclasses.replace(
             observed, setup_error=setup_error, config_loaded_at=self.config_loaded_at,
             owed=tuple(item.owed() for item in self.writebacks.items()),
@@ -297,21 +299,21 @@ class Observer:
             retrying=await asyncio.to_thread(self.retries.read, observed, self.clock()),
             trunk_head=trunk_head, trunk_red_at=red_at,
             unadopted=self._unadopted(observed),
-            cluster_slots=await self._cluster_slots(observed),
+            cluster_slots=slots.free if slots is not None else None,
+            host_slots=max((node.slots for node in slots.nodes), default=0) if slots else 0,
             host_loads=self.host.shared_with(),
             account_pauses=self.accounts.read(self.clock()) if self.accounts else (),
             account=self.accounts.account if self.accounts else "",
             account_windows=self.windows.read(self.clock()) if self.windows else (),
             sessions_kept=self._sessions_kept(observed))
 
-    async def _cluster_slots(self, observed: Observed) -> int | None:
-        """Free worker slots where workers run beyond this host, with what runs there
-        kept for ``status`` (None: on this host only)."""
+    async def _cluster_slots(self, observed: Observed) -> HostSlots | None:
+        """Worker slots where workers run beyond this host, with what runs there kept
+        for ``status`` (None: on this host only)."""
         slots = await asyncio.to_thread(self.host.slots)
-        if slots is None:
-            return None
-        self.store.write_cluster(observed.windows, slots.free, list(slots.nodes))
-        return slots.free
+        if slots is not None:
+            self.store.write_cluster(observed.windows, slots.free, list(slots.nodes))
+        return slots
 
     def _sessions_kept(self, observed: Observed) -> frozenset[str]:
         """Issues whose agent session a new start can resume: its transcript is here (a

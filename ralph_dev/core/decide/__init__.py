@@ -97,4 +97,5 @@ def decide(observed: Observed, settings: ProjectSettings, now: datetime) -> Plan
            for p in swarm.pauses.values()):
         ends.append(now + SHARED_RECHECK)  # over there once that project says so
     return Plan(fill((*actions, *decider.actions), observed, settings), waits=decider.waits,
-                load=decider.load, due=min((t for t in ends if t > now), default=None))
+                load=decider.load, slots_wanted=decider.slots_wanted,
+                due=min((t for t in ends if t > now), default=None))

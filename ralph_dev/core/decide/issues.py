@@ -114,6 +114,8 @@ class Decider:
     """Workers could start and no issue waits for one (``groom.when_idle``)."""
     load: ProjectLoad | None = None
     """The project's load on the host (``host_share``), for the plan."""
+    slots_wanted: int | None = None
+    """Worker slots to ask the cluster's autoscaler for (``slots_to_ask``), for the plan."""
 
     @property
     def settings(self) -> ProjectSettings:
@@ -740,6 +742,8 @@ class Decider:
     # -- spawns under limits ------------------------------------------------------
 
     def spawns(self) -> None:
+        if self.settings.cluster is not None:
+            self.slots_wanted = 0  # unless issues wait for a slot below
         if self.tracker_ok:
             self.blocked_waits()
         if not self.tracker_ok or self.paused:
@@ -789,6 +793,7 @@ class Decider:
         wanted = len(queue)
         placeable = w.observed.cluster_slots
         on_host = self.host_share(total, queue)
+        short = 0
         for cand in queue:
             ident = cand.issue.identifier
             if (until := self.lease_runs(ident)) is not None:
@@ -802,8 +807,10 @@ class Decider:
                                          f"{s.limits.max_workers} workers busy")
                 continue
             if placeable is not None and placeable <= 0:
+                short += 1
                 self.wait(ident, "slot", f"{wanted} issue(s) want a worker; no host of the "
-                                         "cluster has a free ralph_worker slot")
+                                         "cluster has a free ralph_worker slot"
+                                         f"{self.hosts_asked(total, short)}")
                 continue
             if on_host is not None and on_host <= 0:
                 self.wait(ident, "slot", f"{wanted} issue(s) want a worker; "
@@ -829,6 +836,30 @@ class Decider:
                     model=model_for(cand.issue, cand.role, s),
                 )
             )
+
+        if placeable is not None:
+            self.slots_wanted = self.slots_to_ask(total, short)
+
+    def slots_to_ask(self, used: int, short: int) -> int:
+        """Worker slots the cluster's autoscaler is asked to make room for, ``used`` of
+        them running and ``short`` more wanted: none while nothing waits (the request is
+        withdrawn, and idle hosts go), else all of them, within ``limits.max_workers``
+        and ``cluster.max_hosts`` hosts of the largest live host's size."""
+        if short <= 0:
+            return 0
+        cap = self.settings.limits.max_workers
+        cluster = self.settings.cluster
+        if cluster is not None and cluster.max_hosts is not None:
+            cap = min(cap, cluster.max_hosts * max(self.world.observed.host_slots, 1))
+        return max(min(used + short, cap), used)
+
+    def hosts_asked(self, used: int, short: int) -> str:
+        """What a wait for a cluster slot says of the autoscaler."""
+        if self.slots_to_ask(used, short) > used:
+            return "; Ray's autoscaler is asked for more hosts"
+        cluster = self.settings.cluster
+        return (f"; no more hosts are asked for (cluster.max_hosts = {cluster.max_hosts})"
+                if cluster is not None and cluster.max_hosts is not None else "")
 
     def host_share(self, used: int, queue: Sequence[Candidate]) -> int | None:
         """How many of ``queue`` the host's other projects leave this one to start now

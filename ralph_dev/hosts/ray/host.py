@@ -190,6 +190,10 @@ class RayHost:
     def shared_with(self) -> Mapping[str, ProjectLoad] | None:
         return None  # the cluster's slots are its hosts' own
 
+    def want_slots(self, count: int) -> None:
+        if self.plane.want_slots(count):
+            self.say("cluster_slots_asked", slots=count)
+
     def publish(self, load: ProjectLoad | None, windows: Sequence[Window]) -> None:
         return None
 

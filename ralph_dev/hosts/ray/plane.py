@@ -215,6 +215,8 @@ class RayPlane:
         self._connected_here = False
         self._node_of: dict[str, str] = {}
         """Each attempt's node (actor name → Ray node id), as it answered."""
+        self._slots_asked: int | None = None
+        """What Ray's autoscaler was last asked to make room for (``want_slots``)."""
         self._lost_nodes: dict[str, float] = {}
         """Nodes a worker was lost on (node id → until when, on this process's monotonic
         clock, its slots are not counted): Ray may count a lost node's slots for a while
@@ -426,6 +428,24 @@ class RayPlane:
         lost = self._lost_now()
         return sum(int(resources.get(cluster.SLOT_RESOURCE, 0))
                    for node, resources in free.items() if node not in lost)
+
+    def want_slots(self, count: int) -> bool:
+        """Ask Ray's autoscaler to make room for ``count`` workers, each a
+        ``ralph_worker`` slot (0: withdraw the request); whether this was a change. A
+        request stands until the next one replaces it; one made by a controller before
+        this one's start is replaced at its first call (counted from nothing asked)."""
+        if count == self._slots_asked:
+            return False
+        self._connect()
+        from ray.autoscaler.sdk import request_resources
+
+        try:
+            request_resources(bundles=[{cluster.SLOT_RESOURCE: 1}] * count)
+        except RayError as exc:
+            raise ClusterError(f"the autoscaler was not asked for {count} slot(s): "
+                               f"{exc}") from exc
+        self._slots_asked = count
+        return True
 
     def _lost_now(self) -> set[str]:
         now = time.monotonic()
