@@ -12,8 +12,10 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import retry_until
 
 from ralph_dev.adapters import mailbox
 from ralph_dev.core.cluster import session_folder
@@ -398,3 +400,29 @@ def test_a_sandbox_made_on_the_controller_hides_what_its_host_has(
                "/opt/not-on-this-host/claude", *made_there[-2:]]
     with pytest.raises(SandboxPathMissing, match="/opt/not-on-this-host/claude"):
         on_this_host(missing, home)
+
+
+def test_a_worker_done_waiting_on_an_attempt_that_stops_itself_learns_it_is_superseded(
+        tmp_path: Path) -> None:
+    """Issue 37: a superseded attempt's `worker done` was kept waiting two minutes, then
+    told its report "is applied as soon as it runs", which it never was. An attempt
+    that stops itself (its lease ran out) answers every report still waiting with why,
+    at once."""
+    there = NodeMailbox(tmp_path / "node" / "run")
+    there.open()
+    try:
+        got: list[Any] = []
+        asking = threading.Thread(target=lambda: got.append(mailbox.submit(
+            there.run_dir, "done", {"summary": "did it"}, wait=30)))
+        started = time.monotonic()
+        asking.start()
+        retry_until(lambda: there._asking == 1, 10, 0.05, what="the done waiting")
+        refused = there.refuse_waiting("APP-1: attempt 2 is superseded", wait=5)
+        asking.join(10)
+        report, answer = got[0]
+        assert refused == [report.id]
+        assert answer is not None and not answer.ok and "superseded" in answer.message
+        assert time.monotonic() - started < 10
+        assert there.refuse_waiting("again", wait=0) == []  # answered once
+    finally:
+        there.close()

@@ -52,6 +52,8 @@ class NodeMailbox:
         self._server: asyncio.AbstractServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._asking = 0
+        """Worker commands waiting for an answer on the socket now."""
 
     # -- the worker's side: the socket ---------------------------------------------------
 
@@ -98,15 +100,40 @@ class NodeMailbox:
             return None
         path = self.run_dir / mailbox.ANSWERS / f"{report_id}.json"
         deadline = time.monotonic() + mailbox.ANSWER_WAIT
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                return path.read_bytes()
-            try:
-                if not await asyncio.wait_for(connection.read(1), ANSWER_LOOK):
-                    return None  # the worker's command gave up waiting
-            except TimeoutError:
-                pass
-        return None
+        self._counted(+1)
+        try:
+            while time.monotonic() < deadline:
+                with contextlib.suppress(OSError):
+                    return path.read_bytes()
+                try:
+                    if not await asyncio.wait_for(connection.read(1), ANSWER_LOOK):
+                        return None  # the worker's command gave up waiting
+                except TimeoutError:
+                    pass
+            return None
+        finally:
+            self._counted(-1)
+
+    def _counted(self, change: int) -> None:
+        with self._news:
+            self._asking += change
+            self._news.notify_all()
+
+    def refuse_waiting(self, message: str, wait: float) -> list[str]:
+        """Answer every report the controller has not answered with a refusal saying
+        ``message`` (an attempt that stops itself: its worker's ``worker done`` learns
+        why now, not after :data:`mailbox.ANSWER_WAIT`), and give the commands waiting
+        on the socket up to ``wait`` seconds to read it; the reports refused."""
+        refused = []
+        for report_id in sorted(self._waiting()):
+            if mailbox.read_answer(self.run_dir, report_id) is None:
+                mailbox.write_answer(self.run_dir, mailbox.Answer(report_id, False, message))
+                refused.append(report_id)
+        deadline = time.monotonic() + wait
+        with self._news:
+            while refused and self._asking and time.monotonic() < deadline:
+                self._news.wait(max(0.0, deadline - time.monotonic()))
+        return refused
 
     # -- the controller's side: the carrier's calls ------------------------------------------
 

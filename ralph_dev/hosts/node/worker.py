@@ -110,6 +110,12 @@ stops its agent: well before the controller, counting from the last call it made
 came back, may start the issue's next attempt elsewhere."""
 
 
+SUPERSEDED_WAIT = 2.0
+"""Seconds at most an attempt whose lease ran out gives its worker's waiting commands to
+read that it is superseded, before its agent is stopped (half of what is left of the
+lease, if less)."""
+
+
 WORKER_TOOLS = ("jj", "git", "tmux", "setpriv", "bwrap")
 """What a host runs a worker with: jj (and a git beside it or on PATH that works with
 it), tmux, setpriv (the worker's leash to its node) and bubblewrap (its sandbox)."""
@@ -366,6 +372,14 @@ class NodeWorker:
             log.warning("lease_expired", issue=self.spec.issue, attempt=self.spec.attempt,
                         silent_s=round(silent, 1), lease_s=self.spec.lease)
             self._lease_ran_out = True
+            if self._mailbox is not None:  # a `worker done` waiting learns it is over
+                self._mailbox.refuse_waiting(
+                    f"{self.spec.issue}: attempt {self.spec.attempt} is superseded: the "
+                    f"controller has not reached this host for {silent:.0f}s, so the "
+                    "attempt stops itself before its lease runs out. Its work is pushed "
+                    f"as {self.spec.bookmark}, and the issue's next attempt goes on from "
+                    "it. Nothing more to do here.",
+                    min(SUPERSEDED_WAIT, self.spec.lease * (1 - LEASE_STOP) / 2))
             self._stopped.set()
             self.tmux.kill_server()
             if self._server is not None:
