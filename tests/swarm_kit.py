@@ -277,6 +277,15 @@ class Swarm:
         command = next(c for c in text.splitlines() if c.startswith("command = "))
         config.write_text(text.replace(command, f"{command}\n{line}", 1))
 
+    def lock_agents(self) -> Path:
+        """Have each demo agent hold an exclusive lock named after its issue for as long
+        as it lives (``RALPH_DEV_DEMO_LOCKS``), on every node of this machine: a second
+        live agent of one issue leaves ``ISSUE.TWICE`` in the directory returned."""
+        locks = self.shared / "locks"
+        locks.mkdir(exist_ok=True)
+        self.env["RALPH_DEV_DEMO_LOCKS"] = str(locks)
+        return locks
+
     def use_cluster(self, address: str, remote: Path, snapshot_interval: float = 2) -> None:
         """Place this swarm's workers on the Ray cluster at ``address``; their code comes
         back through ``remote``, a bare git repository made here (the repo's origin)."""

@@ -33,9 +33,7 @@ def swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[Swarm]:
                      agent_seconds=3,
                      timing={"health_interval": 1, "heartbeat_stale": 6, "max_attempts": 8,
                              "crash_loop_restarts": 50})
-    locks = s.shared / "locks"
-    locks.mkdir()
-    s.env["RALPH_DEV_DEMO_LOCKS"] = str(locks)
+    s.lock_agents()
     yield s
     s.teardown()
 
@@ -101,7 +99,7 @@ def strike(swarm: Swarm, target: str, rng: random.Random) -> str:
     return f"{target}: nothing to kill right then"
 
 
-def test_the_swarm_survives_random_kills_without_a_person(swarm: Swarm, tmp_path: Path) -> None:
+def test_the_swarm_survives_random_kills_without_a_person(swarm: Swarm) -> None:
     rng = random.Random(SEED)
     idents = swarm.import_plan(TWELVE_ISSUE_PLAN)
     swarm.start()
@@ -116,7 +114,7 @@ def test_the_swarm_survives_random_kills_without_a_person(swarm: Swarm, tmp_path
     except AssertionError:
         events = [json.dumps(e)[:200] for e in swarm.events()[-40:]]
         raise AssertionError(f"seed {SEED}, kills: {struck}\n" + "\n".join(events)) from None
-    locks = tmp_path / "swarm" / "shared" / "locks"
+    locks = swarm.lock_agents()
     assert not list(locks.glob("*.TWICE")), f"two agents on one issue (seed {SEED}: {struck})"
     holds = [e for e in swarm.events() if e["event"] == "hold"]
     assert not holds, f"a person was needed: {holds} (seed {SEED}: {struck})"

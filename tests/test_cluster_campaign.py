@@ -48,9 +48,7 @@ def campaign(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, jj_bin: s
         swarm.use_cluster(made.address, tmp_path / "remote.git")
         with swarm.config_file.open("a") as config:
             config.write("lease = 8\n")  # the [cluster] table is the config's last
-        locks = swarm.shared / "locks"
-        locks.mkdir()
-        swarm.env["RALPH_DEV_DEMO_LOCKS"] = str(locks)
+        swarm.lock_agents()
         try:
             yield swarm, made
         finally:
@@ -125,7 +123,7 @@ def test_a_fault_campaign_on_three_nodes_never_runs_two_agents_of_one_issue(
     except AssertionError:
         tail = "\n".join(json.dumps(e)[:300] for e in swarm.events()[-60:])
         raise AssertionError(f"seed {SEED}, faults: {struck}\n{tail}") from None
-    locks = swarm.shared / "locks"
+    locks = swarm.lock_agents()
     # every agent took its issue's lock (the check ran), and none found it taken
     assert {p.stem for p in locks.glob("*.lock")} == set(idents)
     assert not list(locks.glob("*.TWICE")), f"two agents of one issue ({SEED}: {struck})"

@@ -53,9 +53,7 @@ def cluster_swarm(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, jj_b
                              # the others copy what the hook left them into their change
                              "*": f"prepared:{PREPARED}"})
         swarm.write_script()
-        locks = swarm.shared / "locks"
-        locks.mkdir()
-        swarm.env["RALPH_DEV_DEMO_LOCKS"] = str(locks)
+        swarm.lock_agents()
         try:
             yield swarm, made
         finally:

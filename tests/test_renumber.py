@@ -39,9 +39,7 @@ def linear_swarm(tmp_path: Path, jj_bin: str, tmux_socket: str) -> Iterator[tupl
 def test_a_running_issue_moved_to_another_team_keeps_its_one_worker(
         linear_swarm: tuple[Swarm, Any]) -> None:
     swarm, (fake, team, project) = linear_swarm
-    locks = swarm.shared / "locks"
-    locks.mkdir()
-    swarm.env["RALPH_DEV_DEMO_LOCKS"] = str(locks)
+    locks = swarm.lock_agents()
     first = fake.add_issue(team, "Move me while I work", project_id=project)
     swarm.start()
     wait_for(lambda: first in swarm.worker_windows(), 40, f"{first}'s worker")
