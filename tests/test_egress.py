@@ -631,19 +631,17 @@ def test_a_hosts_ledger_is_copied_once_whatever_the_controller_restarts(tmp_path
     """``hosts.ray.ledger``: what a cluster worker's proxy wrote on its host reaches the
     controller's copy whole lines at a time, once, across a controller stopped between
     appending and noting, and a new attempt's ledger (on another host) goes after it."""
-    from ralph_dev.adapters.files import read_lines
+    from ralph_dev.adapters.files import read_lines_from
     from ralph_dev.hosts.ray.ledger import LedgerCopy
 
     hosts = {1: tmp_path / "host-a.jsonl", 2: tmp_path / "host-b.jsonl"}
     folder = tmp_path / "worker"
     folder.mkdir()
 
-    def read(issue: str, attempt: int, position: int, limit: int) -> bytes:
+    def read(issue: str, attempt: int, position: int, limit: int) -> tuple[bytes, int]:
         assert issue == "T-1"
-        try:
-            return read_lines(hosts[attempt], position, limit)[0]
-        except OSError:
-            return b""
+        lines, end = read_lines_from(hosts[attempt], position, limit)
+        return b"".join(line + b"\n" for line in lines), end
 
     def copier() -> LedgerCopy:  # a controller (re)started
         return LedgerCopy(lambda issue: folder, read)

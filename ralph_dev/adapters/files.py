@@ -146,18 +146,6 @@ def read_lines_from(path: Path, offset: int, max_bytes: int) -> tuple[list[bytes
     return chunk[:end].splitlines(), offset + end
 
 
-def read_lines(path: Path, position: int, limit: int) -> tuple[bytes, int]:
-    """The whole lines an appended file holds from ``position`` on, at most ``limit``
-    bytes of them (from the start again when it is shorter than ``position``), and where
-    they start. A line still being written waits for the next read. Raises OSError when
-    the file cannot be read (a ledger not written yet)."""
-    with path.open("rb") as handle:
-        start = position if handle.seek(0, os.SEEK_END) >= position else 0
-        handle.seek(start)
-        chunk = handle.read(limit)
-    return chunk[:chunk.rfind(b"\n") + 1], start
-
-
 def read_tail(path: Path, position: int = 0, limit: int = 65536) -> tuple[bytes, int]:
     """What a growing file holds from ``position`` on, at most its last ``limit`` bytes
     (from the start again when it is shorter than ``position``: rotated), and where it

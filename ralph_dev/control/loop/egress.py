@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ralph_dev.adapters.files import atomic_write_text, read_lines
+from ralph_dev.adapters.files import atomic_write_text, read_lines_from
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.agent.egress import LEDGER, READ_MARK
 from ralph_dev.core.config import ProjectSettings
@@ -73,14 +73,16 @@ class EgressWatch:
             read_to = int(mark.read_text(encoding="ascii"))
         except (OSError, ValueError):
             read_to = 0
+        ledger = worker_dir / LEDGER
         try:
-            whole, start = read_lines(worker_dir / LEDGER, read_to, READ_AT_MOST)
+            start = read_to if ledger.stat().st_size >= read_to else 0  # shorter: anew
         except OSError:  # nothing written yet: a worker's one connection is written at its end
             return
-        if not whole:
+        lines, end = read_lines_from(ledger, start, READ_AT_MOST)
+        if end == read_to:
             return
         sent = received = 0
-        for line in whole.splitlines():
+        for line in lines:
             with contextlib.suppress(ValueError, TypeError, KeyError):
                 entry = json.loads(line)
                 if entry["kind"] == "refused":
@@ -98,4 +100,4 @@ class EgressWatch:
             self.store.append_event("egress_bytes", issue=name, out_bytes=sent,
                                     in_bytes=received)
         with contextlib.suppress(OSError):
-            atomic_write_text(mark, str(start + len(whole)))
+            atomic_write_text(mark, str(end))

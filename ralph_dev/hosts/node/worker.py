@@ -32,7 +32,7 @@ from ralph_dev.adapters.files import (
     atomic_write_bytes,
     flocked,
     private_dir,
-    read_lines,
+    read_lines_from,
     read_tail,
 )
 from ralph_dev.adapters.jj_cli import JjCli, child_path, find_jj, quote_revset
@@ -195,14 +195,12 @@ class NodeWorker:
         again when it is shorter than ``position``), and where it ends now."""
         return read_tail(self.log_file, position, limit)
 
-    def read_ledger(self, position: int, limit: int) -> bytes:
+    def read_ledger(self, position: int, limit: int) -> tuple[bytes, int]:
         """What the attempt's egress proxy wrote here from ``position`` on, whole lines of
-        at most ``limit`` bytes (``hosts.ray.ledger`` brings them to the controller)."""
-        try:
-            data, start = read_lines(self.own_dir / SHIPPED_ROOT / LEDGER, position, limit)
-        except OSError:  # nothing refused or carried yet
-            return b""
-        return data if start == position else b""
+        at most ``limit`` bytes, and where they end (``hosts.ray.ledger`` brings them to
+        the controller)."""
+        lines, end = read_lines_from(self.own_dir / SHIPPED_ROOT / LEDGER, position, limit)
+        return b"".join(line + b"\n" for line in lines), end
 
     # -- the code -------------------------------------------------------------------------
 

@@ -116,7 +116,8 @@ class RayHost:
         return MailboxCarrier(run_dir, hear, exchange, attempt_of, renewed=renewed,
                               ledger=self.ledgers)
 
-    def _read_ledger(self, issue: str, attempt: int, position: int, limit: int) -> bytes:
+    def _read_ledger(self, issue: str, attempt: int, position: int, limit: int
+                     ) -> tuple[bytes, int]:
         return self._attempt(issue, attempt).read_ledger(position, limit)
 
     def list_windows(self) -> list[Window]:

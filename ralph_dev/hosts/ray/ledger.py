@@ -28,9 +28,9 @@ BRING_AT_MOST = 1 << 20
 """Bytes brought per call (a worker hammering refused hosts makes several calls, not
 one huge one)."""
 
-ReadLedger = Callable[[str, int, int, int], bytes]
+ReadLedger = Callable[[str, int, int, int], tuple[bytes, int]]
 """(issue, attempt, position, limit) → the whole lines the attempt's host ledger holds
-from ``position`` on."""
+from ``position`` on, and where they end there (past a line too long to carry, too)."""
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,13 @@ class LedgerCopy:
         self.read = read
 
     def bring(self, issue: str, attempt: int) -> int:
-        """What the attempt's ledger gained on its host, appended here; the bytes
-        brought."""
+        """What the attempt's ledger gained on its host, appended here; how far that
+        moved the copy on (0: nothing new)."""
         folder = self.worker_dir(issue)
         copy = folder / LEDGER
         place = self._place(folder, attempt, copy)
-        data = self.read(issue, attempt, place.there, BRING_AT_MOST)
-        if not data:
+        data, end = self.read(issue, attempt, place.there, BRING_AT_MOST)
+        if end <= place.there:
             return 0
         data = data[:data.rfind(b"\n") + 1]  # whole lines only, whatever the host sent
         with copy.open("ab") as handle:
@@ -62,8 +62,8 @@ class LedgerCopy:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        self._note(folder, Place(attempt, place.there + len(data), place.here + len(data)))
-        return len(data)
+        self._note(folder, Place(attempt, end, place.here + len(data)))
+        return end - place.there
 
     @staticmethod
     def _place(folder: Path, attempt: int, copy: Path) -> Place:

@@ -164,8 +164,9 @@ class AttemptCalls:
         data, end = self._get(self._actor.read_log.remote(position, limit))
         return bytes(data), int(end)
 
-    def read_ledger(self, position: int, limit: int) -> bytes:
-        return bytes(self._get(self._actor.read_ledger.remote(position, limit)))
+    def read_ledger(self, position: int, limit: int) -> tuple[bytes, int]:
+        data, end = self._get(self._actor.read_ledger.remote(position, limit))
+        return bytes(data), int(end)
 
     def snapshot(self) -> list[str]:
         return list(self._get(self._actor.snapshot.remote()))
