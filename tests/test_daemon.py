@@ -164,3 +164,21 @@ def test_a_stop_while_the_health_check_restarts_a_frozen_controller_is_clean(
         if frozen is not None:
             frozen.release()
         swarm.teardown()
+
+
+def test_a_cluster_projects_controller_is_looked_at_within_a_quarter_of_its_lease(
+        xdg: Path) -> None:
+    """Issue 37: a controller that died must be restarted and calling before its
+    workers' hosts stop their agents (¾ of the lease without a call). With the default
+    health interval (180 s) and a 30 s lease, every cluster agent stopped after a crash."""
+    from test_config import write_config
+
+    from ralph_dev.control.daemon.daemon import health_interval
+
+    write_config('[projects.app]\nrepo = "/r"\n')
+    assert health_interval(load_project("app", environ={})) == 180.0
+    write_config('[projects.app]\nrepo = "/r"\n[projects.app.cluster]\nlease = 30\n')
+    assert health_interval(load_project("app", environ={})) == 7.5
+    write_config('[projects.app]\nrepo = "/r"\n[projects.app.timing]\nhealth_interval = 2\n'
+                 '[projects.app.cluster]\nlease = 30\n')
+    assert health_interval(load_project("app", environ={})) == 2.0

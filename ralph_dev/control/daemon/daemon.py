@@ -52,6 +52,17 @@ WATCHDOG_MIN_S = 30.0
 controller restart alone may wait 20 s for the old one to finish its action)."""
 
 
+def health_interval(settings: ProjectSettings) -> float:
+    """Seconds between the daemon's looks at its controller: ``timing.health_interval``,
+    and on a cluster at most a quarter of its lease. A controller that died must be back
+    and calling before its workers' hosts, having heard nothing for ¾ of the lease, stop
+    their agents themselves."""
+    every = settings.timing.health_interval
+    if settings.cluster is not None:
+        every = min(every, settings.cluster.lease / 4)
+    return every
+
+
 def child_environment(settings: ProjectSettings,
                       extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for processes the daemon starts in tmux panes (``core.environment``
@@ -298,13 +309,11 @@ class Daemon:
                 else:
                     self.started_controller_at = utcnow()  # its heartbeat is watched from now
                     self.store.append_event("controller_adopted", reason=why)
-                scheduler.add_job(
-                    self.health_check, "interval",
-                    seconds=self.settings.timing.health_interval, id="health",
-                )
+                interval = health_interval(self.settings)
+                scheduler.add_job(self.health_check, "interval", seconds=interval,
+                                  id="health")
                 scheduler.start()
                 await services.start()
-                interval = self.settings.timing.health_interval
                 self.notifier.ready(f"watching the controller every {interval:g}s",
                                     watchdog_s=max(3 * interval, WATCHDOG_MIN_S))
                 await self.stop_event.wait()
