@@ -46,7 +46,8 @@ def _stopped_then_resumed(swarm: Swarm, ident: str, stop: tuple[str, ...],
                           go_on: tuple[str, ...], cause: str) -> None:
     swarm.cli(*stop)
     wait_for(lambda: ident not in swarm.worker_windows(), 20, f"{ident}'s worker stopped")
-    (stopped,) = _events(swarm, "stop", ident)
+    # the stop's event is written once the stop is done: a moment after the window went
+    (stopped,) = wait_for(lambda: _events(swarm, "stop", ident), 20, f"{ident}'s stop said")
     assert stopped["cause"] == cause
     assert ident in swarm.workspaces()  # its work is kept, not merged
     assert f"changes/{ident}.txt" not in swarm.trunk_files()
