@@ -112,7 +112,7 @@ def autoscaling_cluster(base: Path, hosts: Path, *, max_hosts: int = 3) -> Itera
     from ralph_dev.devtools.demo import node_env
 
     with one_cluster_at_a_time(base):
-        port, client_port = _free_ports(2)
+        port, client_port, agent_port = _free_ports(3)
         # short: Ray's session sockets live under it, and a socket path has 107 bytes
         temp = Path(tempfile.mkdtemp(prefix="rda-"))
         config = temp / "autoscaler.json"
@@ -138,7 +138,9 @@ def autoscaling_cluster(base: Path, hosts: Path, *, max_hosts: int = 3) -> Itera
             [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}",
              "--num-cpus=0", f"--autoscaling-config={config}", f"--temp-dir={temp}",
              "--include-dashboard=false", "--disable-usage-stats",
-             f"--ray-client-server-port={client_port}"],
+             f"--ray-client-server-port={client_port}",
+             # its own: another Ray on the machine may hold the default (52365)
+             f"--dashboard-agent-listen-port={agent_port}"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             start_new_session=True)
         try:
