@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import os
 import subprocess
@@ -40,7 +41,7 @@ from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.control.state.status import load_schema, snapshot
 from ralph_dev.control.state.text import render
 from ralph_dev.core.actions import EndPause, PauseSwarm, Spawn
-from ralph_dev.core.agent_faults import USAGE_LIMIT
+from ralph_dev.core.agent_faults import USAGE_LIMIT, key_windows
 from ralph_dev.core.config import AccountSettings, build_project, load_project
 from ralph_dev.core.errors import ConfigError
 from ralph_dev.core.model import NewIssue, Pause, StateType, UsageWindow
@@ -425,3 +426,126 @@ def test_a_subscribers_usage_windows_are_read_shown_and_pace_the_next_start(
         retry_until(lambda: done(two), 180, what=f"{two} done after the reset"
                     + diagnostics(world, api, two))
     assert started[two] >= resets_at - 1  # not before the window started over
+
+
+def test_an_api_keys_limits_are_read_from_its_headers() -> None:
+    said = key_windows({
+        "anthropic-ratelimit-tokens-limit": "100000",
+        "anthropic-ratelimit-tokens-remaining": "10000",
+        "anthropic-ratelimit-tokens-reset": "2026-11-23T02:11:00Z",
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "60",  # more than the limit: none used
+        "anthropic-ratelimit-requests-reset": "2026-11-23T02:10:31Z",
+        "anthropic-ratelimit-input-tokens-limit": "0",  # no limit stated: left out
+        "anthropic-ratelimit-input-tokens-remaining": "0",
+        "anthropic-ratelimit-input-tokens-reset": "2026-11-23T02:11:00Z",
+        "anthropic-ratelimit-output-tokens-limit": "8000",
+        "anthropic-ratelimit-output-tokens-remaining": "100",
+        "anthropic-ratelimit-output-tokens-reset": "soon",  # not a time: left out
+    })
+    assert said == {"tokens": (0.9, datetime(2026, 11, 23, 2, 11, tzinfo=UTC)),
+                    "requests": (0.0, datetime(2026, 11, 23, 2, 10, 31, tzinfo=UTC))}
+    hold = pace([UsageWindow("tokens", 0.9, said["tokens"][1], NOW)], 0.2, NOW)
+    assert hold is not None and hold.until == said["tokens"][1]
+    assert "tokens/min window is 90% used" in hold.why
+
+
+def test_one_project_on_an_account_asks_for_its_key_limits_a_minute(tmp_path: Path) -> None:
+    """Two projects' probes at the same moment make one request; the next a minute on."""
+    first, second = (AccountWindows("claude-0123", tmp_path) for _ in range(2))
+    assert first.claim_probe(NOW)
+    assert not second.claim_probe(NOW + timedelta(seconds=59))
+    assert second.claim_probe(NOW + timedelta(seconds=60))
+    first.probed("claude-sonnet-4-5")
+    assert second.last_probe() == (NOW + timedelta(seconds=60), "claude-sonnet-4-5")
+    assert second.claim_probe(NOW - timedelta(seconds=1))  # a clock set back: asked again
+    assert not AccountWindows("", tmp_path).claim_probe(NOW)  # no account: never asked
+
+
+def test_decide_asks_for_the_key_limits_only_while_issues_wait_and_once_a_minute() -> None:
+    from ralph_dev.core.actions import ProbeAccount
+
+    s = settings()
+    waiting = observed([issue("ENG-1")], key_account=True)
+    (probe,) = [a for a in run(waiting, s).actions if isinstance(a, ProbeAccount)]
+    assert "never read" in probe.reason
+    recent = dataclasses.replace(waiting, account_probed_at=NOW - timedelta(seconds=30))
+    assert not [a for a in run(recent, s).actions if isinstance(a, ProbeAccount)]
+    stale = dataclasses.replace(waiting, account_probed_at=NOW - timedelta(seconds=61))
+    assert [a for a in run(stale, s).actions if isinstance(a, ProbeAccount)]
+    for quiet in (observed([], key_account=True), observed([issue("ENG-1")])):
+        assert not [a for a in run(quiet, s).actions if isinstance(a, ProbeAccount)]
+
+
+@pytest.mark.slow
+@pytest.mark.claude
+def test_an_api_keys_limits_are_asked_for_shown_and_pace_the_next_start(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36: pacing an API key. Claude Code passes a key's rate-limit headers on
+    nowhere, so the controller asks the API itself, once a minute while issues wait, for
+    the model its worker uses. The key's tokens-per-minute limit is 90% used with 20%
+    kept for the person: the second issue waits for pacing until the limit's reset, and
+    ``status`` says so."""
+    resets_at = int(time.time()) + 50
+    one, two = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt", priority=1),
+                                                 NewIssue(title="Add ok.txt too", priority=2)])
+    started: dict[str, float] = {}
+    probes: list[float] = []
+
+    def brain(request: dict[str, Any]) -> list[Any]:
+        if request.get("max_tokens") == 1 and request.get("messages") == [
+                {"role": "user", "content": "."}]:
+            probes.append(time.time())
+        if not is_main_conversation(request):
+            return [Text("ok")]
+        steps = tool_uses_so_far(request)
+        return [bash("sleep 3")] if steps == 0 else [bash(
+            'touch ok.txt "$RALPH_DEV_ISSUE.txt" && ralph-dev worker done "$RALPH_DEV_ISSUE" '
+            '--summary "added its file"')] if steps == 1 else [Text("Done.")]
+
+    def limits() -> dict[str, str]:
+        reset = datetime.fromtimestamp(resets_at, UTC).isoformat().replace("+00:00", "Z")
+        return {"anthropic-ratelimit-tokens-limit": "100000",
+                "anthropic-ratelimit-tokens-remaining": "10000",
+                "anthropic-ratelimit-tokens-reset": reset,
+                "anthropic-ratelimit-requests-limit": "50",
+                "anthropic-ratelimit-requests-remaining": "49",
+                "anthropic-ratelimit-requests-reset": reset}
+
+    settings = dataclasses.replace(world.settings, limits=dataclasses.replace(
+        world.settings.limits, max_workers=1))
+    key = "sk-ant-api03-fake-paced-key-0123456789"
+    with FakeAnthropic(brain, answer_headers=limits) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+        monkeypatch.delenv("CLAUDE_CODE_OAUTH_TOKEN", raising=False)
+        account = account_of(settings, os.environ)
+        tick = controller_ticks(world, settings)
+
+        def done(ident: str) -> bool:
+            tick()
+            for event in world.store.iter_events():
+                if event["event"] == "spawn" and event.get("issue") in (one, two):
+                    started.setdefault(event["issue"], time.time())
+            return world.tracker.get_sync(ident).state_type is StateType.COMPLETED
+
+        retry_until(lambda: done(one), 120, what=f"{one} done" + diagnostics(world, api, one))
+        retry_until(lambda: (tick(), two in world.store.read_waits())[1], 30,
+                    what=f"{two} waiting")
+        windows = {w.name: w for w in AccountWindows(account).read(datetime.now(UTC))}
+        assert windows["tokens"].used == 0.9 and windows["requests"].used == 0.02
+        assert windows["tokens"].resets_at.timestamp() == resets_at
+        wait = world.store.read_waits()[two]
+        assert wait["kind"] == "pacing" and "tokens/min window is 90% used" in wait["why"]
+        (probe,) = [e for e in world.store.iter_events() if e["event"] == "account_probed"]
+        assert probe["tokens"] == 0.9 and probe["status"] == 200
+        assert probe["model"] == api.main_messages()[0]["model"]  # the worker's own model
+        doc = asyncio.run(snapshot(settings))
+        jsonschema.Draft202012Validator(load_schema()).validate(doc)
+        text = render(doc)
+        assert "tokens/min 90% used, resets" in text, text
+        assert key not in json.dumps(doc) + text + world.settings.paths.events_file.read_text()
+        retry_until(lambda: done(two), 180, what=f"{two} done after the reset"
+                    + diagnostics(world, api, two))
+    assert started[two] >= resets_at - 1  # not before the limit was full again
+    assert probes and all(b - a >= 59 for a, b in itertools.pairwise(probes))

@@ -608,6 +608,50 @@ def test_a_crashed_agent_is_resumed_in_its_own_session(
         assert "continuation of your own earlier session" in json.dumps(after[0]["messages"])
 
 
+def test_a_session_that_cannot_be_resumed_is_left_for_a_fresh_one_free(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen in CI: an agent died before its transcript held a conversation, and each
+    next start resumed that session; Claude Code said "No conversation found" and exited
+    at once, three times, and the issue was held. A resume whose agent ends before saying
+    anything is not tried again: the next start is a fresh session, charged nothing, and
+    the person reads the agent's last words in the event."""
+    from ralph_dev.core.config import Timing
+    from ralph_dev.core.decide.issues import RESUME_FAILED
+
+    settings = dataclasses.replace(world.settings, timing=Timing(
+        poll_interval=0.5, retry_base=0.5, retry_cap=1))
+    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Two steps")])
+    crashed = {"yet": False}
+
+    with FakeAnthropic(two_steps_with_a_crash(issue, crashed)) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        tick = controller_ticks(world, settings)
+
+        tick()
+        retry_until(lambda: len(api.main_messages()) >= 2, 60,
+                    what="the second model call" + diagnostics(world, api, issue))
+        tick()  # the controller hears the SessionStart hook's news
+        record = world.store.load_record(issue)
+        assert record.session_id and record.transcript
+        (window,) = world.tmux.find(issue)
+        pid = world.tmux.run("display-message", "-p", "-t", window.pane_id, "#{pane_pid}")
+        crashed["yet"] = True
+        os.kill(int(pid.check().stdout.split()[0]), 9)  # kill -9 of the agent
+        Path(record.transcript).write_text("")  # and its conversation never written
+        retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
+                             is StateType.COMPLETED)[1], 120,
+                    what="the issue done after a fresh start" + diagnostics(world, api, issue))
+    events = list(world.store.iter_events())
+    spawns = [e for e in events if e["event"] == "spawn"]
+    assert [e["attempt"] for e in spawns] == [1, 2, 2], [e["reason"] for e in spawns]
+    assert spawns[1]["resume"] == record.session_id and not spawns[2].get("resume")
+    (failed,) = [e for e in events if e["event"] == "reap" and e.get("lost") == RESUME_FAILED]
+    assert "charged" not in failed  # (an event leaves out what is False)
+    assert "No conversation found with session ID" in failed["reason"], failed["reason"]
+    assert not [e for e in events if e["event"] == "hold"]
+
+
 def test_a_groom_worker_proposes_through_real_claude(world: World,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 15 item 2: a groom worker (read-only tools, like review) reads the backlog

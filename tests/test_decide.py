@@ -1178,3 +1178,54 @@ def test_issues_waiting_for_a_cluster_slot_ask_the_autoscaler_for_room_within_th
     assert [a.kind for a in plan.actions] == ["spawn"] * 3 and plan.slots_wanted == 0
     alone = dataclasses.replace(full, cluster_slots=None, host_slots=0)
     assert run(alone, settings(limits=Limits(max_workers=2))).slots_wanted is None
+
+
+def test_a_dead_panes_last_words_are_in_its_failure() -> None:
+    obs = world(issues=[issue(1, "started")], records=[rec("DEMO-1")],
+                windows=[win("DEMO-1", alive=False, exit_status=1,
+                             last_words="Error: the disk is full")])
+    (reap,) = [a for a in run(obs).actions if isinstance(a, Reap)]
+    assert reap.charged and "its last output: «Error: the disk is full»" in reap.reason
+
+
+def test_a_resume_that_ended_before_its_agent_said_anything_is_not_tried_again() -> None:
+    """Seen in CI: Claude Code found no conversation to resume and exited at once; three
+    resumes of it used up the issue's attempts. Now the next start is fresh and free."""
+    from ralph_dev.core.decide.issues import RESUME_FAILED
+    from ralph_dev.core.model import SESSION_ENDED
+
+    started = NOW - timedelta(seconds=10)
+    failed = rec("DEMO-1", attempts=2, started_at=started, session_id="sess-1",
+                 resumed="sess-1", transcript="/t.jsonl",
+                 last_activity=started - timedelta(minutes=5),  # the earlier attempt's
+                 agent_state=SESSION_ENDED, agent_state_at=started + timedelta(seconds=1))
+    dead = [win("DEMO-1", alive=False, exit_status=1,
+                last_words="No conversation found with session ID: sess-1")]
+    obs = world(issues=[issue(1, "started")], records=[failed], windows=dead,
+                sessions_kept=frozenset({"DEMO-1"}))
+    (reap,) = [a for a in run(obs).actions if isinstance(a, Reap)]
+    assert (reap.charged, reap.lost, reap.forget_session) == (False, RESUME_FAILED, True)
+    assert "No conversation found" in reap.reason
+    after = reap.record_changes(NOW)
+    assert after["session_id"] is None and "last_failure_at" not in after
+    forgot = dataclasses.replace(failed, **after)
+    (spawn,) = [a for a in run(world(issues=[issue(1, "started")], records=[forgot])).actions
+                if isinstance(a, Spawn)]
+    assert spawn.resume is None and spawn.attempt == 2  # fresh, and the same attempt
+    # an agent that said something in its resumed session failed on its own account
+    spoke = dataclasses.replace(failed, last_activity=started + timedelta(seconds=2))
+    (reap,) = [a for a in run(dataclasses.replace(obs, records={"DEMO-1": spoke})).actions
+               if isinstance(a, Reap)]
+    assert reap.charged and not reap.forget_session
+
+
+def test_a_panes_last_words_are_its_words_without_escapes_or_spinners() -> None:
+    from ralph_dev.core.text import last_words
+
+    log = ("\x1b[?25l\x1b(B\x1b7✶↑22\x1b8\r\n↓3\r\n"
+           "No conversation found with session ID: 0123\r\n\x1b]0;title\x07"
+           "Resume this session with:\r\n──────\r\nclaude --resume 0123\r\n\x1b[0m")
+    assert last_words(log) == ("No conversation found with session ID: 0123 / "
+                               "Resume this session with: / claude --resume 0123")
+    assert last_words("✶\n↓3\n") == ""
+    assert len(last_words("word " * 200)) == 300

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from ralph_dev.adapters.anthropic_probe import model_used
 from ralph_dev.devtools.api_faults import rate_limited, usage_limit
 from ralph_dev.devtools.scripted_model import FakeAnthropic, Text
-from ralph_dev.inpane.limits import model_used, read_reset
+from ralph_dev.inpane.limits import read_reset
 
 NOW = datetime(2026, 11, 23, 2, 10, 30, tzinfo=UTC)
 KEY = "sk-ant-api03-fake-probe-0123456789"

@@ -16,25 +16,29 @@ for longer than the limit said.
 The account's usage windows (a subscriber's five-hour and seven-day use, as the model
 API states them with every answer) are the account's too: any project's worker that
 reads them writes them to ``accounts/FINGERPRINT.windows.json``, and every project on
-the account paces its starts by them (``core.pacing``).
+the account paces its starts by them (``core.pacing``). An API key's per-minute limits,
+which its agent passes on nowhere, are read by asking the API (``KeyProbe``): at most
+once a minute for the whole account, whichever project asks.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from ralph_dev.adapters.anthropic_probe import can_ask, model_used, read_key_windows
 from ralph_dev.adapters.files import atomic_write_text, flocked, private_dir
-from ralph_dev.adapters.store import from_iso, to_iso
+from ralph_dev.adapters.store import StateStore, from_iso, to_iso
 from ralph_dev.core.agent_profiles import PROFILES
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.model import Pause, UsageWindow
-from ralph_dev.core.pacing import WINDOW_NAMES
+from ralph_dev.core.pacing import KEY_PROBE_EVERY, WINDOW_LENGTHS, WINDOW_NAMES
 from ralph_dev.core.paths import state_home
 
 
@@ -128,9 +132,12 @@ class AccountPauses:
         return flocked(self.directory / f".{self.account}.lock")
 
 
-WINDOW_MAX_AHEAD = timedelta(days=8)
-"""A window's reset further ahead than this is no window ralph-dev knows: a worker's
-report of it is not believed (a worker is a possibly hostile process)."""
+WINDOW_SLACK = timedelta(minutes=1)
+"""A window's reset further ahead than its length and this is no window ralph-dev
+knows: a worker's report of it is not believed (a worker is a possibly hostile
+process)."""
+PROBE = "probe"
+"""The windows file's entry for the last probe (when, and the model asked for)."""
 
 
 class AccountWindows:
@@ -153,7 +160,7 @@ class AccountWindows:
         fresh = {name: {"used": round(min(max(used, 0.0), 1.0), 4), "resets_at": to_iso(reset)}
                  for name, (used, reset) in windows.items()
                  if name in WINDOW_NAMES and now - timedelta(minutes=1) < reset
-                 <= now + WINDOW_MAX_AHEAD}
+                 <= now + WINDOW_LENGTHS[name] + WINDOW_SLACK}
         if not fresh:
             return False
         private_dir(self.directory)
@@ -166,6 +173,46 @@ class AccountWindows:
                 entry["seen_at"] = to_iso(now)
             atomic_write_text(self._file, json.dumps({**data, **fresh}, indent=1) + "\n")
         return True
+
+    def claim_probe(self, now: datetime, every: timedelta = KEY_PROBE_EVERY) -> bool:
+        """Whether the caller asks the API now: no project on the account asked within
+        ``every`` (the claim is written before anyone asks, so two projects claiming at
+        once make one request)."""
+        if not self.account:
+            return False
+        private_dir(self.directory)
+        with flocked(self.directory / f".{self.account}.lock"):
+            data = self._load()
+            last = self._probe(data).get("at")
+            if last is not None and last <= now < last + every:
+                return False
+            probe = data.get(PROBE) if isinstance(data.get(PROBE), dict) else {}
+            atomic_write_text(self._file, json.dumps(
+                {**data, PROBE: {**probe, "at": to_iso(now)}}, indent=1) + "\n")
+        return True
+
+    def probed(self, model: str) -> None:
+        """Remember the model the account was asked for: the next probe asks for it when
+        no live worker says which model it uses."""
+        with flocked(self.directory / f".{self.account}.lock"):
+            data = self._load()
+            probe = data.get(PROBE) if isinstance(data.get(PROBE), dict) else {}
+            atomic_write_text(self._file, json.dumps(
+                {**data, PROBE: {**probe, "model": model[:100]}}, indent=1) + "\n")
+
+    def last_probe(self) -> tuple[datetime | None, str | None]:
+        """When the account's limits were last asked for, and for which model."""
+        probe = self._probe(self._load())
+        return probe.get("at"), probe.get("model")
+
+    @staticmethod
+    def _probe(data: Mapping[str, Any]) -> dict[str, Any]:
+        probe = data.get(PROBE)
+        if not isinstance(probe, dict):
+            return {}
+        model = probe.get("model")
+        return {"at": from_iso(probe.get("at")),
+                "model": model if isinstance(model, str) and model else None}
 
     def read(self, now: datetime) -> tuple[UsageWindow, ...]:
         """The account's windows that have not started over since they were read."""
@@ -190,3 +237,39 @@ class AccountWindows:
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
+
+
+class KeyProbe:
+    """Reads the account's API-key limits by asking the model API once
+    (``adapters.anthropic_probe``), for the model a live worker uses, and writes them
+    where every project on the account paces by them."""
+
+    def __init__(self, windows: AccountWindows, store: StateStore,
+                 environ: Mapping[str, str]) -> None:
+        self.windows = windows
+        self.store = store
+        self.environ = environ
+
+    @property
+    def possible(self) -> bool:
+        """The agents run on an API key of the Anthropic API itself."""
+        return bool(self.windows.account) and can_ask(self.environ)
+
+    def run(self, transcripts: Iterable[Path], now: datetime) -> None:
+        """Ask, unless a project on the account asked within the minute; the windows
+        read are noted, and the probe's event says what it read."""
+        if not self.possible:
+            return
+        said = (model_used(t) for t in transcripts)
+        model = next((m for m in itertools.chain(said, (self.windows.last_probe()[1],))
+                      if m), None)
+        if model is None or not self.windows.claim_probe(now):
+            return  # no worker has said its model yet: asked once one has
+        reading = read_key_windows(self.environ, model)
+        if reading is None:
+            return
+        self.windows.probed(reading.model)
+        self.windows.note(reading.windows, now)
+        self.store.append_event("account_probed", model=reading.model, status=reading.status,
+                                **{name: round(used, 3)
+                                   for name, (used, _) in reading.windows.items()})

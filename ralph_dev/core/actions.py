@@ -174,11 +174,15 @@ class Reap(Action):
     bring_in: bool = False
     """Its done work comes into the issue's workspace here once its window ends (a
     worker on another host): what ``decide`` weighs next is that workspace."""
+    forget_session: bool = False
+    """The agent session its start resumed is not resumed again (it could not be)."""
 
     def record_changes(self, now: datetime) -> dict[str, Any]:
+        forgotten = {"session_id": None, "resumed": None} if self.forget_session else {}
         if self.lost:
-            return {"lost": self.lost[:500], "lost_at": now}
-        return {"last_failure_at": now, "last_failure": self.reason} if self.charged else {}
+            return {"lost": self.lost[:500], "lost_at": now, **forgotten}
+        failure = {"last_failure_at": now, "last_failure": self.reason} if self.charged else {}
+        return {**failure, **forgotten}
 
 
 @dataclass(frozen=True)
@@ -398,6 +402,13 @@ class EndPause(Action):
     pause_kind: str = ""
     share_account: bool = False
     """The pause was the account's, met here: the other projects on it go on too."""
+
+
+@dataclass(frozen=True)
+class ProbeAccount(Action):
+    """Read the account's API-key limits by asking the model API once, beside the loop:
+    issues wait to start and the limits were not read within the minute. What it reads
+    is the next tick's ``Observed.account_windows``."""
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,27 @@ def reset_from_headers(headers: Mapping[str, str], now: datetime) -> datetime | 
     return max(resets, default=None)
 
 
+def key_windows(headers: Mapping[str, str]) -> dict[str, tuple[float, datetime]]:
+    """An API key's per-minute limits as an answer's headers state them
+    (``anthropic-ratelimit-<name>-{limit,remaining,reset}``): each one's used share
+    and when it is full again. A limit stated in part, or not as numbers, is left out."""
+    said = {k.lower(): v.strip() for k, v in headers.items()}
+    out: dict[str, tuple[float, datetime]] = {}
+    for name in _RESETS:
+        limit = said.get(f"anthropic-ratelimit-{name}-limit", "")
+        remaining = said.get(f"anthropic-ratelimit-{name}-remaining", "")
+        reset = said.get(f"anthropic-ratelimit-{name}-reset", "")
+        if not (limit.isdigit() and remaining.isdigit() and int(limit) > 0 and reset):
+            continue
+        try:
+            when = datetime.fromisoformat(reset.replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        used = 1.0 - min(int(remaining), int(limit)) / int(limit)
+        out[name.replace("-", "_")] = (used, when if when.tzinfo else when.replace(tzinfo=UTC))
+    return out
+
+
 def is_key_rate_limit(error: str, text: str) -> bool:
     """An API key's 429 that Claude Code gave up on (its reset unsaid)."""
     return error == "rate_limit" and bool(_KEY_LIMIT.search(text))

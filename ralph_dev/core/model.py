@@ -233,6 +233,9 @@ class Window:
     host_lost: bool = False
     """A cluster worker whose host the cluster lost (dead or cut off): its end is no
     failure of the issue's."""
+    last_words: str = ""
+    """A dead pane's last lines of output (its log's end, controls removed): what the
+    agent said as it ended, for the person told of the failure."""
     server_lost: bool = False
     """A cluster worker whose tmux server on its host was ended from outside, not by its
     pane's exit: no failure of the issue's, as a tmux session gone on one host."""
@@ -305,6 +308,9 @@ class WorkerRecord:
     ``HANG_RESTARTS`` the silence is the issue's own (a stall), so hangs never loop."""
     session_id: str | None = None
     """The agent's conversation (Claude Code's session id): a restart resumes it."""
+    resumed: str | None = None
+    """The session the current attempt's agent was started to resume (None: a fresh one).
+    A resume whose agent ended before saying anything is not tried again."""
     agent_state: str | None = None
     """What the agent itself last said it is doing, from its hooks ("working", "running
     Bash", "waiting for the model", "waiting for input: …", "api error: …", "finished")."""
@@ -350,6 +356,9 @@ class WorkerRecord:
 WORKING = "working"
 """The agent's state from the moment a prompt is handed to it (its start, a person's or
 the Stop hook's text) until it uses a tool: it waits for the model's answer."""
+SESSION_ENDED = "session ended"
+"""The agent's state once its CLI ended its session (Claude Code's SessionEnd hook, the
+exec supervisors of the others): said even by a CLI that could not start it."""
 AWAITING_MODEL = "waiting for the model"
 """The agent's state after a tool's result went back to the model."""
 MODEL_CALL_STATES = frozenset({WORKING, AWAITING_MODEL})
@@ -494,6 +503,11 @@ class Observed:
     command runner)."""
     account_windows: tuple[UsageWindow, ...] = ()
     """That account's usage windows, as any project's worker last read them."""
+    key_account: bool = False
+    """The account is an API key of the Anthropic API, whose limits its agent passes on
+    nowhere: the controller asks the API for them (``ProbeAccount``)."""
+    account_probed_at: datetime | None = None
+    """When any project on the account last asked for its key's limits."""
     owed: tuple[OwedWrite, ...] = ()
     """Accepted worker reports whose tracker writes are still to be made."""
     setup_error: str | None = None

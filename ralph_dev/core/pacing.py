@@ -1,7 +1,9 @@
 """Pacing an account's usage windows: new workers wait before a window runs out.
 
 A subscriber's account has a five-hour and a seven-day window; every model answer
-states how much of each is used and when it starts over (``UsageWindow``). Past a
+states how much of each is used and when it starts over (``UsageWindow``). An API key
+has per-minute limits instead (requests, input and output tokens), stated the same way
+(``core.agent_faults.key_windows``). Past a
 reserve the person keeps for their own use (``[accounts.NAME] reserve``), a window is
 spent: no new worker starts until it resets. Before that, starts are slowed so the
 window lasts until its reset: once more than half of what the swarm may use is gone,
@@ -17,8 +19,17 @@ from datetime import datetime, timedelta
 
 from ralph_dev.core.model import UsageWindow
 
-WINDOW_LENGTHS = {"five_hour": timedelta(hours=5), "seven_day": timedelta(days=7)}
-WINDOW_NAMES = {"five_hour": "5-hour", "seven_day": "7-day"}
+KEY_WINDOWS = ("requests", "tokens", "input_tokens", "output_tokens")
+"""An API key's limits (``anthropic-ratelimit-<name>-*``), each refilled over a minute."""
+WINDOW_LENGTHS = {"five_hour": timedelta(hours=5), "seven_day": timedelta(days=7),
+                  **dict.fromkeys(KEY_WINDOWS, timedelta(minutes=1))}
+WINDOW_NAMES = {"five_hour": "5-hour", "seven_day": "7-day", "requests": "requests/min",
+                "tokens": "tokens/min", "input_tokens": "input tokens/min",
+                "output_tokens": "output tokens/min"}
+"""Each window's name as a person reads it (``status``, the dashboard, pacing's words)."""
+KEY_PROBE_EVERY = timedelta(minutes=1)
+"""How often an API key's limits are asked for while issues wait to start, whatever the
+number of projects on the account (a one-token request each time)."""
 FREE_SHARE = 0.5
 """Below this share of what the swarm may use of a window, starts are not slowed: a
 window's start is not paced by the first few calls in it."""

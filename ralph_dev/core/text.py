@@ -6,12 +6,13 @@ from __future__ import annotations
 import re
 import unicodedata
 
-# CSI (ESC [ … final), OSC (ESC ] … BEL/ST), other two-byte escapes, and C0/C1
+# CSI (ESC [ … final), OSC (ESC ] … BEL/ST), other escapes (ESC, intermediates, a
+# final: a charset's designation, a saved cursor), and C0/C1
 # controls except newline and tab: what pipe-pane logs and issue text may carry.
 _ANSI = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
-    r"|\x1b[@-Z\\-_]"
+    r"|\x1b[ -/]*[0-~]"
     r"|\x9b[0-?]*[ -/]*[@-~]"
 )
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -68,6 +69,21 @@ def output_block(text: str, lines: int = 40, chars: int = 4000) -> str:
     kept = (kept if len(kept) <= chars else "…" + kept[-(chars - 1):]) or "(no output)"
     fence = "`" * max(3, max((len(m) for m in re.findall(r"`+", kept)), default=0) + 1)
     return f"{fence}\n{kept}\n{fence}"
+
+
+_WORD = re.compile(r"[^\W\d_]{3}")
+
+
+def last_words(text: str, lines: int = 3, chars: int = 300) -> str:
+    """A pane's last lines of words on one line (`` / `` between them), its controls
+    removed: what an agent said as it ended. A line without a word (a TUI's redrawn
+    spinner, a frame's rule) says nothing."""
+    kept: list[str] = []
+    for line in reversed(strip_ansi(text).splitlines()):
+        if len(kept) < lines and _WORD.search(line):
+            kept.insert(0, " ".join(line.split()))
+    said = terminal_line(" / ".join(kept))
+    return said if len(said) <= chars else "…" + said[-(chars - 1):]
 
 
 def last_line(text: str, width: int = 100) -> str:

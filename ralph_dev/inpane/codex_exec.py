@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ralph_dev.core.model import AWAITING_MODEL, SESSION_ID_RE, WORKING
+from ralph_dev.core.model import AWAITING_MODEL, SESSION_ENDED, SESSION_ID_RE, WORKING
 from ralph_dev.inpane.event_stream import TELL_ERRORS, Teller, run_stream, this_worker
 from ralph_dev.inpane.hooks import tell_windows
 from ralph_dev.inpane.worker import Worker, clean_text, one_line
@@ -222,7 +222,7 @@ class CodexEvents:
             self.teller.tell("agent_error", error_news(self.failed, self.zone))
         elif status == 0:
             self.teller.ask_if_asked(self.last_message, "a question ending its Codex turn")
-        self.teller.say("session ended", active=False)
+        self.teller.say(SESSION_ENDED, active=False)
 
 
 def run(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 from zoneinfo import ZoneInfo
 
-from ralph_dev.core.model import AWAITING_MODEL, SESSION_ID_RE, WORKING
+from ralph_dev.core.model import AWAITING_MODEL, SESSION_ENDED, SESSION_ID_RE, WORKING
 from ralph_dev.inpane.event_stream import Teller, run_stream, split_prompt, this_worker
 from ralph_dev.inpane.worker import Worker, clean_text, one_line
 
@@ -233,7 +233,7 @@ class GeminiEvents:
             self.teller.tell("agent_error", error_news(self.failed, datetime.now(UTC)))
         elif status == 0:
             self.teller.ask_if_asked(self.last_message, "a question ending its Gemini turn")
-        self.teller.say("session ended", active=False)
+        self.teller.say(SESSION_ENDED, active=False)
 
 
 def run(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:

@@ -37,13 +37,14 @@ from typing import IO, Any
 import structlog
 
 from ralph_dev.adapters import mailbox as ch
+from ralph_dev.adapters.anthropic_probe import model_used
 from ralph_dev.core.agent_faults import is_key_rate_limit
 from ralph_dev.core.jsonsafe import parse_json
-from ralph_dev.core.model import AWAITING_MODEL, WORKING, Role
+from ralph_dev.core.model import AWAITING_MODEL, SESSION_ENDED, WORKING, Role
 from ralph_dev.core.paths import state_home
 from ralph_dev.core.questions import asked_question
 from ralph_dev.inpane.asking import WAITING, ask_person, idle, prompted, reported, say
-from ralph_dev.inpane.limits import model_used, read_reset
+from ralph_dev.inpane.limits import read_reset
 from ralph_dev.inpane.worker import (
     IssueView,
     Worker,
@@ -302,7 +303,7 @@ def agent_state(payload: Mapping[str, Any]) -> tuple[str, bool] | None:
         said = one_line(clean_text(message))[:120] if isinstance(message, str) else ""
         return (f"{WAITING}: {said}" if said else WAITING), False
     if event == "SessionEnd":
-        return "session ended", False
+        return SESSION_ENDED, False
     return None
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from ralph_dev.adapters.accounts import AccountPauses
+from ralph_dev.adapters.accounts import AccountPauses, KeyProbe
 from ralph_dev.adapters.pattern_store import remember_safely
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
 from ralph_dev.adapters.writebacks import WriteBackItem, WriteBackQueue
@@ -51,6 +51,7 @@ from ralph_dev.core.actions import (
     PassFeedback,
     PauseSwarm,
     Plan,
+    ProbeAccount,
     Reap,
     Redo,
     Restart,
@@ -113,7 +114,7 @@ DISMISS_SETTLE_S = 0.5
 """An Escape followed at once by text reads as Alt+key to a TUI."""
 
 OWN_EVENTS = (PauseSwarm, EndPause, WriteBack, VerifyTrunk, OpenGroom, Continue, Adopt,
-              VerifyMerge, SendBack, TrunkVerified)
+              VerifyMerge, SendBack, TrunkVerified, ProbeAccount)
 """Actions whose carrying out writes its own, more telling event (``swarm_paused``,
 ``relayed``, ``trunk_green``…) instead of the action's."""
 
@@ -141,7 +142,8 @@ class Actuator:
                  merges: MergeLane, writebacks: WriteBackQueue,
                  clock: Callable[[], datetime], beat: Callable[[str], None],
                  acted_on: Callable[[str], None] = lambda issue: None,
-                 accounts: AccountPauses | None = None) -> None:
+                 accounts: AccountPauses | None = None,
+                 key_probe: KeyProbe | None = None) -> None:
         self.settings = settings
         self.tracker = tracker
         self.host = host
@@ -159,6 +161,8 @@ class Actuator:
         """Told before each action on an issue (the tripwires see its workspace afresh)."""
         self.accounts = accounts
         """The account the project's agents run on: its pauses are every project's."""
+        self.key_probe = key_probe
+        """Asks the model API for the account's API-key limits (``ProbeAccount``)."""
         self.writer = WriteBackWriter(settings, tracker=tracker, store=store,
                                       writebacks=writebacks, clock=clock)
         self._beside: set[asyncio.Task[None]] = set()
@@ -286,6 +290,12 @@ class Actuator:
                 await self.merges.verify_trunk(action)
             case OpenGroom():
                 await self._open_groom(action)
+            case ProbeAccount():
+                if self.key_probe is not None:  # beside the loop: a request may take seconds
+                    transcripts = [Path(r.transcript) for r in observed.records.values()
+                                   if r.transcript and not r.done]
+                    self._side(asyncio.to_thread(self.key_probe.run, transcripts,
+                                                 self.clock()))
             case _:
                 raise RalphError(f"unknown action {action!r}")
         return {}
@@ -429,6 +439,7 @@ class Actuator:
                 why=f"its workspace on its host ({workspace}) has a path too long for "
                     "Claude Code to find the session in")
             resume = None
+        self.store.update_record(action.issue, resumed=resume)
         worker_dir = self.dirs.prepare(issue, action.role, workspace, action.attempt)
         await self.server.listen(self.dirs.names())
         launch = self.launcher(self.settings, issue, action.role, workspace,

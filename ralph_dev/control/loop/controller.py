@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from ralph_dev.adapters.accounts import AccountPauses, AccountWindows, account_of
+from ralph_dev.adapters.accounts import AccountPauses, AccountWindows, KeyProbe, account_of
 from ralph_dev.adapters.store import StateStore, utcnow
 from ralph_dev.adapters.writebacks import WriteBackQueue
 from ralph_dev.control.daemon.metrics import TickHistogram
@@ -120,6 +120,7 @@ class Controller:
         # the account its agents run on, as this process's environment gives them keys
         accounts = accounts or AccountPauses(account_of(settings, os.environ), settings.name)
         windows = AccountWindows(accounts.account, accounts.directory)
+        key_probe = KeyProbe(windows, self.store, os.environ)
         self.intake = Intake(settings, store=self.store, dirs=self.dirs,
                              writebacks=self.writebacks, jj=host.changes, tracker=tracker,
                              windows=windows)
@@ -133,12 +134,13 @@ class Controller:
                                  writebacks=self.writebacks, dirs=self.dirs, merges=self.merges,
                                  tripwires=self.tripwires, spending=Spending(settings, clock),
                                  setup_check=agent_check, clock=clock, accounts=accounts,
-                                 windows=windows)
+                                 windows=windows, key_probe=key_probe)
         self.actuator = Actuator(settings, tracker=tracker, host=host, launcher=launcher,
                                  store=self.store, dirs=self.dirs, intake=self.intake,
                                  server=self.server, merges=self.merges,
                                  writebacks=self.writebacks, clock=clock, beat=self._beat_while,
-                                 acted_on=self.tripwires.controller_acted, accounts=accounts)
+                                 acted_on=self.tripwires.controller_acted, accounts=accounts,
+                                 key_probe=key_probe)
         self.intake.write_now = self._write_now
         self.config = ConfigWatch(settings.name, config_file(), self.store)
         self._waits: dict[str, Any] | None = None

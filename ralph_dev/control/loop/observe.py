@@ -24,7 +24,8 @@ from pathlib import Path
 import structlog
 
 from ralph_dev.adapters import host
-from ralph_dev.adapters.accounts import AccountPauses, AccountWindows
+from ralph_dev.adapters.accounts import AccountPauses, AccountWindows, KeyProbe
+from ralph_dev.adapters.files import read_tail
 from ralph_dev.adapters.pattern_store import settle_safely
 from ralph_dev.adapters.store import StateStore
 from ralph_dev.adapters.writebacks import WriteBackQueue
@@ -56,7 +57,7 @@ from ralph_dev.core.ports import (
     WorkspaceLister,
 )
 from ralph_dev.core.renumber import keep_local_names, local_aliases
-from ralph_dev.core.text import strip_ansi
+from ralph_dev.core.text import last_words, strip_ansi
 
 log = structlog.get_logger(__name__)
 
@@ -104,9 +105,18 @@ def output_marks(windows: Sequence[Window], store: StateStore,
         else:
             log_file = _pane_log(store, window)
             changed = _mtime(log_file) if log_file is not None else None
-        marked.append(window if changed is None
-                      else dataclasses.replace(window, output_changed_at=changed))
+        if changed is not None:
+            window = dataclasses.replace(window, output_changed_at=changed)
+        if not window.alive and (log_file := _pane_log(store, window)) is not None:
+            said, _ = read_tail(log_file, limit=LAST_WORDS_BYTES)
+            window = dataclasses.replace(window, last_words=last_words(
+                said.decode(errors="replace")))
+        marked.append(window)
     return tuple(marked)
+
+
+LAST_WORDS_BYTES = 4096
+"""Of a dead pane's log, the end read for its last words."""
 
 
 RETRY_LINE = re.compile(r"Retrying in (\S+)(?: \([^)]{0,80}\))? · attempt (\d{1,3})/(\d{1,3})")
@@ -240,7 +250,8 @@ class Observer:
                  writebacks: WriteBackQueue, dirs: WorkerDirs, merges: MergeLane,
                  tripwires: Tripwires, spending: Spending, setup_check: SetupCheck | None,
                  clock: Callable[[], datetime], accounts: AccountPauses | None = None,
-                 windows: AccountWindows | None = None) -> None:
+                 windows: AccountWindows | None = None,
+                 key_probe: KeyProbe | None = None) -> None:
         self.settings = settings
         self.tracker = tracker
         self.host = host
@@ -257,6 +268,8 @@ class Observer:
         """The pauses of the account this project's agents run on."""
         self.windows = windows
         """That account's usage windows."""
+        self.key_probe = key_probe
+        """Reads them for an API key (``ProbeAccount``)."""
         self.config_loaded_at = clock()
         """When this controller read its config."""
         self.retries = RetryWatch(settings, host, store)
@@ -305,6 +318,8 @@ class Observer:
             account_pauses=self.accounts.read(self.clock()) if self.accounts else (),
             account=self.accounts.account if self.accounts else "",
             account_windows=self.windows.read(self.clock()) if self.windows else (),
+            key_account=self.key_probe is not None and self.key_probe.possible,
+            account_probed_at=self.windows.last_probe()[0] if self.key_probe else None,
             sessions_kept=self._sessions_kept(observed))
 
     async def _cluster_slots(self, observed: Observed) -> HostSlots | None:

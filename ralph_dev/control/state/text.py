@@ -16,6 +16,7 @@ from ralph_dev.adapters.store import from_iso, utcnow
 from ralph_dev.control.daemon.web.access import LOGIN_TTL
 from ralph_dev.control.state.disk import human_bytes
 from ralph_dev.control.state.status import ON_HOLD_SHOWN, age
+from ralph_dev.core.pacing import WINDOW_NAMES
 from ralph_dev.core.text import for_terminal, terminal_line
 
 
@@ -210,9 +211,6 @@ def lane_lines(lane: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
-WINDOW_SAID = {"five_hour": "5-hour", "seven_day": "7-day"}
-
-
 def account_lines(account: Mapping[str, Any], now: datetime | None = None) -> list[str]:
     """The account's usage windows: how much of each is used, when it starts over, and
     whether they hold new workers back."""
@@ -222,7 +220,7 @@ def account_lines(account: Mapping[str, Any], now: datetime | None = None) -> li
         due = from_iso(value)
         return f"{local_time(due)} (in {fmt_secs(age(now, due) if due else None)})"
 
-    said = [f"{WINDOW_SAID.get(w['name'], w['name'])} {w['used']:.0%} used, resets "
+    said = [f"{WINDOW_NAMES.get(w['name'], w['name'])} {w['used']:.0%} used, resets "
             f"{when(w['resets_at'])}" for w in account["windows"]]
     lines = [f"  account:    {terminal_line(account['name'], 40)}: " + "; ".join(said)
              + f" (reserve {account['reserve']:.0%})"]

@@ -12,6 +12,7 @@ from typing import Any
 from ralph_dev.core.actions import (
     ANSWERED,
     STOPPED,
+    SWARM,
     Action,
     Complete,
     Forget,
@@ -20,6 +21,7 @@ from ralph_dev.core.actions import (
     Merge,
     Nudge,
     PassFeedback,
+    ProbeAccount,
     Reap,
     Redo,
     Restart,
@@ -39,6 +41,7 @@ from ralph_dev.core.decide.world import (
     model_for,
     nudge_message,
     ready_in,
+    said_since_start,
     seconds,
 )
 from ralph_dev.core.groom import PRIORITY_NAMES
@@ -59,7 +62,7 @@ from ralph_dev.core.model import (
     WorkerRecord,
     Workspace,
 )
-from ralph_dev.core.pacing import pace
+from ralph_dev.core.pacing import KEY_PROBE_EVERY, pace
 from ralph_dev.core.policy import RetryPolicy, hold_comment, retry_policy
 from ralph_dev.core.writeback import ACTIVE, completes_on_merge, said
 
@@ -74,6 +77,10 @@ HOST_LOST = "the cluster lost the host its worker ran on"
 SERVER_LOST = "its tmux server on its host went away"
 """Why a cluster worker ended for no fault of the issue's: its next start is free."""
 
+RESUME_FAILED = "its agent could not resume its earlier session"
+"""Why a worker started to resume a session ended before its agent said anything (the
+CLI found no such conversation): ralph-dev's choice failed, not the issue; its next
+start, a fresh session, is free."""
 API_STOPPED = "its agent's turn ended on the model API's error"
 """Why a worker whose CLI exits with its turn (Codex's ``exec``) ended on a usage limit
 or an outage: a cause outside the issue, so its next start, in its own session once the
@@ -625,10 +632,21 @@ class Decider:
                                   "pause is over, no attempt charged",
                            exit_status=status, charged=False, lost=API_STOPPED))
             return
+        words = next((win.last_words for win in windows if win.last_words), "")
+        said = f"; its last output: «{words}»" if words else ""
+        if rec is not None and rec.resumed and not said_since_start(rec):
+            self.emit(Reap(ident, f"{ident}: pane died ({shown}) before its agent said "
+                                  f"anything, started to resume session {rec.resumed}"
+                                  f"{said}; closing it, the next start is a fresh session, "
+                                  "no attempt charged",
+                           exit_status=status, charged=False, lost=RESUME_FAILED,
+                           forget_session=True))
+            return
         refused = (f"; its last `worker done` was refused: {rec.last_refusal[:300]}"
                    if rec is not None and rec.last_refusal else "")
-        self.emit(Reap(ident, f"{ident}: pane died ({shown}) without a done marker{refused}; "
-                              "closing it, a retry follows after backoff", exit_status=status))
+        self.emit(Reap(ident, f"{ident}: pane died ({shown}) without a done marker{refused}"
+                              f"{said}; closing it, a retry follows after backoff",
+                       exit_status=status))
 
     def live_worker(self, ident: str, issue: Issue) -> None:
         """Stuck detection: nudge once after stall_timeout, restart after restart_timeout.
@@ -789,6 +807,7 @@ class Decider:
                 self.retry(ident, issue, role, f"{why}, tried before", dispatch)
         queue = [*self.resolves, *sorted(self.orphans, key=lambda c: dispatch_key(c.issue)),
                  *dispatch]
+        self.probe_key(len(queue))
         self.idle = not queue and total < s.limits.max_workers
         wanted = len(queue)
         placeable = w.observed.cluster_slots
@@ -839,6 +858,19 @@ class Decider:
 
         if placeable is not None:
             self.slots_wanted = self.slots_to_ask(total, short)
+
+    def probe_key(self, wanting: int) -> None:
+        """Ask for the API key's limits while ``wanting`` issues want a worker and no
+        project on the account asked within the minute: starts are paced by what the
+        API says of the key, which its agent passes on nowhere."""
+        obs = self.world.observed
+        last = obs.account_probed_at
+        if not wanting or not obs.key_account \
+                or (last is not None and last <= self.now < last + KEY_PROBE_EVERY):
+            return
+        read = "never read" if last is None else f"last read at {last:%H:%M:%S} UTC"
+        self.emit(ProbeAccount(SWARM, f"{wanting} issue(s) want a worker; the API key's "
+                                      f"per-minute limits were {read}: asking the API once"))
 
     def slots_to_ask(self, used: int, short: int) -> int:
         """Worker slots the cluster's autoscaler is asked to make room for, ``used`` of

@@ -16,6 +16,7 @@ from ralph_dev.core.critical_path import work_behind
 from ralph_dev.core.model import (
     CONTROLLER_WINDOW,
     IDENTIFIER_RE,
+    SESSION_ENDED,
     Issue,
     Observed,
     Role,
@@ -45,6 +46,16 @@ def nudge_message(identifier: str) -> str:
 def aware(dt: datetime) -> datetime:
     """Naive times are taken as UTC so a stray naive value cannot crash a tick."""
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
+
+
+def said_since_start(rec: WorkerRecord) -> bool:
+    """Whether the worker's agent said anything (its session started, a state, a tool
+    call) since its current attempt started: its session's end is not a word."""
+    if rec.started_at is None:
+        return False
+    start = aware(rec.started_at)
+    state_at = rec.agent_state_at if rec.agent_state != SESSION_ENDED else None
+    return any(t is not None and aware(t) >= start for t in (rec.last_activity, state_at))
 
 
 def seconds(later: datetime, earlier: datetime) -> float:
