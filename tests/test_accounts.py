@@ -549,3 +549,39 @@ def test_an_api_keys_limits_are_asked_for_shown_and_pace_the_next_start(
                     + diagnostics(world, api, two))
     assert started[two] >= resets_at - 1  # not before the limit was full again
     assert probes and all(b - a >= 59 for a, b in itertools.pairwise(probes))
+
+
+def test_an_openai_keys_limits_are_asked_for_once_a_minute_and_hold_the_next_start(
+        xdg: Path) -> None:
+    """Codex keeps only a ChatGPT plan's windows: an OpenAI key's ``x-ratelimit-*`` are
+    asked for by the controller with the key and model its workers use."""
+    from ralph_dev.adapters.accounts import KeyProbe
+    from ralph_dev.devtools.scripted_openai import FakeOpenAI
+    from ralph_dev.devtools.scripted_openai import Text as Said
+
+    key = "sk-proj-fake-openai-key-0123456789"
+    limits = {"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "59",
+              "x-ratelimit-reset-requests": "1s", "x-ratelimit-limit-tokens": "150000",
+              "x-ratelimit-remaining-tokens": "15000", "x-ratelimit-reset-tokens": "6m0s"}
+    project = build_project("codexy", {"repo": str(xdg / "repo"), "agent": {"cli": "codex"}})
+    store = StateStore(project.paths)
+    now = datetime.now(UTC)
+    with FakeOpenAI(lambda _request: [Said("ok")], answer_headers=lambda: limits) as api:
+        env = {"OPENAI_API_KEY": key, "OPENAI_BASE_URL": f"{api.url}/v1"}
+        windows = AccountWindows(account_of(project, env), xdg / "accounts")
+        probe = KeyProbe.of(project, windows, store, env)
+        assert probe.possible and probe.model == "gpt-5-codex"
+        probe.run([], now)
+        probe.run([], now + timedelta(seconds=30))  # within the minute: not asked again
+        (asked,) = api.responses()
+        assert asked["model"] == "gpt-5-codex" and asked["max_output_tokens"] == 16
+    read = {w.name: w for w in windows.read(now)}
+    assert read["tokens"].used == 0.9 and read["tokens"].resets_at == now + timedelta(minutes=6)
+    hold = pace(read.values(), 0.2, now)
+    assert hold is not None and hold.until == now + timedelta(minutes=6)
+    assert "tokens/min window is 90% used" in hold.why
+    (event,) = [e for e in store.iter_events() if e["event"] == "account_probed"]
+    assert event["model"] == "gpt-5-codex" and event["tokens"] == 0.9
+    assert key not in project.paths.events_file.read_text()
+    # a ChatGPT login, or a Gemini key, has nothing to ask
+    assert not KeyProbe.of(project, windows, store, {"OPENAI_BASE_URL": api.url}).possible

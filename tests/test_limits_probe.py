@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ralph_dev.adapters.anthropic_probe import model_used
+from ralph_dev.adapters.api_probe import model_used
 from ralph_dev.devtools.api_faults import rate_limited, usage_limit
 from ralph_dev.devtools.scripted_model import FakeAnthropic, Text
 from ralph_dev.inpane.limits import read_reset

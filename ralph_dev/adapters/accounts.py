@@ -32,13 +32,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ralph_dev.adapters.anthropic_probe import can_ask, model_used, read_key_windows
+from ralph_dev.adapters.api_probe import can_probe, model_used, read_key_windows
 from ralph_dev.adapters.files import atomic_write_text, flocked, private_dir
 from ralph_dev.adapters.store import StateStore, from_iso, to_iso
-from ralph_dev.core.agent_profiles import PROFILES
+from ralph_dev.core.agent_profiles import PROFILES, role_cli, role_model
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.model import Pause, UsageWindow
-from ralph_dev.core.pacing import KEY_PROBE_EVERY, WINDOW_LENGTHS, WINDOW_NAMES
+from ralph_dev.core.model import Pause, Role, UsageWindow
+from ralph_dev.core.pacing import KEY_PROBE_EVERY, KEY_WINDOWS, WINDOW_LENGTHS, WINDOW_NAMES
 from ralph_dev.core.paths import state_home
 
 
@@ -136,6 +136,16 @@ WINDOW_SLACK = timedelta(minutes=1)
 """A window's reset further ahead than its length and this is no window ralph-dev
 knows: a worker's report of it is not believed (a worker is a possibly hostile
 process)."""
+KEY_WINDOW_AHEAD = timedelta(days=1)
+"""An API key's limit may take longer than its minute to fill again (OpenAI states the
+time until it is full: "6m0s"), never a day."""
+
+
+def believed_ahead(window: str) -> timedelta:
+    """How far ahead a window's reset may lie and be believed."""
+    return KEY_WINDOW_AHEAD if window in KEY_WINDOWS else WINDOW_LENGTHS[window] + WINDOW_SLACK
+
+
 PROBE = "probe"
 """The windows file's entry for the last probe (when, and the model asked for)."""
 
@@ -160,7 +170,7 @@ class AccountWindows:
         fresh = {name: {"used": round(min(max(used, 0.0), 1.0), 4), "resets_at": to_iso(reset)}
                  for name, (used, reset) in windows.items()
                  if name in WINDOW_NAMES and now - timedelta(minutes=1) < reset
-                 <= now + WINDOW_LENGTHS[name] + WINDOW_SLACK}
+                 <= now + believed_ahead(name)}
         if not fresh:
             return False
         private_dir(self.directory)
@@ -186,19 +196,21 @@ class AccountWindows:
             last = self._probe(data).get("at")
             if last is not None and last <= now < last + every:
                 return False
-            probe = data.get(PROBE) if isinstance(data.get(PROBE), dict) else {}
-            atomic_write_text(self._file, json.dumps(
-                {**data, PROBE: {**probe, "at": to_iso(now)}}, indent=1) + "\n")
+            self._write_probe(data, at=to_iso(now))
         return True
 
     def probed(self, model: str) -> None:
         """Remember the model the account was asked for: the next probe asks for it when
         no live worker says which model it uses."""
         with flocked(self.directory / f".{self.account}.lock"):
-            data = self._load()
-            probe = data.get(PROBE) if isinstance(data.get(PROBE), dict) else {}
-            atomic_write_text(self._file, json.dumps(
-                {**data, PROBE: {**probe, "model": model[:100]}}, indent=1) + "\n")
+            self._write_probe(self._load(), model=model[:100])
+
+    def _write_probe(self, data: dict[str, Any], **fields: str | None) -> None:
+        """The file as ``data`` says, its probe's entry with ``fields`` (under the lock)."""
+        probe = data.get(PROBE)
+        atomic_write_text(self._file, json.dumps(
+            {**data, PROBE: {**(probe if isinstance(probe, dict) else {}), **fields}},
+            indent=1) + "\n")
 
     def last_probe(self) -> tuple[datetime | None, str | None]:
         """When the account's limits were last asked for, and for which model."""
@@ -240,36 +252,51 @@ class AccountWindows:
 
 
 class KeyProbe:
-    """Reads the account's API-key limits by asking the model API once
-    (``adapters.anthropic_probe``), for the model a live worker uses, and writes them
-    where every project on the account paces by them."""
+    """Reads the account's API-key limits by asking its model API once
+    (``adapters.api_probe``), for the model a live worker uses (else the one last asked
+    for, else the project's), and writes them where every project on the account paces
+    by them."""
 
     def __init__(self, windows: AccountWindows, store: StateStore,
-                 environ: Mapping[str, str]) -> None:
+                 environ: Mapping[str, str], *, cli: str, model: str) -> None:
         self.windows = windows
         self.store = store
         self.environ = environ
+        self.cli = cli
+        """The agent CLI the project's workers run (its API is the one asked)."""
+        self.model = model
+        """The model they are configured with: asked for when nothing better is known
+        (Claude Code's is an alias the API does not know; its transcripts say the
+        model's name)."""
+
+    @classmethod
+    def of(cls, settings: ProjectSettings, windows: AccountWindows, store: StateStore,
+           environ: Mapping[str, str]) -> KeyProbe:
+        cli = role_cli(settings, Role.EXECUTE)
+        return cls(windows, store, environ, cli=cli, model=role_model(settings, Role.EXECUTE))
 
     @property
     def possible(self) -> bool:
-        """The agents run on an API key of the Anthropic API itself."""
-        return bool(self.windows.account) and can_ask(self.environ)
+        """The agents run on an API key whose limits the API states."""
+        return bool(self.windows.account) and can_probe(self.cli, self.environ)
 
     def run(self, transcripts: Iterable[Path], now: datetime) -> None:
         """Ask, unless a project on the account asked within the minute; the windows
         read are noted, and the probe's event says what it read."""
         if not self.possible:
             return
-        said = (model_used(t) for t in transcripts)
-        model = next((m for m in itertools.chain(said, (self.windows.last_probe()[1],))
-                      if m), None)
+        said = (model_used(t) for t in transcripts) if self.cli == "claude" else ()
+        fallback = () if self.cli == "claude" else (self.model,)
+        model = next((m for m in itertools.chain(said, (self.windows.last_probe()[1],),
+                                                 fallback) if m), None)
         if model is None or not self.windows.claim_probe(now):
             return  # no worker has said its model yet: asked once one has
-        reading = read_key_windows(self.environ, model)
+        reading = read_key_windows(self.cli, self.environ, model, now)
         if reading is None:
             return
         self.windows.probed(reading.model)
         self.windows.note(reading.windows, now)
+        used: dict[str, Any] = {name: round(share, 3)
+                                for name, (share, _) in reading.windows.items()}
         self.store.append_event("account_probed", model=reading.model, status=reading.status,
-                                **{name: round(used, 3)
-                                   for name, (used, _) in reading.windows.items()})
+                                **used)

@@ -184,6 +184,31 @@ def key_windows(headers: Mapping[str, str]) -> dict[str, tuple[float, datetime]]
     return out
 
 
+OPENAI_LIMITS = ("requests", "tokens")
+"""An OpenAI key's per-minute limits (``x-ratelimit-{limit,remaining,reset}-<name>``)."""
+_DURATION = re.compile(r"(?:(\d{1,5})h)?(?:(\d{1,5})m(?!s))?(?:(\d{1,5}(?:\.\d{1,6})?)s)?"
+                       r"(?:(\d{1,7})ms)?")
+
+
+def openai_key_windows(headers: Mapping[str, str], now: datetime
+                       ) -> dict[str, tuple[float, datetime]]:
+    """An OpenAI key's per-minute limits as an answer's headers state them: used share,
+    and when full again (its reset is a duration from now: ``6m0s``, ``1.5s``, ``20ms``)."""
+    said = {k.lower(): v.strip() for k, v in headers.items()}
+    out: dict[str, tuple[float, datetime]] = {}
+    for name in OPENAI_LIMITS:
+        limit = said.get(f"x-ratelimit-limit-{name}", "")
+        remaining = said.get(f"x-ratelimit-remaining-{name}", "")
+        reset = _DURATION.fullmatch(said.get(f"x-ratelimit-reset-{name}", ""))
+        if not (limit.isdigit() and remaining.isdigit() and int(limit) > 0) \
+                or reset is None or not any(reset.groups()):
+            continue
+        hours, minutes, secs, millis = (float(g or 0) for g in reset.groups())
+        after = timedelta(hours=hours, minutes=minutes, seconds=secs, milliseconds=millis)
+        out[name] = (1.0 - min(int(remaining), int(limit)) / int(limit), now + after)
+    return out
+
+
 def is_key_rate_limit(error: str, text: str) -> bool:
     """An API key's 429 that Claude Code gave up on (its reset unsaid)."""
     return error == "rate_limit" and bool(_KEY_LIMIT.search(text))

@@ -7,8 +7,10 @@ has per-minute limits instead (requests, input and output tokens), stated the sa
 reserve the person keeps for their own use (``[accounts.NAME] reserve``), a window is
 spent: no new worker starts until it resets. Before that, starts are slowed so the
 window lasts until its reset: once more than half of what the swarm may use is gone,
-a new worker waits while the window is used faster than time passes in it. Running
-workers are never stopped by pacing; it only decides when the next one starts.
+a new worker waits while the window is used faster than time passes in it. An API key's
+limits fill again within minutes, so they are not spread: past the reserve, new workers
+wait until the limit is full again. Running workers are never stopped by pacing; it
+only decides when the next one starts.
 """
 
 from __future__ import annotations
@@ -59,8 +61,8 @@ def pace(windows: Iterable[UsageWindow], reserve: float, now: datetime) -> PaceH
             hold = PaceHold(window, window.resets_at,
                             f"{name} is {window.used:.0%} used ({kept}): new workers start "
                             "again at its reset")
-        elif window.used < allowed * FREE_SHARE:
-            continue
+        elif window.used < allowed * FREE_SHARE or window.name in KEY_WINDOWS:
+            continue  # (a key's limit fills again within minutes: nothing to spread)
         else:
             # the moment the share of the window gone catches up with the share used
             due = window.resets_at - length * (1.0 - window.used / allowed)

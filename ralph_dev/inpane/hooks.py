@@ -37,7 +37,7 @@ from typing import IO, Any
 import structlog
 
 from ralph_dev.adapters import mailbox as ch
-from ralph_dev.adapters.anthropic_probe import model_used
+from ralph_dev.adapters.api_probe import model_used
 from ralph_dev.core.agent_faults import is_key_rate_limit
 from ralph_dev.core.jsonsafe import parse_json
 from ralph_dev.core.model import AWAITING_MODEL, SESSION_ENDED, WORKING, Role

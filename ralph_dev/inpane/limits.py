@@ -3,7 +3,7 @@
 Claude Code 2.1.197 gives up at once on a 429 whose ``retry-after`` is over a minute,
 and passes the header on nowhere: not in the ``StopFailure`` payload, the transcript
 or its debug log (docs/claude-code-limits.md). The StopFailure hook therefore asks the
-API once itself (``adapters.anthropic_probe``), with the agent's own key and base URL,
+API once itself (``adapters.api_probe``), with the agent's own key and base URL,
 and reads the reset from the refusal. When the limit has lifted meanwhile the answer
 is one token. Nothing is asked without a key of its own to ask with (a subscriber's
 limit states its reset in its text) or without the model the agent used (limits are
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from ralph_dev.adapters.anthropic_probe import PROBE_TIMEOUT, ask
+from ralph_dev.adapters.api_probe import PROBE_TIMEOUT, ask
 from ralph_dev.core.agent_faults import reset_from_headers
 
 

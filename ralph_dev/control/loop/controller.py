@@ -120,7 +120,7 @@ class Controller:
         # the account its agents run on, as this process's environment gives them keys
         accounts = accounts or AccountPauses(account_of(settings, os.environ), settings.name)
         windows = AccountWindows(accounts.account, accounts.directory)
-        key_probe = KeyProbe(windows, self.store, os.environ)
+        key_probe = KeyProbe.of(settings, windows, self.store, os.environ)
         self.intake = Intake(settings, store=self.store, dirs=self.dirs,
                              writebacks=self.writebacks, jj=host.changes, tracker=tracker,
                              windows=windows)

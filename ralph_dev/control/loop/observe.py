@@ -319,7 +319,8 @@ class Observer:
             account=self.accounts.account if self.accounts else "",
             account_windows=self.windows.read(self.clock()) if self.windows else (),
             key_account=self.key_probe is not None and self.key_probe.possible,
-            account_probed_at=self.windows.last_probe()[0] if self.key_probe else None,
+            account_probed_at=self.key_probe.windows.last_probe()[0]
+            if self.key_probe is not None and self.key_probe.possible else None,
             sessions_kept=self._sessions_kept(observed))
 
     async def _cluster_slots(self, observed: Observed) -> HostSlots | None:
