@@ -36,6 +36,7 @@ from ralph_dev.core.actions import (
     PassFeedback,
     PauseSwarm,
     Plan,
+    ProbeAccount,
     Reap,
     Redo,
     Restart,
@@ -93,6 +94,9 @@ class Effect:
     over: trunk's verify ended, its run is gone and trunk is red or green as it said."""
     sent_back: bool = False
     """The record holds the verify output the change went back with (``sent_back``)."""
+    account_probed: bool = False
+    """The account's key limits were asked for now (its claim written): no project on it
+    asks again within the minute (``Observed.account_probed_at``)."""
 
 
 EXECUTOR_CONTRACT: Mapping[type[Action], Effect] = {
@@ -121,6 +125,7 @@ EXECUTOR_CONTRACT: Mapping[type[Action], Effect] = {
     SendBack: Effect(comments=True, sent_back=True),
     TrunkVerified: Effect(lane="over"),
     OpenGroom: Effect(issue_created=True),
+    ProbeAccount: Effect(account_probed=True),
 }
 
 
@@ -134,6 +139,7 @@ def apply(plan: Plan, observed: Observed, now: datetime, labels: Labels) -> Obse
     owed = {o.id: o for o in observed.owed}
     unadopted = set(observed.unadopted)
     lane, due = observed.lane, observed.trunk_due
+    probed = observed.account_probed_at
     red, red_at, trunk = observed.trunk_red, observed.trunk_red_at, observed.trunk_head
     for action in plan.actions:
         ident = action.issue
@@ -179,13 +185,16 @@ def apply(plan: Plan, observed: Observed, now: datetime, labels: Labels) -> Obse
             lane, red, red_at = None, not action.ok, None if action.ok else action.commit
         if isinstance(action, SendBack):
             records[ident] = dataclasses.replace(records[ident], sent_back="(its output)")
+        if effect.account_probed:
+            probed = now
         if isinstance(action, Merge) and action.run and trunk is not None:
             trunk = f"{trunk}+{ident}"  # the batch landed: trunk moved
     return dataclasses.replace(observed, issues=tuple(issues.values()), windows=tuple(windows),
                                workspaces=tuple(spaces.values()), records=records,
                                pauses=tuple(pauses.values()), owed=tuple(owed.values()),
                                unadopted=frozenset(unadopted), lane=lane, trunk_due=due,
-                               trunk_red=red, trunk_red_at=red_at, trunk_head=trunk)
+                               trunk_red=red, trunk_red_at=red_at, trunk_head=trunk,
+                               account_probed_at=probed)
 
 
 def _issue_after(issue: Issue, effect: Effect, labels: Labels) -> Issue:

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from ralph_dev.devtools.scripted_model import (
     FakeAnthropic,
     Text,
     bash,
+    is_key_probe,
     is_main_conversation,
     tool_uses_so_far,
 )
@@ -360,6 +362,32 @@ def test_a_limit_one_project_meets_pauses_every_project_on_its_account(
         second.tmux.kill_session()
 
 
+def a_short_task(request: dict[str, Any]) -> list[Any]:
+    """A worker that takes two steps (a short wait, then its file and its report)."""
+    if not is_main_conversation(request):
+        return [Text("ok")]
+    steps = tool_uses_so_far(request)
+    return [bash("sleep 2")] if steps == 0 else [bash(
+        'touch ok.txt "$RALPH_DEV_ISSUE.txt" && ralph-dev worker done "$RALPH_DEV_ISSUE" '
+        '--summary "added its file"')] if steps == 1 else [Text("Done.")]
+
+
+def started_and_done(world: World, tick: Callable[[], Any]
+                     ) -> tuple[dict[str, float], Callable[[str], bool]]:
+    """When each issue's first spawn was seen, and a check that ticks and says whether
+    an issue is done (the spawns seen on the way noted)."""
+    started: dict[str, float] = {}
+
+    def done(ident: str) -> bool:
+        tick()
+        for event in world.store.iter_events():
+            if event["event"] == "spawn" and event.get("issue"):
+                started.setdefault(event["issue"], time.time())
+        return world.tracker.get_sync(ident).state_type is StateType.COMPLETED
+
+    return started, done
+
+
 @pytest.mark.slow
 @pytest.mark.claude
 def test_a_subscribers_usage_windows_are_read_shown_and_pace_the_next_start(
@@ -373,16 +401,6 @@ def test_a_subscribers_usage_windows_are_read_shown_and_pace_the_next_start(
     week = int(time.time()) + 3 * 86400
     one, two = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt", priority=1),
                                                  NewIssue(title="Add ok.txt too", priority=2)])
-    started: dict[str, float] = {}
-
-    def brain(request: dict[str, Any]) -> list[Any]:
-        if not is_main_conversation(request):
-            return [Text("ok")]
-        steps = tool_uses_so_far(request)
-        return [bash("sleep 2")] if steps == 0 else [bash(
-            'touch ok.txt "$RALPH_DEV_ISSUE.txt" && ralph-dev worker done "$RALPH_DEV_ISSUE" '
-            '--summary "added its file"')] if steps == 1 else [Text("Done.")]
-
     def windows() -> dict[str, str]:
         return {"anthropic-ratelimit-unified-status": "allowed",
                 "anthropic-ratelimit-unified-5h-utilization": "0.85",
@@ -392,20 +410,14 @@ def test_a_subscribers_usage_windows_are_read_shown_and_pace_the_next_start(
 
     settings = dataclasses.replace(world.settings, limits=dataclasses.replace(
         world.settings.limits, max_workers=1))
-    with FakeAnthropic(brain, answer_headers=windows) as api:
+    with FakeAnthropic(a_short_task, answer_headers=windows) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
         monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-fake-subscriber-0123456789")
         monkeypatch.setenv("CLAUDE_CODE_SUBSCRIPTION_TYPE", "max")
         account = account_of(settings, os.environ)
         tick = controller_ticks(world, settings)
-
-        def done(ident: str) -> bool:
-            tick()
-            for event in world.store.iter_events():
-                if event["event"] == "spawn" and event.get("issue") in (one, two):
-                    started.setdefault(event["issue"], time.time())
-            return world.tracker.get_sync(ident).state_type is StateType.COMPLETED
+        started, done = started_and_done(world, tick)
 
         retry_until(lambda: done(one), 120, what=f"{one} done" + diagnostics(world, api, one))
         (five, seven) = AccountWindows(account).read(datetime.now(UTC))
@@ -489,19 +501,12 @@ def test_an_api_keys_limits_are_asked_for_shown_and_pace_the_next_start(
     resets_at = int(time.time()) + 50
     one, two = world.tracker.create_issues_sync([NewIssue(title="Add ok.txt", priority=1),
                                                  NewIssue(title="Add ok.txt too", priority=2)])
-    started: dict[str, float] = {}
     probes: list[float] = []
 
     def brain(request: dict[str, Any]) -> list[Any]:
-        if request.get("max_tokens") == 1 and request.get("messages") == [
-                {"role": "user", "content": "."}]:
+        if is_key_probe(request):
             probes.append(time.time())
-        if not is_main_conversation(request):
-            return [Text("ok")]
-        steps = tool_uses_so_far(request)
-        return [bash("sleep 3")] if steps == 0 else [bash(
-            'touch ok.txt "$RALPH_DEV_ISSUE.txt" && ralph-dev worker done "$RALPH_DEV_ISSUE" '
-            '--summary "added its file"')] if steps == 1 else [Text("Done.")]
+        return a_short_task(request)
 
     def limits() -> dict[str, str]:
         reset = datetime.fromtimestamp(resets_at, UTC).isoformat().replace("+00:00", "Z")
@@ -521,13 +526,7 @@ def test_an_api_keys_limits_are_asked_for_shown_and_pace_the_next_start(
         monkeypatch.delenv("CLAUDE_CODE_OAUTH_TOKEN", raising=False)
         account = account_of(settings, os.environ)
         tick = controller_ticks(world, settings)
-
-        def done(ident: str) -> bool:
-            tick()
-            for event in world.store.iter_events():
-                if event["event"] == "spawn" and event.get("issue") in (one, two):
-                    started.setdefault(event["issue"], time.time())
-            return world.tracker.get_sync(ident).state_type is StateType.COMPLETED
+        started, done = started_and_done(world, tick)
 
         retry_until(lambda: done(one), 120, what=f"{one} done" + diagnostics(world, api, one))
         retry_until(lambda: (tick(), two in world.store.read_waits())[1], 30,

@@ -32,7 +32,7 @@ from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.adapters.tracker.local import LocalTracker
 from ralph_dev.agent.launch import build_launch
 from ralph_dev.core.config import ProjectSettings, load_project
-from ralph_dev.core.model import NewIssue, Role, StateType
+from ralph_dev.core.model import NewIssue, Role, StateType, WorkerRecord
 from ralph_dev.devtools.scripted_model import (
     FakeAnthropic,
     ScriptedWorker,
@@ -567,33 +567,41 @@ def two_steps_with_a_crash(issue: str, crashed: dict[str, bool]
     return brain
 
 
-def test_a_crashed_agent_is_resumed_in_its_own_session(
-        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 13: the agent process dies mid-task; its restart continues the same
-    conversation (``--resume`` of the session its SessionStart hook recorded), and its
-    prompt says it is a continuation."""
+@contextlib.contextmanager
+def crashed_mid_task(world: World, monkeypatch: pytest.MonkeyPatch
+                     ) -> Iterator[tuple[str, FakeAnthropic, Callable[[], Any], WorkerRecord]]:
+    """A two-step issue whose agent is killed (-9) while its second model call waits:
+    yields the issue, the API, the controller's tick and the worker's record then (its
+    session and transcript known)."""
     from ralph_dev.core.config import Timing
 
     settings = dataclasses.replace(world.settings, timing=Timing(
         poll_interval=0.5, retry_base=0.5, retry_cap=1))
     (issue,) = world.tracker.create_issues_sync([NewIssue(title="Two steps")])
     crashed = {"yet": False}
-
     with FakeAnthropic(two_steps_with_a_crash(issue, crashed)) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
         tick = controller_ticks(world, settings)
-
         tick()
         retry_until(lambda: len(api.main_messages()) >= 2, 60,
                     what="the second model call" + diagnostics(world, api, issue))
         tick()  # the controller hears the SessionStart hook's news
-        session = world.store.load_record(issue).session_id
-        assert session
+        record = world.store.load_record(issue)
+        assert record.session_id and record.transcript
         (window,) = world.tmux.find(issue)
         pid = world.tmux.run("display-message", "-p", "-t", window.pane_id, "#{pane_pid}")
         crashed["yet"] = True
         os.kill(int(pid.check().stdout.split()[0]), 9)  # kill -9 of the agent
+        yield issue, api, tick, record
+
+
+def test_a_crashed_agent_is_resumed_in_its_own_session(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13: the agent process dies mid-task; its restart continues the same
+    conversation (``--resume`` of the session its SessionStart hook recorded), and its
+    prompt says it is a continuation."""
+    with crashed_mid_task(world, monkeypatch) as (issue, api, tick, _record):
         retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
                              is StateType.COMPLETED)[1], 120,
                     what="the issue done after the crash" + diagnostics(world, api, issue))
@@ -615,30 +623,11 @@ def test_a_session_that_cannot_be_resumed_is_left_for_a_fresh_one_free(
     at once, three times, and the issue was held. A resume whose agent ends before saying
     anything is not tried again: the next start is a fresh session, charged nothing, and
     the person reads the agent's last words in the event."""
-    from ralph_dev.core.config import Timing
     from ralph_dev.core.decide.issues import RESUME_FAILED
 
-    settings = dataclasses.replace(world.settings, timing=Timing(
-        poll_interval=0.5, retry_base=0.5, retry_cap=1))
-    (issue,) = world.tracker.create_issues_sync([NewIssue(title="Two steps")])
-    crashed = {"yet": False}
-
-    with FakeAnthropic(two_steps_with_a_crash(issue, crashed)) as api:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
-        tick = controller_ticks(world, settings)
-
-        tick()
-        retry_until(lambda: len(api.main_messages()) >= 2, 60,
-                    what="the second model call" + diagnostics(world, api, issue))
-        tick()  # the controller hears the SessionStart hook's news
-        record = world.store.load_record(issue)
-        assert record.session_id and record.transcript
-        (window,) = world.tmux.find(issue)
-        pid = world.tmux.run("display-message", "-p", "-t", window.pane_id, "#{pane_pid}")
-        crashed["yet"] = True
-        os.kill(int(pid.check().stdout.split()[0]), 9)  # kill -9 of the agent
-        Path(record.transcript).write_text("")  # and its conversation never written
+    with crashed_mid_task(world, monkeypatch) as (issue, api, tick, record):
+        assert record.transcript is not None
+        Path(record.transcript).write_text("")  # its conversation never written
         retry_until(lambda: (tick(), world.tracker.get_sync(issue).state_type
                              is StateType.COMPLETED)[1], 120,
                     what="the issue done after a fresh start" + diagnostics(world, api, issue))

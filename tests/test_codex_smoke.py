@@ -29,7 +29,13 @@ from ralph_dev.agent.codex import find_codex
 from ralph_dev.agent.launch import build_launch
 from ralph_dev.core.agent_profiles import CODEX
 from ralph_dev.core.model import NewIssue, Role, StateType
-from ralph_dev.devtools.scripted_model import ScriptedWorker, Text, bash, conversation_text
+from ralph_dev.devtools.scripted_model import (
+    ScriptedWorker,
+    Text,
+    bash,
+    conversation_text,
+    is_key_probe,
+)
 from ralph_dev.devtools.scripted_openai import FakeOpenAI
 
 FAKE_KEY = "sk-fake-codex-smoke-test-key-0123456789abcdef"
@@ -173,6 +179,8 @@ def test_a_usage_limit_pauses_a_codex_worker_and_it_resumes_its_session_after_th
 
     def brain(request: dict[str, Any]) -> list[Any]:
         said = conversation_text(request)
+        if is_key_probe(request):  # the controller asking for the key's limits
+            return [Text("ok")]
         if "echo started" not in said:  # a session that has not made its first step
             fresh.append(time.time())
             return [bash("echo started > started.txt", "start")]

@@ -47,6 +47,7 @@ from ralph_dev.core.actions import (
     OpenGroom,
     PassFeedback,
     PauseSwarm,
+    ProbeAccount,
     Reap,
     Redo,
     Restart,
@@ -137,6 +138,9 @@ def check(world: World, action: Action, before: Observed) -> None:
     if effect.lane == "over":
         assert isinstance(action, TrunkVerified)
         assert lane is None and store.paths.trunk_red_file.exists() is not action.ok
+    if effect.account_probed:
+        key_probe = world.ctl.actuator.key_probe
+        assert key_probe is not None and key_probe.windows.last_probe()[0] == NOW
     if effect.issue_created:
         groom = world.ctl.settings.labels.groom
         assert [i for i in after.issues if groom in i.labels and i not in before.issues]
@@ -349,13 +353,27 @@ def open_groom(w: World, ident: str) -> Action:
     return OpenGroom(SWARM, "the swarm is idle")
 
 
+def probe_account(w: World, ident: str) -> Action:
+    """An API key's account whose limits were asked for before (for a model it keeps);
+    the API does not answer: the probe's claim is what the next tick observes."""
+    from ralph_dev.adapters.accounts import AccountWindows, KeyProbe
+
+    windows = AccountWindows("claude-contract", w.project.store.paths.state_dir / "accounts")
+    windows.probed("claude-sonnet-4-5")
+    w.ctl.actuator.key_probe = KeyProbe(
+        windows, w.project.store, {"ANTHROPIC_API_KEY": "sk-ant-api03-contract-0123456789",
+                                   "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"},
+        cli="claude", model="sonnet")
+    return ProbeAccount(SWARM, "issues wait to start")
+
+
 SCENARIOS: dict[type[Action], Callable[[World, str], Action]] = {
     Spawn: spawn, Restart: restart, Nudge: nudge, Reap: reap, Kill: kill, Stop: stop, Merge: merge,
     Forget: forget, Hold: hold, Complete: complete, PassFeedback: pass_feedback,
     Resume: resume, Tell: tell, Continue: continue_, Waited: waited, Redo: redo, Adopt: adopt,
     WriteBack: write_back, PauseSwarm: pause_swarm, EndPause: end_pause, VerifyTrunk: verify_trunk,
     OpenGroom: open_groom, VerifyMerge: verify_merge, SendBack: send_back,
-    TrunkVerified: trunk_verified,
+    TrunkVerified: trunk_verified, ProbeAccount: probe_account,
 }
 TYPED = {Nudge: "got: ralph-dev:", PassFeedback: "got: ralph-dev:",
          Continue: "model API is available again"}

@@ -202,6 +202,7 @@ class AccountWindows:
     def probed(self, model: str) -> None:
         """Remember the model the account was asked for: the next probe asks for it when
         no live worker says which model it uses."""
+        private_dir(self.directory)
         with flocked(self.directory / f".{self.account}.lock"):
             self._write_probe(self._load(), model=model[:100])
 

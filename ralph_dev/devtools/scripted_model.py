@@ -114,6 +114,13 @@ def tool_results(request: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def is_key_probe(request: Mapping[str, Any]) -> bool:
+    """ralph-dev's own smallest request for an API key's limits (``adapters.api_probe``:
+    one output token of Anthropic's API, 16 of OpenAI's): no worker's conversation."""
+    return request.get("max_tokens") in (1, 16) \
+        and request.get("messages") == [{"role": "user", "content": "."}]
+
+
 def is_main_conversation(request: Mapping[str, Any]) -> bool:
     """The worker's own conversation offers Bash; side calls (titles, summaries) do not."""
     return "Bash" in tool_names(request)

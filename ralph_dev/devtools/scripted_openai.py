@@ -30,6 +30,7 @@ from ralph_dev.devtools.scripted_model import (
     Text,
     ToolUse,
     ask_brain,
+    is_key_probe,
     linger,
     recorded,
 )
@@ -74,7 +75,10 @@ def _command_of(arguments: str) -> str:
 def as_messages_request(request: Mapping[str, Any]) -> dict[str, Any]:
     """The Responses request as the Messages-shaped request the brains read."""
     messages: list[dict[str, Any]] = []
-    for item in request.get("input", []) or []:
+    said = request.get("input")
+    if isinstance(said, str):  # a plain text input (ralph-dev's probe of a key's limits)
+        messages.append({"role": "user", "content": said})
+    for item in said if isinstance(said, list) else []:
         if not isinstance(item, dict):
             continue
         kind = item.get("type", "message")
@@ -98,6 +102,8 @@ def as_messages_request(request: Mapping[str, Any]) -> dict[str, Any]:
         "messages": messages,
         "tools": [{"name": "Bash"}] if shell_tool(request) else [],
         "stream": True,
+        **({"max_tokens": request["max_output_tokens"]} if "max_output_tokens" in request
+           else {}),
     }
 
 
@@ -178,7 +184,9 @@ class FakeOpenAI(LoopbackServer):
         self.errors: list[str] = []
         self.answers: list[list[Block]] = []
         self.usages: list[dict[str, Any]] = []
-        """The ``usage`` each answer stated, in order."""
+        """The ``usage`` each answer to a worker stated, in order."""
+        self.probes = 0
+        """Answers to ralph-dev's probes of the key's limits (``is_key_probe``)."""
         self._lock = threading.Lock()
 
     def responses(self) -> list[dict[str, Any]]:
@@ -205,7 +213,8 @@ class FakeOpenAI(LoopbackServer):
         if not isinstance(body, dict):
             return web.json_response({"error": {"type": "invalid_request_error",
                                                 "message": "body must be JSON"}}, status=400)
-        blocks = ask_brain(self.brain, as_messages_request(body), self.errors)
+        asked = as_messages_request(body)
+        blocks = ask_brain(self.brain, asked, self.errors)
         response_id = f"resp_fake{next(_ids):06d}"
         model = str(body.get("model", "fake-model"))
         if any(isinstance(b, Hang) for b in blocks):
@@ -229,8 +238,11 @@ class FakeOpenAI(LoopbackServer):
         answer = [b for b in blocks if isinstance(b, Text | ToolUse)]
         items = output_items(answer, shell_tool(body))
         with self._lock:
-            self.answers.append(answer)
-            self.usages.append(usage_for(items, len(raw)))
+            if is_key_probe(asked):  # ralph-dev's, not a worker's: in no session file
+                self.probes += 1
+            else:
+                self.answers.append(answer)
+                self.usages.append(usage_for(items, len(raw)))
         for chunk in sse_events(response_id, model, items, len(raw)):
             await stream.write(chunk)
         await stream.write_eof()

@@ -45,7 +45,7 @@ from ralph_dev.core.model import (
     Window,
     worker_windows,
 )
-from ralph_dev.core.pacing import pace
+from ralph_dev.core.pacing import WINDOW_NAMES, pace
 from ralph_dev.core.policy import Blame
 from ralph_dev.core.text import strip_ansi
 
@@ -235,7 +235,8 @@ def _account(settings: ProjectSettings, account: str, now: datetime) -> dict[str
     windows = AccountWindows(account).read(now)
     hold = pace(windows, reserve, now)
     return {"name": account, "reserve": reserve,
-            "windows": [{"name": w.name, "used": w.used, "resets_at": w.resets_at.isoformat(),
+            "windows": [{"name": w.name, "label": WINDOW_NAMES[w.name], "used": w.used,
+                         "resets_at": w.resets_at.isoformat(),
                          "seen_at": w.seen_at.isoformat()} for w in windows],
             "pacing": None if hold is None else {"window": hold.window.name, "why": hold.why,
                                                  "until": hold.until.isoformat()}}

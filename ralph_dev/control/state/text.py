@@ -16,7 +16,6 @@ from ralph_dev.adapters.store import from_iso, utcnow
 from ralph_dev.control.daemon.web.access import LOGIN_TTL
 from ralph_dev.control.state.disk import human_bytes
 from ralph_dev.control.state.status import ON_HOLD_SHOWN, age
-from ralph_dev.core.pacing import WINDOW_NAMES
 from ralph_dev.core.text import for_terminal, terminal_line
 
 
@@ -220,7 +219,7 @@ def account_lines(account: Mapping[str, Any], now: datetime | None = None) -> li
         due = from_iso(value)
         return f"{local_time(due)} (in {fmt_secs(age(now, due) if due else None)})"
 
-    said = [f"{WINDOW_NAMES.get(w['name'], w['name'])} {w['used']:.0%} used, resets "
+    said = [f"{w['label']} {w['used']:.0%} used, resets "
             f"{when(w['resets_at'])}" for w in account["windows"]]
     lines = [f"  account:    {terminal_line(account['name'], 40)}: " + "; ".join(said)
              + f" (reserve {account['reserve']:.0%})"]

@@ -107,9 +107,8 @@ function renderFacts(doc) {
     facts.push(fact(`host ${doc.host.used}/${doc.host.max_workers} workers (${parts.join(", ")})`));
   }
   if (doc.account) {  // the account's usage windows, as the model API last stated them
-    const names = { five_hour: "5-hour", seven_day: "7-day" };
     for (const w of doc.account.windows) {
-      facts.push(fact(`${names[w.name] || w.name} window ${Math.round(w.used * 100)}% used, resets ${when(w.resets_at)}`,
+      facts.push(fact(`${w.label} window ${Math.round(w.used * 100)}% used, resets ${when(w.resets_at)}`,
                       w.used >= 1 - doc.account.reserve ? "bad" : null));
     }
     if (doc.account.pacing) facts.push(fact(`pacing until ${when(doc.account.pacing.until)}: ${doc.account.pacing.why}`, "bad"));
