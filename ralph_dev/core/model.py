@@ -504,8 +504,8 @@ class Observed:
     account_windows: tuple[UsageWindow, ...] = ()
     """That account's usage windows, as any project's worker last read them."""
     key_account: bool = False
-    """The account is an API key of the Anthropic API, whose limits its agent passes on
-    nowhere: the controller asks the API for them (``ProbeAccount``)."""
+    """The account is an API key (Anthropic's, or OpenAI's for Codex) whose per-minute
+    limits its agent passes on nowhere: the controller asks the API (``ProbeAccount``)."""
     account_probed_at: datetime | None = None
     """When any project on the account last asked for its key's limits."""
     owed: tuple[OwedWrite, ...] = ()

@@ -2,15 +2,14 @@
 
 A subscriber's account has a five-hour and a seven-day window; every model answer
 states how much of each is used and when it starts over (``UsageWindow``). An API key
-has per-minute limits instead (requests, input and output tokens), stated the same way
-(``core.agent_faults.key_windows``). Past a
-reserve the person keeps for their own use (``[accounts.NAME] reserve``), a window is
-spent: no new worker starts until it resets. Before that, starts are slowed so the
-window lasts until its reset: once more than half of what the swarm may use is gone,
-a new worker waits while the window is used faster than time passes in it. An API key's
-limits fill again within minutes, so they are not spread: past the reserve, new workers
-wait until the limit is full again. Running workers are never stopped by pacing; it
-only decides when the next one starts.
+has per-minute limits instead (requests, tokens), read by asking the API
+(``adapters.api_probe``). Past a reserve the person keeps for their own use
+(``[accounts.NAME] reserve``), a window is spent: no new worker starts until it resets.
+Before that, starts are slowed so the window lasts until its reset: once more than half
+of what the swarm may use is gone, a new worker waits while the window is used faster
+than time passes in it. An API key's limits fill again within minutes, so they are not
+spread: past the reserve, new workers wait until the limit is full again. Running
+workers are never stopped by pacing; it only decides when the next one starts.
 """
 
 from __future__ import annotations
