@@ -414,3 +414,27 @@ def test_an_event_keeps_an_exit_status_of_zero() -> None:
     details = event_details(Reap("DEMO-1", "pane died", exit_status=0, charged=False))
     assert details == {"exit_status": 0}
     assert event_details(Reap("DEMO-1", "pane died"))["charged"] is True
+
+
+def test_a_start_the_tmux_server_dies_under_is_charged_nothing(world: World) -> None:
+    """Seen in CI (tests/test_recovery.py): the tmux server was killed while a worker's
+    window was being made; the start failed as the issue's own failure, and with one
+    attempt allowed the issue was held. The server's end is a cause outside the issue:
+    the start is lost, not failed, and the next one is free."""
+    from ralph_dev.core.actions import Plan
+    from ralph_dev.core.decide import decide
+
+    ident = world.project.issue("started as the server dies")
+    observed = world.observe()
+    [spawn] = fill((Spawn(ident, "ready", role=Role.EXECUTE, attempt=1),), observed,
+                   world.ctl.settings)
+    world.tmux.kill_server()  # a person's `tmux kill-server`, between the tick's look and act
+    failures = asyncio.run(world.ctl.actuator.carry_out(Plan((spawn,)), observed))
+    assert [a.kind for a, _ in failures] == ["spawn"]
+    record = world.project.store.load_record(ident)
+    assert record is not None and record.lost and "tmux session went away" in record.lost
+    assert record.last_failure_at is None  # nothing charged
+    again = decide(dataclasses.replace(observed, records={ident: record}),
+                   world.ctl.settings, NOW)
+    (start,) = [a for a in again.actions if isinstance(a, Spawn)]
+    assert start.attempt == 1 and "no attempt charged" in start.reason

@@ -61,6 +61,7 @@ from ralph_dev.adapters.tmux_args import (
     TmuxError,
     TmuxInputError,
     TmuxNotFound,
+    TmuxServerGone,
     as_int,
     check_target,
     check_window_name,
@@ -318,7 +319,7 @@ class Tmux:
             "--", *_PLACEHOLDER,
         )
         if is_absent(created):
-            raise TmuxError(
+            raise TmuxServerGone(
                 f"cannot open window {name}: tmux session {self.session!r} does not exist "
                 "(ralph-dev creates it when the daemon starts; run `ralph-dev start`)",
                 command=created.argv,
@@ -347,7 +348,12 @@ class Tmux:
                 pipe = "cat >> " + shlex.quote(str(log_file))
                 steps.append(["pipe-pane", "-t", pane_id, escape_format(pipe)])
             steps.append(["display-message", "-p", "-t", pane_id, "#{pane_pid}"])
-            started = self.run_many(*steps).check()
+            started = self.run_many(*steps)
+            if is_absent(started):  # the server went away under the half-made window
+                failed = tmux_failure(started)
+                raise TmuxServerGone(str(failed), command=failed.command,
+                                     stderr=failed.stderr, returncode=failed.returncode)
+            started.check()
         except BaseException:
             self.kill_window(window_id)
             raise

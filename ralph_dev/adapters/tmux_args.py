@@ -55,6 +55,11 @@ class TmuxError(CommandError):
     """A tmux command failed; carries the (redacted) argv, stderr and exit code."""
 
 
+class TmuxServerGone(TmuxError):
+    """The tmux server (or the session) went away while a command ran: a person's
+    `tmux kill-server`, a crash, a reboot. No fault of what was asked of it."""
+
+
 class TmuxNotFound(TmuxError):
     """The tmux binary is missing."""
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from ralph_dev.adapters.host_admission import HostAdmission, HostRoom
 from ralph_dev.adapters.mailbox_server import MailboxServer
+from ralph_dev.adapters.tmux_args import TmuxServerGone
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.errors import HostUnavailable
 from ralph_dev.core.host_share import ProjectLoad
 from ralph_dev.core.model import Ended, HostSlots, Launch, Placement, Window
 from ralph_dev.core.ports import Hear, Panes, WorkerChanges, WorkerMailboxes, Workspaces
@@ -65,8 +67,12 @@ class LocalHost:
 
     def open_window(self, issue: str, attempt: int, *, cwd: Path, command: Sequence[str],
                     environment: Mapping[str, str], log_file: Path) -> Window:
-        window = self.panes.open_window(issue, cwd=cwd, command=command,
-                                        environment=environment, log_file=log_file)
+        try:
+            window = self.panes.open_window(issue, cwd=cwd, command=command,
+                                            environment=environment, log_file=log_file)
+        except TmuxServerGone as exc:  # a cause outside the issue: its next start is free
+            raise HostUnavailable(f"{issue}: the tmux session went away while its window "
+                                  f"opened ({exc})") from exc
         if self.admission is not None and issue in self._admitted:
             self.admission.hold(issue, window.pid)  # its place lives with its process
         return window
