@@ -5,12 +5,14 @@ Both planes run the same trivial worker (``sleep 60``) through the same port
 
 * spawn: ``open_window`` until ``list_windows()`` shows the window alive with its
   command running. On Ray that is the whole attempt as the controller starts it:
-  placing its named actor on a node with a free ``ralph_worker`` slot, cloning the
-  project there (the node's first attempt) or fetching it (later ones), making the
-  attempt's workspace, sending its launch files (``ShippingPlane``), unpacking them
-  and opening its mailbox there, starting its leashed tmux server and opening the
-  window, then the polls that see ``sleep`` running. Locally it is one window on a
-  private tmux socket.
+  taking an actor kept warm on a node with a free ``ralph_worker`` slot and claiming
+  the attempt for it (or, with ``--warm 0``, placing a new actor, whose process Ray
+  starts then), fetching the project there unless the kept actor fetched the trunk
+  the controller names already, making the attempt's workspace, sending its launch
+  files (``ShippingPlane``), unpacking them and opening its mailbox there, starting
+  its leashed tmux server and opening the window, then the polls that see ``sleep``
+  running. Each round starts once the kept actors run, as a controller's ticks keep
+  them. Locally it is one window on a private tmux socket.
 * observe: one ``list_windows()`` call with N workers live (N = every slot full).
 
 The Ray side is a real cluster on this machine (``ray.cluster_utils.Cluster``): a
@@ -23,18 +25,19 @@ before the next round starts (not counted).
 
 p90 is nearest-rank (with 4 samples it is the largest).
 
-Measured on this machine (2 cores, ray 2.60, ``--spawns 4 --observes 20``)::
+Measured on this machine (2 cores, ray 2.60, ``--spawns 8 --observes 10``, 2026-11-29)::
 
     tmux (local)
-      spawn: median 12 ms, p90 14 ms, max 14 ms (n=4: 12, 12, 14, 11)
-      observe, 4 live: median 2 ms, p90 3 ms, max 3 ms (n=20)
-    ray (2 nodes x 2 slots)
-      cluster start (head + nodes, connected): 5439 ms
-      spawn: median 641 ms, p90 733 ms, max 733 ms (n=4: 733, 640, 623, 641)
-      observe, 4 live: median 11 ms, p90 12 ms, max 12 ms (n=20)
+      spawn: median 15 ms, p90 23 ms, max 23 ms (n=8)
+    ray (2 nodes x 2 slots, 4 kept warm)
+      cluster start (head + nodes, connected): 6099 ms
+      spawn: median 177 ms, p90 356 ms, max 356 ms (n=8: 356, 273, 176, 323, 161, 166, 163, 178)
+      observe, 4 live: median 17 ms, p90 21 ms, max 22 ms (n=10)
+    ray (2 nodes x 2 slots, 0 kept warm: --warm 0)
+      spawn: median 846 ms, p90 1116 ms, max 1116 ms (n=8)
 
-(Before the launch files travelled, a Ray spawn measured 623 ms median: sending them
-and opening the host's mailbox add about 20 ms.)
+(Before actors were kept warm, every spawn was the ``--warm 0`` one: 641 ms median in
+the third session, 1.0-1.3 s on this machine since.)
 """
 
 from __future__ import annotations
@@ -69,6 +72,9 @@ def main() -> None:
     parser.add_argument("--observes", type=int, default=20)
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--slots", type=int, default=2, help="ralph_worker slots per node")
+    parser.add_argument("--warm", type=int, default=None,
+                        help="actors kept warm (cluster.warm; default: one per slot, and "
+                             "each round starts once they run; 0: every spawn cold)")
     args = parser.parse_args()
     from ralph_dev.adapters import logs
     from ralph_dev.adapters.jj_cli import find_jj
@@ -86,7 +92,8 @@ def main() -> None:
         local = bench_tmux(root, project, args.spawns, live, args.observes)
         ray_side = bench_ray(root, project, remote, args, live)
     report("tmux (local)", local, live)
-    report(f"ray ({args.nodes} nodes x {args.slots} slots)", ray_side, live)
+    warm = args.nodes * args.slots if args.warm is None else args.warm
+    report(f"ray ({args.nodes} nodes x {args.slots} slots, {warm} kept warm)", ray_side, live)
 
 
 # -- the remote -------------------------------------------------------------------------
@@ -207,9 +214,10 @@ def bench_ray(root: Path, project: str, remote: Path, args: argparse.Namespace,
         made.wait_for_nodes()
         cluster_start = time.perf_counter() - started
         pids = _cluster_pids(made)
+        slots = args.nodes * args.slots
+        warm = slots if args.warm is None else args.warm
         plane = RayPlane(project, address=made.address, remote=str(remote),
-                         root=str(root / "hosts"), namespace=NAMESPACE)
-        slots = float(args.nodes * args.slots)
+                         root=str(root / "hosts"), namespace=NAMESPACE, warm=warm)
 
         def environment(i: int) -> dict[str, str]:
             return {"PATH": child_path(), ATTEMPT_VAR: str(i)}
@@ -218,8 +226,10 @@ def bench_ray(root: Path, project: str, remote: Path, args: argparse.Namespace,
             assert plane is not None
             for target in targets:
                 plane.kill_window(target)
+            # as the controller's ticks do: each asks the free slots, which keeps up to
+            # `warm` actors started on them; the next round starts once they run
             deadline = time.monotonic() + 60
-            while ray.available_resources().get(cluster.SLOT_RESOURCE, 0) < slots:
+            while plane.free_slots() < slots or plane.warm_running() < min(warm, slots):
                 if time.monotonic() > deadline:
                     raise SystemExit("the killed workers' slots were not freed in 60s")
                 time.sleep(0.1)
@@ -228,14 +238,17 @@ def bench_ray(root: Path, project: str, remote: Path, args: argparse.Namespace,
             everyone.append(cluster.actor_name(project, f"BENCH-{i}", i))
             return environment(i)
 
-        result = run_plane(ShippingPlane(plane, root / "controller"), root, args.spawns, live,
-                           args.observes, tracked, end_round)
+        end_round([])  # the first round too starts with the kept actors running
+        shipping = ShippingPlane(plane, root / "controller", remote)
+        result = run_plane(shipping, root, args.spawns, live, args.observes, tracked,
+                           end_round)
         result["cluster_start"] = cluster_start * 1000
         return result
     finally:
         if plane is not None:
             for target in everyone:  # already gone is fine
                 plane.kill_window(target)
+            plane.close()  # the actors kept warm
         ray.shutdown()
         made.shutdown()
         _kill_worker_servers(project)
@@ -253,9 +266,12 @@ class ShippingPlane:
     settings, a sandbox filter, a 10 KB prompt; its run directory, whose mailbox the
     host then opens), open its window."""
 
-    def __init__(self, plane: Any, controller: Path) -> None:
+    def __init__(self, plane: Any, controller: Path, remote: Path) -> None:
         self.plane = plane
         self.controller = controller
+        self.trunk_commit = subprocess.run(
+            ["git", "-C", str(remote), "rev-parse", "main"], check=True,
+            capture_output=True, text=True).stdout.strip()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.plane, name)
@@ -273,7 +289,8 @@ class ShippingPlane:
         (worker / "filter.bpf").write_bytes(os.urandom(4096))
         (worker / "prompt.md").write_text("x" * 10_240)
         attempt = int(environment[ATTEMPT_VAR])
-        self.plane.place(name, attempt)
+        # as the controller does: it names the trunk commit it pushed for hosts
+        self.plane.place(name, attempt, trunk_commit=self.trunk_commit)
         self.plane.attempt(cluster.actor_name(self.plane.project, name, attempt)).receive(
             pack({"worker": worker}, trees=[worker]))
         return self.plane.open_window(name, attempt, command=command, environment={

@@ -38,7 +38,8 @@ def test_a_cluster_table_is_read_with_its_defaults(xdg: Path) -> None:
     assert settings.cluster == ClusterSettings(engine="ray", address="auto", remote=None,
                                                snapshot_interval=300.0)
     assert project_table(settings)["cluster"] == {"engine": "ray", "address": "auto",
-                                                  "snapshot_interval": 300.0, "lease": 30.0}
+                                                  "snapshot_interval": 300.0, "lease": 30.0,
+                                                  "warm": 2}
 
     write_config('[projects.app]\nrepo = "/srv/app"\n[projects.app.cluster]\n'
                  'address = "10.0.0.5:6379"\nremote = "git@host:team/app.git"\n')

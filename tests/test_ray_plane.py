@@ -424,3 +424,106 @@ def test_a_launch_travels_to_its_host_and_its_session_comes_back(
     assert not (worker / "run" / "seen").exists()  # the controller's directory: untouched
     plane.kill_window(target)
     plane.close()
+
+
+def test_a_spawn_takes_an_actor_kept_warm_and_each_attempt_is_claimed_once(
+        ray_cluster: Any, remote: Path, tmp_path: Path) -> None:
+    """Issues 34 and 37: Ray starts a new process for each actor, most of a spawn's
+    second. Actors are kept started on free slots (``cluster.warm``), and a spawn makes
+    one its attempt. The attempt is claimed once in Ray's store: another controller
+    (or this one, restarted) finds it there, never starts it twice, and takes over the
+    kept actors left to it rather than starting more."""
+    from ralph_dev.hosts.ray.plane import RayPlane
+    from ralph_dev.hosts.ray.warm import Claims, is_kept_name
+
+    def kept_names() -> set[str]:
+        return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                if a["namespace"] == NAMESPACE and is_kept_name(a["name"], PROJECT)}
+
+    def plane_of(warm: int) -> RayPlane:
+        return RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
+                        root=str(tmp_path / "hosts"), namespace=NAMESPACE, warm=warm)
+
+    plane, later = plane_of(2), plane_of(2)
+    target = cluster.actor_name(PROJECT, "APP-30", 1)
+    try:
+        # each tick's look at the free slots keeps actors started on them
+        retry_until(lambda: (plane.free_slots(), plane.warm_running() == 2)[-1],
+                    timeout=60, what="2 actors kept")
+        slots = sum(n.slots for n in plane.nodes())
+        # a kept actor's slot is a spawn's to take: still free
+        retry_until(lambda: plane.free_slots() == slots, timeout=30, what="every slot free")
+        kept = kept_names()
+        assert len(kept) == 2
+        opened = plane.open_window("APP-30", 1, command=["sleep", "600"],
+                                   environment=_environment("APP-30", 1))
+        assert opened.pane_id == target
+        holder = Claims(PROJECT).holder(target)
+        assert holder in kept  # the attempt runs in a process started before it
+        assert plane.warm_running() == 1
+        retry_until(lambda: plane.free_slots() == slots - 1, timeout=30, what="one slot taken")
+        retry_until(lambda: [w for w in plane.list_windows() if w.name == "APP-30"
+                             and w.alive and "sleep" in w.command],
+                    timeout=30, what="the attempt's command running")
+
+        # another controller: finds the attempt by its claim, never starts it twice
+        [seen] = [w for w in later.list_windows() if w.name == "APP-30"]
+        assert seen.pane_id == target and seen.alive
+        with pytest.raises(HostUnavailable, match="never runs twice"):
+            later.open_window("APP-30", 1, command=["sleep", "600"],
+                              environment=_environment("APP-30", 1))
+        assert Claims(PROJECT).holder(target) == holder
+        # ... and keeps the actor left kept (the first controller's), starting only one
+        # more to make its 2
+        retry_until(lambda: (later.free_slots(), later.warm_running() == 2)[-1],
+                    timeout=60, what="2 kept, later")
+        assert len(kept_names() - {holder}) == 2, kept_names()  # its own and the left one
+        plane._pool.close()  # the first controller is gone: only `later` keeps actors
+
+        later.kill_window(target)
+        assert Claims(PROJECT).holder(target) is None  # ended: its claim goes
+        assert not [w for w in later.list_windows() if w.name == "APP-30"]
+    finally:
+        plane.kill_window(target)
+        plane.close()
+        later.close()
+    retry_until(lambda: not kept_names(), timeout=30, what="the kept actors ended")
+
+
+def test_actors_are_kept_warm_only_while_an_autoscaled_cluster_is_asked_for_slots(
+        ray_cluster: Any, remote: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept actor holds its slot, so its host is never idle: on a cluster whose
+    autoscaler may stop idle hosts, none is kept once nothing waits for a slot. One no
+    attempt took ends by itself after a while (its controller may be gone), and the
+    controller keeps another in its place."""
+    from ralph_dev.hosts.ray import plane as plane_module
+    from ralph_dev.hosts.ray.plane import RayPlane
+    from ralph_dev.hosts.ray.warm import is_kept_name
+
+    def kept_names() -> set[str]:
+        return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                if a["namespace"] == NAMESPACE and is_kept_name(a["name"], PROJECT)}
+
+    monkeypatch.setattr(plane_module, "IDLE_EXIT", 3.0)
+    plane = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
+                     root=str(tmp_path / "hosts"), namespace=NAMESPACE, warm=1,
+                     autoscaled=True)
+    try:
+        plane.free_slots()
+        assert plane.warm_running() == 0 and not kept_names()  # nothing asked for
+        plane.want_slots(3)
+        retry_until(lambda: (plane.free_slots(), plane.warm_running() == 1)[-1], timeout=60,
+                    what="1 actor kept")
+        [first] = kept_names()
+        # it ends by itself, unclaimed, and the next look keeps another
+        retry_until(lambda: first not in kept_names(), timeout=30, what="the idle one's end")
+        retry_until(lambda: (plane.list_windows(), plane.free_slots(),
+                             plane.warm_running() == 1)[-1], timeout=60,
+                    what="another kept in its place")
+        assert first not in kept_names() and len(kept_names()) == 1
+        plane.want_slots(0)  # the backlog drained: the host may go idle
+        plane.free_slots()
+        retry_until(lambda: not kept_names(), timeout=30, what="no actor kept")
+    finally:
+        plane.close()

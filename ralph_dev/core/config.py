@@ -284,6 +284,11 @@ class ClusterSettings:
     the agent before they are up, and the controller starts no next attempt of the issue
     until they (and a margin) have passed since it last reached the host. Never two
     agents on one issue, whatever the network does."""
+    warm: int = 2
+    """Attempts' processes kept started on free slots before they are wanted: a spawn
+    then takes one (about 0.2 s) instead of waiting for Ray to start a process (about
+    1 s). Each holds its slot, so a host kept warm is never idle: with ``max_hosts``
+    they are kept only while issues wait for a slot, and idle hosts still go. 0: none."""
     max_hosts: int | None = None
     """Hosts Ray's autoscaler is asked for at most when ready issues wait for a slot
     (``ray.autoscaler.sdk.request_resources``; on KubeRay, worker pods). None: as many

@@ -152,6 +152,9 @@ def cluster_rules(cluster: ClusterSettings, bad: Callable[[str, str], ConfigErro
     if cluster.max_hosts is not None and cluster.max_hosts < 1:
         raise bad("cluster.max_hosts", "must be 1 or more (hosts the autoscaler may be "
                   "asked for at most), or left out: as many as waiting issues need")
+    if cluster.warm < 0:
+        raise bad("cluster.warm", "must be 0 or more (attempts' processes kept started "
+                  "on free slots before they are wanted; 0: none)")
     if cluster.lease < MIN_LEASE:
         raise bad("cluster.lease", f"must be at least {MIN_LEASE:g} (seconds an attempt runs "
                   "without hearing from the controller; its host checks every second)")

@@ -76,6 +76,8 @@ class WorkerSpec:
 
     project: str
     issue: str
+    """Empty for a process started before it is wanted: it becomes an attempt by
+    ``NodeWorker.bind``."""
     attempt: int
     remote: str
     """The git URL every host fetches from and pushes to."""
@@ -94,6 +96,12 @@ class WorkerSpec:
     lease: float = 0.0
     """Seconds the attempt runs on without a call from the controller (``cluster.lease``;
     0: for as long as it likes). It stops its agent itself at ``LEASE_STOP`` of them."""
+    trunk_commit: str | None = None
+    """The commit of ``trunk`` the controller last pushed for hosts to start from: a
+    clone that fetched it already (kept warm) need not fetch again."""
+    idle_exit: float = 0.0
+    """Seconds a process started before it is wanted (no ``issue`` yet) waits to become
+    an attempt before it ends (0: for ever)."""
 
     @property
     def bookmark(self) -> str:
@@ -154,15 +162,11 @@ class NodeWorker:
         self.placement = locate()
         root = Path(spec.root) if spec.root else data_home() / "nodes"
         self.home = root / self.placement.node[:16]
-        self.workspace = self.home / "workspaces" / spec.project / spec.workspace_name
         self.jj = JjCli(self.home / "clones" / spec.project,
                         workspace_root=self.home / "workspaces" / spec.project)
-        # the worker's change as the controller's reports see it: the same checks as on
-        # one host, against the trunk this host started from
-        self.changes = JjWorkspaces(JjHome(self.jj, self.workspace.parent), spec.trunk)
-        # a server per attempt: ending the attempt ends every process it started
-        self.tmux = Tmux(f"ralph-{spec.project}",
-                         f"ralph-{spec.project}-{spec.issue}-a{spec.attempt}")
+        self._binding = threading.Lock()
+        if spec.issue:
+            self._bound_to(spec)
         self._stopped = threading.Event()
         self._server: subprocess.Popen[bytes] | None = None
         self._seen = False
@@ -173,9 +177,62 @@ class NodeWorker:
         self._fresh = False
         """The workspace was made by this attempt and its ``after_create`` has not run."""
         self._lease_ran_out = False
+        self._fetched: str | None = None
+        """The trunk commit this process's ``warm`` fetch found on the remote."""
         self._renewed = time.monotonic()
         """When the controller last called (this host's monotonic clock: no clock is
         shared between hosts)."""
+        if not spec.issue and spec.idle_exit > 0:
+            threading.Thread(target=self._exit_unbound, name="idle-exit", daemon=True).start()
+
+    def _bound_to(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        self.workspace = self.home / "workspaces" / spec.project / spec.workspace_name
+        # the worker's change as the controller's reports see it: the same checks as on
+        # one host, against the trunk this host started from
+        self.changes = JjWorkspaces(JjHome(self.jj, self.workspace.parent), spec.trunk)
+        # a server per attempt: ending the attempt ends every process it started
+        self.tmux = Tmux(f"ralph-{spec.project}",
+                         f"ralph-{spec.project}-{spec.issue}-a{spec.attempt}")
+
+    def bind(self, issue: str, attempt: int, *, rebase: bool = False,
+             hooks: Hooks | None = None, trunk_commit: str | None = None) -> Placement:
+        """This process, started before it was wanted (``warm``), becomes attempt
+        ``attempt`` of ``issue``: once, and never after it gave up waiting."""
+        with self._binding:
+            if self.spec.issue:
+                raise AttemptRunning(
+                    f"{cluster.actor_name(self.spec.project, issue, attempt)}: this process "
+                    f"on {self.placement.host} is attempt {self.spec.attempt} of "
+                    f"{self.spec.issue} already; one process runs one attempt")
+            if self._stopped.is_set():
+                raise HostUnavailable(f"{issue}: the process kept warm for it on "
+                                      f"{self.placement.host} has ended")
+            self._bound_to(dataclasses.replace(self.spec, issue=issue, attempt=attempt,
+                                               rebase=rebase, hooks=hooks,
+                                               trunk_commit=trunk_commit))
+        return self.placement
+
+    def warm(self) -> None:
+        """The node's clone made or fetched while nothing waits for it: the attempt this
+        process becomes fetches only what trunk gained since."""
+        with self._clone_locked():
+            self._fetched_clone()
+            self._fetched = self.jj.read(
+                "log", "--no-graph", "-r", f"{quote_revset(self.spec.trunk)}@{REMOTE}",
+                "-T", "commit_id").stdout.strip()
+
+    def _exit_unbound(self) -> None:
+        """A process kept warm that no attempt took within ``idle_exit`` ends, holding no
+        slot for a controller that is gone (the controller that kept it starts another)."""
+        if self._stopped.wait(self.spec.idle_exit):
+            return
+        with self._binding:
+            if self.spec.issue:
+                return
+            self._stopped.set()
+        log.info("warm_process_idle", host=self.placement.host, waited_s=self.spec.idle_exit)
+        os._exit(0)
 
     def where(self) -> Placement:
         return self.placement
@@ -236,7 +293,9 @@ class NodeWorker:
         ``after_create`` hook; the revision it started from. A hook that fails takes the
         workspace away again, as on one host."""
         spec = self.spec
-        base = cluster.resume_point(spec.issue, spec.attempt, self._bookmarks()) or spec.trunk
+        # a first attempt has no earlier push to go on from
+        base = (cluster.resume_point(spec.issue, spec.attempt, self._bookmarks())
+                if spec.attempt > 1 else None) or spec.trunk
         if not self.workspace.is_dir():
             # made as every workspace of ralph-dev's is (``JjHome.add``)
             self.changes.home.add(spec.workspace_name, self.workspace,
@@ -296,7 +355,8 @@ class NodeWorker:
         """Clone or fetch, and make the attempt's workspace: its path on this host, which
         the controller builds the worker's launch (and its sandbox) around."""
         with self._clone_locked():
-            self._fetched_clone()
+            if self.spec.trunk_commit is None or self.spec.trunk_commit != self._fetched:
+                self._fetched_clone()
             base = self._make_workspace()
         self._prepared_by_hook()
         log.info("cluster_worker_placed", issue=self.spec.issue, attempt=self.spec.attempt,
@@ -473,6 +533,8 @@ class NodeWorker:
         """The attempt's window as tmux sees it now; None once its server is gone: ended
         by this attempt, or not started; one ended from outside (its pane never exited)
         is said as such (``server_lost``), no failure of the issue's."""
+        if not self.spec.issue:
+            return None
         found = self.tmux.find(self.spec.issue)
         if found:
             self._seen = True
@@ -523,6 +585,8 @@ class NodeWorker:
         so its workspace here goes too, after the project's ``before_remove`` hook;
         otherwise it stays (its work may be only there)."""
         self._stopped.set()
+        if not self.spec.issue:  # kept warm, never an attempt: nothing of one to end
+            return
         self.tmux.kill_server()
         if self._server is not None:
             self._server.kill()

@@ -130,11 +130,13 @@ class RayHost:
         host, made there with the project's ``after_create`` run in it."""
         hooks = self.hooks(issue)
         here = self.workspaces.add_workspace(issue, after_create=hooks.after_create())
-        trunk = self.jj.read("log", "--no-graph", "-r", self.trunk, "-T", "commit_id").stdout
-        if trunk.strip() != self._base_pushed:
+        trunk = self.jj.read("log", "--no-graph", "-r", self.trunk, "-T",
+                             "commit_id").stdout.strip()
+        if trunk != self._base_pushed:
             self.jj.push_bookmark(cluster.BASE_BOOKMARK, self.trunk, self.remote, here)
-            self._base_pushed = trunk.strip()
-        return self.plane.place(issue, attempt, rebase=rebase, hooks=hooks)
+            self._base_pushed = trunk
+        return self.plane.place(issue, attempt, rebase=rebase, hooks=hooks,
+                                trunk_commit=trunk)
 
     def sessions_found_in(self, workspace: Path) -> bool:
         return session_folder(workspace) is not None

@@ -1,17 +1,19 @@
-"""The process plane on a Ray cluster: each worker attempt a named actor on some host.
+"""The process plane on a Ray cluster: each worker attempt an actor on some host.
 
-The only module that imports Ray; ``control.loop.wiring`` imports it only for a
-project with a ``[cluster]`` table. ``hosts.ray.host`` makes it the worker-host port:
-a window is named by its issue, and its target (pane and window id) is its actor's
-name, ``PROJECT:ISSUE#ATTEMPT``; each call to an attempt is a typed method of
-:class:`AttemptCalls`.
+With ``hosts.ray.warm``, the only module that imports Ray; ``control.loop.wiring``
+imports it only for a project with a ``[cluster]`` table. ``hosts.ray.host`` makes it
+the worker-host port: a window is named by its issue, and its target (pane and window
+id) is its attempt, ``PROJECT:ISSUE#ATTEMPT``; each call to an attempt is a typed
+method of :class:`AttemptCalls`.
 
 Why these choices (checked with ray 2.60, notes/ray.md):
 
-* Named and detached: Ray refuses a second actor of one name cluster-wide, so one
-  attempt can never run twice, and a controller restart finds its workers again by
-  listing names. The attempt is in the name because a dead host's name stays taken
-  for ~16 s.
+* Started before they are wanted (``hosts.ray.warm``): Ray starts a new process for
+  each actor, most of a spawn's time, so a few are kept running on free slots and a
+  spawn makes one of them its attempt. One attempt never runs twice: each is claimed
+  once, put-if-absent, in Ray's key-value store, which names the actor running it; a
+  controller restart finds its workers there. Detached, and named ``PROJECT:~ID``, so
+  they outlive a controller and are listed by project.
 * ``max_restarts=0``: Ray re-running the constructor elsewhere would be a second
   agent on the issue that the controller never decided on.
 * One ``ralph_worker`` resource each: a host's slots are its own count, set where it
@@ -29,6 +31,7 @@ import dataclasses
 import logging
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +58,7 @@ from ralph_dev.hosts.node.worker import (
     host_sandbox,
     host_tools,
 )
+from ralph_dev.hosts.ray.warm import IDLE_EXIT, Claims, WarmPool, is_kept_name, kept_name
 
 NAMESPACE = "ralph-dev"
 START_TIMEOUT = 180.0
@@ -200,7 +204,8 @@ class RayPlane:
                  root: str | None = None, snapshot_interval: float = 0.0,
                  lease: float = 0.0, namespace: str = NAMESPACE,
                  call_timeout: float = CALL_TIMEOUT, start_timeout: float = START_TIMEOUT,
-                 place_timeout: float = PLACE_TIMEOUT) -> None:
+                 place_timeout: float = PLACE_TIMEOUT, warm: int = 0,
+                 autoscaled: bool = False) -> None:
         self.project = project
         self.address = address
         self.remote = remote
@@ -218,6 +223,13 @@ class RayPlane:
         """Each attempt's node (actor name → Ray node id), as it answered."""
         self._slots_asked: int | None = None
         """What Ray's autoscaler was last asked to make room for (``want_slots``)."""
+        self.autoscaled = autoscaled
+        """Ray's autoscaler may stop idle hosts (``cluster.max_hosts``): actors are kept
+        warm only while it is asked for slots, so a host left idle is let go."""
+        self._pool = WarmPool(self._make_kept, project, warm, place_timeout)
+        self._claims = Claims(project)
+        self._actor_of: dict[str, str] = {}
+        """Each attempt's actor (``PROJECT:ISSUE#N`` → actor name), as claimed."""
         self._lost_nodes: dict[str, float] = {}
         """Nodes a worker was lost on (node id → until when, on this process's monotonic
         clock, its slots are not counted): Ray may count a lost node's slots for a while
@@ -237,7 +249,8 @@ class RayPlane:
         return cls(settings.name, address=settings.cluster.address, remote=remote,
                    trunk=cluster.BASE_BOOKMARK,
                    snapshot_interval=settings.cluster.snapshot_interval,
-                   lease=settings.cluster.lease)
+                   lease=settings.cluster.lease, warm=settings.cluster.warm,
+                   autoscaled=settings.cluster.max_hosts is not None)
 
     def _connect(self) -> None:
         if not ray.is_initialized():
@@ -258,10 +271,33 @@ class RayPlane:
 
     def _actor(self, target: str) -> Any:
         self._connect()
+        actor = self._running(target)
+        if actor is None:
+            raise ClusterError(f"{target}: no such worker on the cluster")
+        return actor
+
+    def _running(self, target: str) -> Any:
+        """The actor running attempt ``target``, as claimed; None once it has ended (its
+        claim is released then). An attempt started by a controller before attempts
+        were claimed runs under its own name."""
+        name = self._actor_of.get(target) or self._claims.holder(target)
+        if name is None:
+            with contextlib.suppress(ValueError):
+                return ray.get_actor(target, namespace=self.namespace)
+            return None
         try:
-            return ray.get_actor(target, namespace=self.namespace)
+            actor = ray.get_actor(name, namespace=self.namespace)
         except ValueError:
-            raise ClusterError(f"{target}: no such worker on the cluster") from None
+            self._released(target)
+            return None
+        self._actor_of[target] = name
+        return actor
+
+    def _released(self, target: str) -> None:
+        self._actor_of.pop(target, None)
+        self._node_of.pop(target, None)
+        with contextlib.suppress(RayError):
+            self._claims.release(target)
 
     def attempt(self, target: str) -> AttemptCalls:
         """The attempt's actor, asked through its typed calls."""
@@ -270,12 +306,13 @@ class RayPlane:
     # -- the port ---------------------------------------------------------------------------
 
     def place(self, name: str, attempt: int, *, rebase: bool = False,
-              hooks: Hooks | None = None) -> Path:
+              hooks: Hooks | None = None, trunk_commit: str | None = None) -> Path:
         """Place attempt ``attempt`` of issue ``name`` on a host with a free slot, and
         make its workspace there (clone or fetch first; ``rebase``: its start rebased
         onto trunk, for a resolve worker): the workspace's path on that host, for the
         worker's launch."""
-        actor = self._placed(name, attempt, rebase=rebase, hooks=hooks)
+        actor = self._placed(name, attempt, rebase=rebase, hooks=hooks,
+                             trunk_commit=trunk_commit)
         try:
             where = self._placement(actor)
             if where is None:
@@ -336,23 +373,61 @@ class RayPlane:
         return dataclasses.replace(window, pane_id=target, window_id=target)
 
     def _placed(self, name: str, attempt: int, *, rebase: bool = False,
-                hooks: Hooks | None = None) -> Any:
-        """The attempt's actor: the one placed already, else a new one."""
+                hooks: Hooks | None = None, trunk_commit: str | None = None) -> Any:
+        """The attempt's actor: the one placed already, else one kept warm made this
+        attempt, else a new one."""
         target = cluster.actor_name(self.project, name, attempt)
         self._connect()
-        with contextlib.suppress(ValueError):
-            return ray.get_actor(target, namespace=self.namespace)
-        spec = WorkerSpec(project=self.project, issue=name, attempt=attempt,
+        running = self._running(target)
+        if running is not None:
+            return running
+        kept = self._pool.take(Counter(self._node_of.values()), self._lost_now())
+        actor_name = kept[0] if kept else kept_name(self.project)
+        try:
+            if self._claims.claim(target, actor_name) is not None:  # placed meanwhile
+                if kept:
+                    self._pool.add(*kept)
+                return self._actor(target)
+        except RayError as exc:
+            if kept:
+                self._pool.add(*kept)
+            raise ClusterError(f"{target}: cannot be claimed ({exc})") from exc
+        self._actor_of[target] = actor_name
+        try:
+            if kept:
+                actor = kept[1]
+                self._get(actor.bind.remote(name, attempt, rebase=rebase, hooks=hooks,
+                                            trunk_commit=trunk_commit))
+                return actor
+            return self._make(actor_name, self._spec(name, attempt, rebase=rebase,
+                                                     hooks=hooks))
+        except BaseException:
+            if kept:
+                self._end(kept[1])
+            self._released(target)
+            raise
+
+    def _spec(self, issue: str, attempt: int, *, rebase: bool = False,
+              hooks: Hooks | None = None, idle_exit: float = 0.0) -> WorkerSpec:
+        return WorkerSpec(project=self.project, issue=issue, attempt=attempt,
                           remote=self.remote, trunk=self.trunk, root=self.root,
                           snapshot_interval=self.snapshot_interval, rebase=rebase,
-                          hooks=hooks, lease=self.lease)
+                          hooks=hooks, lease=self.lease, idle_exit=idle_exit)
+
+    def _make(self, actor_name: str, spec: WorkerSpec) -> Any:
+        """A worker actor on a host with a free slot (Ray spreads them over the hosts)."""
         try:
             return _RemoteWorker.options(
-                name=target, namespace=self.namespace, lifetime="detached", max_restarts=0,
-                max_concurrency=4, num_cpus=0, resources={cluster.SLOT_RESOURCE: 1},
+                name=actor_name, namespace=self.namespace, lifetime="detached",
+                max_restarts=0, max_concurrency=4, num_cpus=0,
+                resources={cluster.SLOT_RESOURCE: 1},
                 scheduling_strategy="SPREAD").remote(spec, _this_node)
         except (ValueError, RayError) as exc:
-            raise ClusterError(f"{target}: cannot be placed ({exc})") from exc
+            raise ClusterError(f"{actor_name}: cannot be placed ({exc})") from exc
+
+    def _make_kept(self, actor_name: str) -> Any:
+        """A worker actor started before it is wanted: no attempt yet."""
+        return self._make(actor_name, self._spec("", 0, idle_exit=IDLE_EXIT))
 
     @staticmethod
     def _end(actor: Any) -> None:
@@ -362,16 +437,14 @@ class RayPlane:
     def list_windows(self) -> list[Window]:
         """Every worker actor of the project with its window, asked all at once."""
         self._connect()
-        names = [a["name"] for a in list_named_actors(all_namespaces=True)
-                 if a["namespace"] == self.namespace]
         asked: dict[str, tuple[str, Any]] = {}
         placed: dict[str, Any] = {}
-        for target in names:
+        for target, name in self._attempts().items():
             parsed = cluster.parse_actor_name(target, self.project)
             if parsed is None:
                 continue
             with contextlib.suppress(ValueError):  # ended since it was listed
-                actor = ray.get_actor(target, namespace=self.namespace)
+                actor = ray.get_actor(name, namespace=self.namespace)
                 asked[target] = (parsed[0], actor.window.remote())
                 if target not in self._node_of:  # once per attempt: where it runs
                     placed[target] = actor.where.remote()
@@ -387,6 +460,30 @@ class RayPlane:
                     self._node_of[target] = ray.get(ref, timeout=0).node
         return [self._seen(target, issue, ref, ref in answered)
                 for target, (issue, ref) in sorted(asked.items())]
+
+    def _attempts(self) -> dict[str, str]:
+        """Each attempt of the project Ray lists an actor for (attempt → actor name).
+        Actors kept warm are the pool's; one neither kept nor claimed here was kept by
+        a controller before this one (or claimed by it: its claims are read then)."""
+        listed = [a["name"] for a in list_named_actors(all_namespaces=True)
+                  if a["namespace"] == self.namespace
+                  and a["name"].startswith(f"{self.project}:")]
+        kept = [name for name in listed if is_kept_name(name, self.project)]
+        self._pool.forget(kept)
+        known = set(self._actor_of.values())
+        if any(name not in known and name not in self._pool for name in kept):
+            self._actor_of.update(self._claims.all())
+            known = set(self._actor_of.values())
+            for name in kept:
+                if name not in known and name not in self._pool:
+                    with contextlib.suppress(ValueError):
+                        self._pool.add(name, ray.get_actor(name, namespace=self.namespace))
+        alive = set(listed)
+        for target, name in list(self._actor_of.items()):
+            if name not in alive:  # ended, or gone with its host: its claim goes
+                self._released(target)
+        found = {target: target for target in listed if not is_kept_name(target, self.project)}
+        return {**found, **self._actor_of}
 
     def _seen(self, target: str, issue: str, ref: Any, answered: bool) -> Window:
         gone = Window(name=issue, pane_id=target, window_id=target, alive=False)
@@ -405,13 +502,13 @@ class RayPlane:
     def kill_window(self, target: str, *, remove: bool = False) -> None:
         """End the attempt's processes and its actor; already gone is fine. ``remove``:
         its work came back, so its workspace on its host goes too."""
-        try:
-            actor = self._actor(target)
-        except ClusterError:
-            return
-        with contextlib.suppress(RayError):
-            ray.get(actor.stop.remote(remove=remove), timeout=self.call_timeout)
-        ray.kill(actor, no_restart=True)
+        self._connect()
+        actor = self._running(target)
+        if actor is not None:
+            with contextlib.suppress(RayError):
+                ray.get(actor.stop.remote(remove=remove), timeout=self.call_timeout)
+            ray.kill(actor, no_restart=True)
+        self._released(target)
 
     # -- beyond one host ----------------------------------------------------------------------
 
@@ -427,8 +524,28 @@ class RayPlane:
         # a node this controller saw a worker lost on counts for nothing at once, not only
         # once Ray declares it dead (a placement on its slots would wait in vain)
         lost = self._lost_now()
-        return sum(int(resources.get(cluster.SLOT_RESOURCE, 0))
-                   for node, resources in free.items() if node not in lost)
+        unheld = {node: int(resources.get(cluster.SLOT_RESOURCE, 0))
+                  for node, resources in free.items() if node not in lost}
+        kept = Counter(self._pool.ready(lost).values())  # their slots are a spawn's to take
+        self._pool.refill(sum(unheld.values()),
+                          keep=not self.autoscaled or bool(self._slots_asked))
+        if not kept:
+            return sum(unheld.values())
+        # Ray hears of a slot a kept actor took a moment after the actor runs: a node
+        # counts no more than it has, less the attempts running there
+        try:
+            total: dict[str, dict[str, float]] = \
+                ray_state.total_resources_per_node()  # type: ignore[no-untyped-call]
+        except RayError as exc:
+            raise ClusterError(f"the cluster did not say its slots: {exc}") from exc
+        running = Counter(self._node_of.values())
+        return sum(min(unheld.get(node, 0) + kept[node],
+                       int(total.get(node, {}).get(cluster.SLOT_RESOURCE, 0)) - running[node])
+                   for node in {*unheld, *kept})
+
+    def warm_running(self) -> int:
+        """Actors kept warm that run now (``cluster.warm``)."""
+        return len(self._pool.ready(self._lost_now()))
 
     def want_slots(self, count: int) -> bool:
         """Ask Ray's autoscaler to make room for ``count`` workers, each a
@@ -487,8 +604,10 @@ class RayPlane:
             for n, (host, tools, sandbox) in zip(nodes, found, strict=True)]
 
     def close(self) -> None:
-        """Disconnect from the cluster, if this plane connected; the workers, detached,
-        keep running."""
+        """End the actors kept warm, and disconnect from the cluster, if this plane
+        connected; the workers, detached, keep running."""
+        if ray.is_initialized():
+            self._pool.close()
         if self._connected_here and ray.is_initialized():
             ray.shutdown()
         self._connected_here = False
