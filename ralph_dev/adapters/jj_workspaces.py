@@ -139,7 +139,8 @@ class JjWorkspaces:
         result.check()
         if f" {bookmark} " in f" {result.stdout} {result.stderr} ":  # (@-: its kept work)
             log.info("jj_workspace_resumes_kept_change", workspace=name, bookmark=bookmark)
-        self.cli.run("bookmark", "set", "--allow-backwards", bookmark,
+        # the new working copy is recorded as it was just checked out: no snapshot
+        self.cli.run("--ignore-working-copy", "bookmark", "set", "--allow-backwards", bookmark,
                      "-r", f"{quote_revset(name)}@", cwd=path).check()
         log.info("jj_workspace_added", workspace=name, path=str(path))
         if after_create is not None:

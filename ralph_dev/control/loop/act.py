@@ -418,14 +418,6 @@ class Actuator:
         workspace: Path = await while_beating(
             self.beat, "spawn", self.host.make_workspace, action.issue, attempt,
             rebase=action.role is Role.RESOLVE)
-        record = self.store.update_record(
-            action.issue, **{**action.record_changes(self.clock()),
-                             # until its window is open: a controller stopped (killed,
-                             # frozen) mid-spawn is a cause outside the issue, and the next
-                             # start charges nothing for it
-                             "lost": SPAWN_UNFINISHED})
-        if action.start_issue:
-            await self.tracker.set_state(action.issue, type=StateType.STARTED)
         resume = action.resume
         if resume and ended is not None and not ended.session_kept:
             self.store.append_event(
@@ -439,7 +431,14 @@ class Actuator:
                 why=f"its workspace on its host ({workspace}) has a path too long for "
                     "Claude Code to find the session in")
             resume = None
-        self.store.update_record(action.issue, resumed=resume)
+        record = self.store.update_record(
+            action.issue, **{**action.record_changes(self.clock()), "resumed": resume,
+                             # until its window is open: a controller stopped (killed,
+                             # frozen) mid-spawn is a cause outside the issue, and the next
+                             # start charges nothing for it
+                             "lost": SPAWN_UNFINISHED})
+        if action.start_issue:
+            await self.tracker.set_state(action.issue, type=StateType.STARTED)
         worker_dir = self.dirs.prepare(issue, action.role, workspace, action.attempt)
         await self.server.listen(self.dirs.names())
         launch = self.launcher(self.settings, issue, action.role, workspace,
