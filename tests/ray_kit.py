@@ -8,8 +8,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +41,22 @@ def one_cluster_at_a_time(base: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def local_cluster(base: Path, project: str, *, nodes: int = 2, slots: int = 2,
-                  connect: bool = True) -> Iterator[Any]:
+                  connect: bool = True, node_ip: str | None = None,
+                  system_config: dict[str, Any] | None = None) -> Iterator[Any]:
     """A head (no slots) and ``nodes`` nodes of ``slots`` worker slots each, each with
     a HOME and XDG dirs of its own under :func:`hosts_dir` (a real host shares none of
     the controller's; never the person's own); the test process
     connected to it unless ``connect`` is False (a controller of its own connects
-    instead)."""
+    instead). ``node_ip``: the address of this machine the head and nodes say they are
+    at (:class:`Netns`'s host side); ``system_config``: Ray's own settings."""
     import ray
 
     from ralph_dev.devtools.demo import local_cluster as started_cluster
 
     with one_cluster_at_a_time(base), started_cluster(
             nodes, slots, hosts_dir(base), {k: v for k, v in os.environ.items()
-                                            if k == "RALPH_DEV_JJ"}) as made:
+                                            if k == "RALPH_DEV_JJ"},
+            node_ip=node_ip, system_config=system_config) as made:
         if connect:
             ray.init(address=made.address, namespace=NAMESPACE, log_to_driver=False,
                      logging_level="WARNING")
@@ -179,3 +185,161 @@ def _in_group(pgid: int) -> list[int]:
                 if int(fields[2]) == pgid and fields[0] != "Z":
                     found.append(int(entry.name))
     return found
+
+
+# -- a node behind a network of its own: a real network cut -------------------------------
+
+NETNS_SUBNET = "10.213"
+"""The /16 the test namespaces' /30s are taken from (``10.213.N.0/30``)."""
+
+
+class NetnsRefused(Exception):
+    """This machine would not make a network namespace (``ip netns add``, a veth pair)."""
+
+
+def netns_missing() -> str | None:
+    """Why a test cannot put a node behind a network of its own on this machine (None:
+    it can): a network namespace needs root, and iproute2's ``ip`` to make it."""
+    if os.geteuid() != 0:
+        return (f"needs root to make a network namespace and cut it off (running as uid "
+                f"{os.geteuid()})")
+    if shutil.which("ip") is None:
+        return "needs iproute2's `ip` to make a network namespace (apt-get install iproute2)"
+    return None
+
+
+@dataclass(frozen=True)
+class Netns:
+    """A network namespace joined to this machine by a veth pair, a /30 of its own:
+    ``host_ip`` on this machine's end (``host_link``), ``ns_ip`` inside (``ns_link``)."""
+
+    name: str
+    host_link: str
+    ns_link: str
+    host_ip: str
+    ns_ip: str
+
+    def cut(self) -> None:
+        """Cut the namespace off, as a network cut does a host: its end of the pair
+        goes down, so nothing inside reaches this machine (no route) and nothing sent
+        from here reaches inside (lost on the way: a caller's calls time out). Every
+        process inside runs on, and still shares this machine's files."""
+        _ip("-n", self.name, "link", "set", self.ns_link, "down", check=True)
+
+    def pids(self) -> list[int]:
+        """The processes inside."""
+        return [int(p) for p in _ip("netns", "pids", self.name).stdout.split()]
+
+    def connects(self, port: int, timeout: float = 3.0) -> bool:
+        """Whether a TCP connection from inside to this machine's end, ``port``, opens."""
+        probe = ("import socket, sys\ntry:\n"
+                 f"    socket.create_connection(({self.host_ip!r}, {port}), timeout={timeout})"
+                 "\nexcept OSError:\n    sys.exit(1)\n")
+        return subprocess.run(["ip", "netns", "exec", self.name, sys.executable, "-c", probe],
+                              capture_output=True, check=False,
+                              timeout=timeout + 30).returncode == 0
+
+
+def _ip(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if check and done.returncode != 0:
+        raise NetnsRefused(f"`ip {' '.join(args)}` failed: {done.stderr.strip()}")
+    return done
+
+
+@contextlib.contextmanager
+def network_namespace() -> Iterator[Netns]:
+    """A :class:`Netns` for this process (named after its pid), removed at the end with
+    every process inside, even when the test fails. Raises :class:`NetnsRefused` when
+    the machine will not make one."""
+    tag = f"rdt{os.getpid()}"
+    third = os.getpid() % 250 + 3
+    netns = Netns(name=tag, host_link=f"{tag}h", ns_link=f"{tag}n",
+                  host_ip=f"{NETNS_SUBNET}.{third}.1", ns_ip=f"{NETNS_SUBNET}.{third}.2")
+    for name in _ip("netns", "list").stdout.split():  # a run killed before its end left it
+        if name == tag or (name.startswith("rdt") and name[3:].isdigit()
+                           and not running(int(name[3:]))):
+            _remove_netns(Netns(name=name, host_link=f"{name}h", ns_link=f"{name}n",
+                                host_ip="", ns_ip=""))
+    try:
+        _ip("netns", "add", tag, check=True)
+        _ip("link", "add", netns.host_link, "type", "veth", "peer", "name", netns.ns_link,
+            check=True)
+        _ip("link", "set", netns.ns_link, "netns", tag, check=True)
+        _ip("addr", "add", f"{netns.host_ip}/30", "dev", netns.host_link, check=True)
+        _ip("link", "set", netns.host_link, "up", check=True)
+        _ip("-n", tag, "addr", "add", f"{netns.ns_ip}/30", "dev", netns.ns_link, check=True)
+        _ip("-n", tag, "link", "set", netns.ns_link, "up", check=True)
+        _ip("-n", tag, "link", "set", "lo", "up", check=True)
+        yield netns
+    finally:
+        _remove_netns(netns)
+
+
+def _remove_netns(netns: Netns) -> None:
+    """Every process inside ended, the namespace and both ends of its pair gone."""
+    import signal
+
+    if Path("/run/netns", netns.name).exists():
+        def nobody_inside() -> bool:
+            for pid in netns.pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            return not netns.pids()
+
+        retry_until(nobody_inside, timeout=30, interval=0.2,
+                    what=f"every process in network namespace {netns.name} to end")
+        _ip("netns", "del", netns.name)
+    _ip("link", "del", netns.host_link)  # gone with the namespace, unless it never moved
+    retry_until(lambda: _ip("link", "show", netns.host_link).returncode != 0, timeout=30,
+                what=f"veth {netns.host_link} to go")
+
+
+@contextlib.contextmanager
+def node_inside(made: Any, netns: Netns, hosts: Path, index: int, *, slots: int = 2
+                ) -> Iterator[str]:
+    """A node of cluster ``made`` (whose head is at ``netns.host_ip``) started inside
+    ``netns`` with ``ray start --block``, with ``slots`` worker slots and, like
+    :func:`local_cluster`'s nodes, a HOME and XDG dirs of its own (``hosts/nodeN``);
+    yields its Ray node id once the cluster lists it. Its processes are ended at the
+    end (the namespace's end ends any left)."""
+    import json
+    import signal
+
+    from ralph_dev.core.cluster import SLOT_RESOURCE
+    from ralph_dev.devtools.demo import node_env
+
+    env = {**os.environ, **node_env(hosts, index, os.environ)}
+    said = hosts / f"node{index}.ray-start.log"
+    with said.open("wb") as out:
+        node = subprocess.Popen(
+            ["ip", "netns", "exec", netns.name, str(Path(sys.executable).parent / "ray"),
+             "start", f"--address={made.address}", f"--node-ip-address={netns.ns_ip}",
+             f"--resources={json.dumps({SLOT_RESOURCE: slots})}", "--num-cpus=1",
+             f"--object-store-memory={150 * 2**20}", "--disable-usage-stats", "--block"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+    try:
+        def joined() -> str | None:
+            if node.poll() is not None:
+                raise AssertionError(f"ray start in {netns.name} exited {node.returncode}:\n"
+                                     + said.read_text(errors="replace")[-3000:])
+            return next((n["NodeID"] for n in made.global_state.node_table()
+                         if n["Alive"] and n["NodeManagerAddress"] == netns.ns_ip), None)
+
+        found = retry_until(joined, timeout=90, interval=0.5,
+                            what=f"the node in {netns.name} to join the cluster")
+        yield str(found)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node.pid, signal.SIGKILL)
+        node.wait(timeout=30)
+
+
+def worker_log_lines(made: Any, needle: str) -> list[str]:
+    """The lines holding ``needle`` of every log of a Ray worker process of cluster
+    ``made`` (its nodes on this machine share the head's session directory; a dead
+    worker's log may have moved to ``logs/old``): what the attempts' actors said."""
+    logs = Path(made.head_node.get_session_dir_path()) / "logs"
+    return [line for path in sorted(logs.rglob("worker-*"))
+            for line in path.read_text(errors="replace").splitlines() if needle in line]

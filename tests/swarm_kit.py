@@ -449,6 +449,27 @@ def attach_fake_linear(swarm: Swarm, root: Path, *, project: str = "Alpha",
     return fake, team, project_id
 
 
+DEMO_AGENT_MODULE = b"ralph_dev.devtools.demo_agent"
+
+
+def live_agents() -> dict[str, set[int]]:
+    """Every demo agent running on this machine now, by issue, whichever node or network
+    namespace it runs in: the agent's own process (``python -m
+    ralph_dev.devtools.demo_agent ISSUE ROLE``), not a sandbox or shell around it."""
+    found: dict[str, set[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and len(argv) > 3 and argv[1:3] == [b"-m", DEMO_AGENT_MODULE]:
+            found.setdefault(argv[3].decode(errors="replace"), set()).add(int(entry.name))
+    return found
+
+
 def event_times(events: list[dict[str, Any]], kind: str) -> dict[str, datetime]:
     """First time each issue got an event of this kind."""
     out: dict[str, datetime] = {}

@@ -218,21 +218,26 @@ SCRIPTED_APIS: dict[str, Callable[[], contextlib.AbstractContextManager[dict[str
 
 
 @contextlib.contextmanager
-def local_cluster(nodes: int, slots: int, hosts: Path, env: Mapping[str, str]
-                  ) -> Iterator[Any]:
+def local_cluster(nodes: int, slots: int, hosts: Path, env: Mapping[str, str], *,
+                  node_ip: str | None = None,
+                  system_config: Mapping[str, Any] | None = None) -> Iterator[Any]:
     """A Ray cluster on this machine: a head with no worker slots and ``nodes`` nodes of
     ``slots`` each, each node with a HOME and XDG directories of its own under ``hosts``
     (:func:`node_env`), as a real host has; yields it (``ray.cluster_utils.Cluster``: its
-    ``address``, its ``worker_nodes``), and ends it with every process."""
+    ``address``, its ``worker_nodes``), and ends it with every process. ``node_ip``: the
+    address of this machine the head and nodes say they are at (Ray's choice otherwise);
+    ``system_config``: Ray's own settings for the cluster (its head's ``_system_config``)."""
     from ray import cluster_utils  # only the cluster demo needs Ray
 
     made = cluster_utils.Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "include_dashboard": False})  # no slots: no worker runs there
+        "num_cpus": 0, "include_dashboard": False,  # no slots: no worker runs there
+        "node_ip_address": node_ip,  # None: Ray's choice
+        **({"_system_config": dict(system_config)} if system_config else {})})
     try:
         for index in range(1, nodes + 1):
             # a node's raylet, and every process it starts, runs with these
             made.add_node(num_cpus=1, resources={SLOT_RESOURCE: slots},
-                          env_vars=node_env(hosts, index, env))
+                          env_vars=node_env(hosts, index, env), node_ip_address=node_ip)
         made.wait_for_nodes()
         yield made
     finally:
