@@ -527,3 +527,96 @@ def test_actors_are_kept_warm_only_while_an_autoscaled_cluster_is_asked_for_slot
         retry_until(lambda: not kept_names(), timeout=30, what="no actor kept")
     finally:
         plane.close()
+
+
+def test_a_spawn_waits_for_an_actor_kept_warm_that_holds_the_last_free_slot(
+        ray_cluster: Any, remote: Path, tmp_path: Path) -> None:
+    """Seen on a two-slot cluster: the first tick's look started an actor kept warm on
+    every free slot, and its spawns, finding none running yet, started actors of their
+    own, which waited for a slot the kept ones held: no host took them within 20 s. A
+    spawn now waits for a kept actor still starting; and a claimed attempt waiting for
+    a slot (its controller stopped mid-spawn) makes the kept actors give theirs up."""
+    from ralph_dev.hosts.ray.plane import RayPlane
+    from ralph_dev.hosts.ray.warm import Claims, is_kept_name
+
+    def kept_names() -> set[str]:
+        return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                if a["namespace"] == NAMESPACE and is_kept_name(a["name"], PROJECT)}
+
+    probe = RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
+                     root=str(tmp_path / "hosts"), namespace=NAMESPACE)
+    slots = retry_until(lambda: (lambda free: free if free == sum(
+        n.slots for n in probe.nodes()) else None)(probe.free_slots()), timeout=30,
+        what="every slot free")
+    assert isinstance(slots, int)
+
+    def plane_of(warm: int) -> RayPlane:
+        return RayPlane(PROJECT, address=ray_cluster[0].address, remote=str(remote),
+                        root=str(tmp_path / "hosts"), namespace=NAMESPACE, warm=warm,
+                        place_timeout=8.0)
+
+    plane, other = plane_of(slots), plane_of(0)
+    other.call_timeout = plane.call_timeout = 2.0
+    targets = [cluster.actor_name(PROJECT, issue, 1) for issue in ("APP-40", "APP-41")]
+    try:
+        assert plane.free_slots() == slots  # every free slot gets a kept actor, starting
+        kept = kept_names()
+        assert len(kept) == slots
+        plane.open_window("APP-40", 1, command=["sleep", "600"],
+                          environment=_environment("APP-40", 1))  # not refused
+        assert Claims(PROJECT).holder(targets[0]) in kept
+
+        # every other slot held by a kept actor, running
+        retry_until(lambda: (plane.free_slots(), plane.warm_running() == slots - 1)[-1],
+                    timeout=60, what="the other kept actors running")
+        # another controller claimed an attempt and stopped before its actor had a slot
+        other._placed("APP-41", 1)
+        pending = Claims(PROJECT).holder(targets[1])
+        assert pending is not None and pending not in kept
+
+        def placed() -> bool:
+            plane.list_windows()  # the tick's look: it finds the claimed attempt ...
+            plane.free_slots()  # ... waiting for a slot: the kept actors give theirs up
+            with contextlib.suppress(HostUnavailable):  # not placed within the call's time
+                return plane.attempt(targets[1]).where().node != ""
+            return False
+
+        retry_until(placed, timeout=60, what="the waiting attempt placed")
+        assert not kept_names() - {Claims(PROJECT).holder(t) for t in targets}
+    finally:
+        for target in targets:
+            plane.kill_window(target)
+        plane.close()
+        probe.close()
+
+
+def test_threads_that_reach_the_cluster_at_once_connect_once(
+        ray_cluster: Any, remote: Path) -> None:
+    """Seen after a controller's restart: its first tick failed with Ray's "Perhaps you
+    called ray.init twice by accident?", two of its threads (the tick's look, the
+    carrier's) having connected at once."""
+    import subprocess
+    import sys
+
+    script = f"""
+import threading
+from ralph_dev.hosts.ray.plane import RayPlane
+plane = RayPlane({PROJECT!r}, address={ray_cluster[0].address!r}, remote={str(remote)!r},
+                 namespace={NAMESPACE!r})
+failed = []
+def look():
+    try:
+        plane.list_windows()
+    except BaseException as exc:
+        failed.append(repr(exc))
+threads = [threading.Thread(target=look) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert not failed, failed
+plane.close()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

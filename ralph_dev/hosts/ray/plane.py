@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import logging
 import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -219,6 +220,7 @@ class RayPlane:
         self.start_timeout = start_timeout
         self.place_timeout = place_timeout
         self._connected_here = False
+        self._connecting = threading.Lock()
         self._node_of: dict[str, str] = {}
         """Each attempt's node (actor name → Ray node id), as it answered."""
         self._slots_asked: int | None = None
@@ -253,11 +255,14 @@ class RayPlane:
                    autoscaled=settings.cluster.max_hosts is not None)
 
     def _connect(self) -> None:
-        if not ray.is_initialized():
-            check_reachable(self.address)
-            ray.init(address=self.address, namespace=self.namespace, log_to_driver=False,
-                     logging_level=logging.WARNING)
-            self._connected_here = True
+        # the tick's look, the actuator and the carrier's threads all start here: one
+        # connects, the others wait for it (Ray refuses a second `ray.init`)
+        with self._connecting:
+            if not ray.is_initialized():
+                check_reachable(self.address)
+                ray.init(address=self.address, namespace=self.namespace,
+                         log_to_driver=False, logging_level=logging.WARNING)
+                self._connected_here = True
 
     def _get(self, ref: Any, timeout: float | None = None) -> Any:
         try:
@@ -381,7 +386,10 @@ class RayPlane:
         running = self._running(target)
         if running is not None:
             return running
-        kept = self._pool.take(Counter(self._node_of.values()), self._lost_now())
+        # one kept actor still starting holds its slot already: it is waited for (a new
+        # actor would wait for a slot it holds)
+        kept = self._pool.take(Counter(self._node_of.values()), self._lost_now(),
+                               wait=self.place_timeout)
         actor_name = kept[0] if kept else kept_name(self.project)
         try:
             if self._claims.claim(target, actor_name) is not None:  # placed meanwhile
@@ -527,8 +535,7 @@ class RayPlane:
         unheld = {node: int(resources.get(cluster.SLOT_RESOURCE, 0))
                   for node, resources in free.items() if node not in lost}
         kept = Counter(self._pool.ready(lost).values())  # their slots are a spawn's to take
-        self._pool.refill(sum(unheld.values()),
-                          keep=not self.autoscaled or bool(self._slots_asked))
+        self._pool.refill(sum(unheld.values()), keep=self._keep_warm())
         if not kept:
             return sum(unheld.values())
         # Ray hears of a slot a kept actor took a moment after the actor runs: a node
@@ -542,6 +549,15 @@ class RayPlane:
         return sum(min(unheld.get(node, 0) + kept[node],
                        int(total.get(node, {}).get(cluster.SLOT_RESOURCE, 0)) - running[node])
                    for node in {*unheld, *kept})
+
+    def _keep_warm(self) -> bool:
+        """Whether actors are kept warm now: not while an autoscaled cluster is asked for
+        nothing (its idle hosts must go), and not while an attempt of this project waits
+        for a slot one of them holds (one placed by a controller that stopped mid-spawn)."""
+        if self.autoscaled and not self._slots_asked:
+            return False
+        unplaced = any(target not in self._node_of for target in self._actor_of)
+        return not (unplaced and self._slot_wanted())
 
     def warm_running(self) -> int:
         """Actors kept warm that run now (``cluster.warm``)."""

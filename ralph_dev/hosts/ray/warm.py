@@ -146,10 +146,16 @@ class WarmPool:
         self._kept[name] = Kept(actor=actor, placed=actor.where.remote(),
                                 since=time.monotonic())
 
-    def take(self, busy: Counter[str], lost: Iterable[str] = ()) -> tuple[str, Any] | None:
+    def take(self, busy: Counter[str], lost: Iterable[str] = (), *, wait: float = 0.0
+             ) -> tuple[str, Any] | None:
         """A running kept actor, from the node with the fewest of ``busy`` (spread, as
-        Ray's SPREAD places a new one); None when none runs yet."""
+        Ray's SPREAD places a new one); while none runs but some start, the first up
+        within ``wait`` seconds; None when none does."""
         ready = self.ready(lost)
+        starting = [k.placed for k in self._kept.values() if k.node is None]
+        if not ready and starting and wait > 0:
+            ray.wait(starting, num_returns=1, timeout=wait)
+            ready = self.ready(lost)
         if not ready:
             return None
         name = min(ready, key=lambda n: (busy[ready[n]], self._kept[n].since))
