@@ -452,10 +452,13 @@ def attach_fake_linear(swarm: Swarm, root: Path, *, project: str = "Alpha",
 DEMO_AGENT_MODULE = b"ralph_dev.devtools.demo_agent"
 
 
-def live_agents() -> dict[str, set[int]]:
-    """Every demo agent running on this machine now, by issue, whichever node or network
-    namespace it runs in: the agent's own process (``python -m
-    ralph_dev.devtools.demo_agent ISSUE ROLE``), not a sandbox or shell around it."""
+def live_agents(locks: Path) -> dict[str, set[int]]:
+    """Every demo agent of the swarm whose agents lock in ``locks``
+    (:meth:`Swarm.lock_agents`) running on this machine now, by issue, whichever node or
+    network namespace it runs in: the agent's own process (``python -m
+    ralph_dev.devtools.demo_agent ISSUE ROLE``), not a sandbox or shell around it. Other
+    tests' swarms, running beside this one, have agents of the same issues."""
+    mine = f"RALPH_DEV_DEMO_LOCKS={locks}".encode()
     found: dict[str, set[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -463,10 +466,13 @@ def live_agents() -> dict[str, set[int]]:
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state == "Z" or len(argv) <= 3 or argv[1:3] != [b"-m", DEMO_AGENT_MODULE]:
+                continue
+            if mine not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
         except (OSError, IndexError):
             continue
-        if state != "Z" and len(argv) > 3 and argv[1:3] == [b"-m", DEMO_AGENT_MODULE]:
-            found.setdefault(argv[3].decode(errors="replace"), set()).add(int(entry.name))
+        found.setdefault(argv[3].decode(errors="replace"), set()).add(int(entry.name))
     return found
 
 

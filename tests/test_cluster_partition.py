@@ -83,7 +83,7 @@ class Watch:
 
     def look(self) -> None:
         at = self.now()
-        agents = live_agents()
+        agents = live_agents(self.swarm.lock_agents())
         for issue, pids in agents.items():
             for pid in pids:
                 self.issue_of[pid] = issue
@@ -175,8 +175,8 @@ def test_a_node_cut_off_from_the_controller_stops_its_agents_before_their_next_a
     swarm.start()
     # the node in the namespace is the only one with slots: both first attempts run there
     waited(swarm, lambda: running_on(swarm, cut_node) == set(idents)
-           and set(live_agents()) >= set(idents), 180, "both agents on the node to cut")
-    first = {issue: pids for issue, pids in live_agents().items() if issue in idents}
+           and set(live_agents(locks)) >= set(idents), 180, "both agents on the node to cut")
+    first = {issue: pids for issue, pids in live_agents(locks).items() if issue in idents}
     # where the next attempts go: a node on this machine's end of the pair
     made.add_node(num_cpus=1, resources={SLOT_RESOURCE: 2}, node_ip_address=netns.host_ip,
                   env_vars=node_env(made.hosts, 2, {k: v for k, v in os.environ.items()

@@ -87,10 +87,10 @@ def test_a_restarted_controller_adopts_its_running_attempt_and_renews_its_lease(
     def working() -> bool:
         workers = [w for w in swarm.status()["workers"] if w["issue"] == ident]
         return bool(workers and workers[0].get("node") and workers[0]["state"] == "running"
-                    and ident in live_agents())
+                    and ident in live_agents(locks))
 
     wait_for(working, 180, "the agent working on a node")
-    (agent,) = live_agents()[ident]
+    (agent,) = live_agents(locks)[ident]
     wait_for(lambda: renewed_at(swarm, ident), 30, "the carrier's first renewal")
     old = controller_pid(swarm)
     assert old is not None
@@ -107,7 +107,7 @@ def test_a_restarted_controller_adopts_its_running_attempt_and_renews_its_lease(
 
     def look() -> bool:
         now = time.monotonic() - killed_at
-        agents = live_agents().get(ident, set())
+        agents = live_agents(locks).get(ident, set())
         assert agents <= {agent}, f"another agent of {ident}: {agents} (the first: {agent})"
         assert not list(locks.glob("*.TWICE"))
         if agent in agents:
