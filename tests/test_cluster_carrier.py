@@ -426,3 +426,93 @@ def test_a_worker_done_waiting_on_an_attempt_that_stops_itself_learns_it_is_supe
         assert there.refuse_waiting("again", wait=0) == []  # answered once
     finally:
         there.close()
+
+
+def _pauses_of(carrier: MailboxCarrier) -> list[tuple[int, float]]:
+    """Each wait the carrier chose (attempt, seconds), taken at once: what it waits
+    is the point, not the waiting."""
+    chosen: list[tuple[int, float]] = []
+
+    async def pause(name: str, attempt: int, seconds: float) -> None:
+        chosen.append((attempt, seconds))
+        await asyncio.sleep(0.005)
+
+    carrier._pause = pause  # type: ignore[method-assign]
+    return chosen
+
+
+def test_a_new_attempt_owes_nothing_of_its_predecessors_backoff(tmp_path: Path) -> None:
+    """Seen on a cluster that lost a node: the lost attempt's calls failed for a while,
+    and its issue's next attempts, each refusing a first call before it was placed,
+    waited the whole backoff carried over from it (30 s): longer than the 22.5 s an
+    attempt waits to hear from the controller. Each stopped itself as superseded, the
+    next started, and the issue never finished."""
+    from ralph_dev.core.errors import HostUnavailable
+    from ralph_dev.core.policy import RetryPolicy
+
+    here = _run_dir(tmp_path / "controller" / "run")
+    current = {"attempt": 1}
+    calls: list[int] = []
+    retry = RetryPolicy(initial=1.0, backoff=2.0, cap=30.0)
+
+    def exchange(issue: str, attempt: int, files: dict[str, bytes],
+                 answers: dict[str, bytes], taken: list[str], wait: float) -> dict[str, bytes]:
+        calls.append(attempt)
+        if attempt == 1 or calls.count(attempt) == 1:  # lost; then not placed yet
+            raise HostUnavailable(f"{issue}: attempt {attempt}: no such worker")
+        return {}
+
+    async def scenario() -> list[tuple[int, float]]:
+        carrier = MailboxCarrier(lambda name: here, _Controller(here).hear, exchange,
+                                 lambda name: current["attempt"], retry=retry)
+        chosen = _pauses_of(carrier)
+        await carrier.listen(["APP-1"])
+        deadline = time.monotonic() + 10
+        while calls.count(1) < 8:
+            assert time.monotonic() < deadline, "the lost attempt was not called"
+            await asyncio.sleep(0.01)
+        current["attempt"] = 2
+        while calls.count(2) < 3:
+            assert time.monotonic() < deadline, "the new attempt was not called"
+            await asyncio.sleep(0.01)
+        await carrier.close()
+        return chosen
+
+    chosen = asyncio.run(scenario())
+    assert max(s for a, s in chosen if a == 1) == retry.cap  # the lost one backed off
+    assert [s for a, s in chosen if a == 2] == [retry.initial]  # the new one starts over
+
+
+def test_a_carrier_backing_off_calls_again_before_its_attempts_lease_runs_out(
+        tmp_path: Path) -> None:
+    """A host cut off for a while and back: its attempt hears from the controller before
+    it stops itself, however long the calls failed."""
+    from ralph_dev.core.errors import HostUnavailable
+    from ralph_dev.hosts.node.worker import LEASE_STOP
+    from ralph_dev.hosts.ray.carrier import carry_retry
+
+    here = _run_dir(tmp_path / "controller" / "run")
+    calls: list[int] = []
+    lease = 30.0
+
+    def exchange(issue: str, attempt: int, files: dict[str, bytes],
+                 answers: dict[str, bytes], taken: list[str], wait: float) -> dict[str, bytes]:
+        calls.append(attempt)
+        raise HostUnavailable(f"{issue}: its host does not answer")
+
+    async def scenario() -> list[tuple[int, float]]:
+        carrier = MailboxCarrier(lambda name: here, _Controller(here).hear, exchange,
+                                 lambda name: 1, retry=carry_retry(lease))
+        chosen = _pauses_of(carrier)
+        await carrier.listen(["APP-1"])
+        deadline = time.monotonic() + 10
+        while len(calls) < 12:
+            assert time.monotonic() < deadline, "no calls"
+            await asyncio.sleep(0.01)
+        await carrier.close()
+        return chosen
+
+    chosen = asyncio.run(scenario())
+    longest = max(seconds for _, seconds in chosen)
+    assert 1.0 < longest <= lease * LEASE_STOP / 3  # backed off, and calls again in time
+    assert carry_retry(0).cap == 30.0  # no lease: the usual backoff

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -32,6 +33,7 @@ from ralph_dev.adapters.files import atomic_write_bytes, read_bytes
 from ralph_dev.core.errors import RalphError
 from ralph_dev.core.policy import RetryPolicy
 from ralph_dev.hosts.node.mailbox import CONTROLLER_FILES
+from ralph_dev.hosts.node.worker import LEASE_STOP
 from ralph_dev.hosts.ray.ledger import LedgerCopy
 
 log = structlog.get_logger(__name__)
@@ -52,6 +54,20 @@ CARRY_RETRY = RetryPolicy(initial=1.0, backoff=2.0, cap=30.0)
 """The wait before the next exchange after ones that failed in a row (a host that
 does not answer, an attempt not started yet, one that ended)."""
 
+LEASE_CALLS = 4
+"""Calls a backing-off carrier still makes within the part of a lease its attempt waits
+before it stops itself (``LEASE_STOP``): a host back from a cut hears from the
+controller before its attempt gives up."""
+
+
+def carry_retry(lease: float) -> RetryPolicy:
+    """:data:`CARRY_RETRY`, its longest wait short enough that an attempt with this
+    ``lease`` (0: none) is called again in time (``LEASE_CALLS``)."""
+    if lease <= 0:
+        return CARRY_RETRY
+    return dataclasses.replace(CARRY_RETRY,
+                               cap=min(CARRY_RETRY.cap, lease * LEASE_STOP / LEASE_CALLS))
+
 Hear = Callable[[str, str], Awaitable[mailbox.Answer | None]]
 Renewed = Callable[[str, int, datetime], None]
 """An attempt's host answered a call sent then: its lease runs from there."""
@@ -67,7 +83,7 @@ class MailboxCarrier:
     def __init__(self, run_dir: Callable[[str], Path], hear: Hear, exchange: Exchange,
                  attempt_of: Callable[[str], int], wake: Callable[[], None] = lambda: None,
                  renewed: Renewed = lambda name, attempt, at: None,
-                 ledger: LedgerCopy | None = None) -> None:
+                 ledger: LedgerCopy | None = None, retry: RetryPolicy = CARRY_RETRY) -> None:
         self.run_dir = run_dir
         self.hear = hear
         self.exchange = exchange
@@ -79,6 +95,8 @@ class MailboxCarrier:
         host), with when it was sent."""
         self.ledger = ledger
         """Brings each worker's egress ledger here (``agent.network = "allowlist"``)."""
+        self.retry = retry
+        """The waits between failed calls (``carry_retry``: within the attempts' lease)."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._pool = ThreadPoolExecutor(CARRIER_THREADS, thread_name_prefix="carrier")
 
@@ -115,8 +133,8 @@ class MailboxCarrier:
         loop = asyncio.get_running_loop()
         while True:
             current = self.attempt_of(name)
-            if current != attempt:  # a new attempt's host has none of it
-                attempt, sent, answered, taken = current, {}, set(), []
+            if current != attempt:  # a new attempt's host has none of it, and owes no wait
+                attempt, sent, answered, taken, failures = current, {}, set(), [], 0
             run = self.run_dir(name)
             # a file is read only once it changed (every write replaces it): change.diff
             # may hold megabytes, and this loop turns every few seconds per worker
@@ -135,7 +153,7 @@ class MailboxCarrier:
             except RalphError as exc:
                 failures += 1
                 log.debug("carrier_waits", issue=name, attempt=attempt, error=str(exc))
-                await self._pause(name, attempt, CARRY_RETRY.delay(failures))
+                await self._pause(name, attempt, self.retry.delay(failures))
                 continue
             failures = 0
             self.renewed(name, attempt, sent_at)

@@ -32,7 +32,7 @@ from ralph_dev.core.ports import Hear, WorkerChanges, WorkerMailboxes, Workspace
 from ralph_dev.hosts import bundle as launch_bundle
 from ralph_dev.hosts.bundle import SESSIONS, SHIPPED_ROOT
 from ralph_dev.hosts.hooks import HookFailed, Hooks
-from ralph_dev.hosts.ray.carrier import MailboxCarrier
+from ralph_dev.hosts.ray.carrier import MailboxCarrier, carry_retry
 from ralph_dev.hosts.ray.ledger import CARRIED, LedgerCopy
 from ralph_dev.hosts.ray.plane import AttemptCalls, RayPlane
 from ralph_dev.hosts.ray.work import PushedWork, remote_named
@@ -114,7 +114,7 @@ class RayHost:
                 self.lease_renewed(issue, sent_at)
 
         return MailboxCarrier(run_dir, hear, exchange, attempt_of, renewed=renewed,
-                              ledger=self.ledgers)
+                              ledger=self.ledgers, retry=carry_retry(self.plane.lease))
 
     def _read_ledger(self, issue: str, attempt: int, position: int, limit: int
                      ) -> tuple[bytes, int]:
