@@ -7,12 +7,14 @@ Three runs of the real daemon, controller, tmux, jj and verify processes:
    ``worker done`` to the last change in trunk, one at a time (``merge.max_batch = 1``)
    and batched (the default);
 2. **bisection**: a batch of eight with one bad change (the lane's verify fails with it
-   in trunk): the verifies the lane spends from that batch's first verify to the bad
-   change going back, and that the seven others land;
+   in trunk): the rounds and verifies the lane spends, and the seconds, from that
+   batch's first verify to the bad change going back, and that the seven others land;
+   one verify at a time, and with ``merge.parallel_verifies`` of each ``--parallel``;
 3. **hearing**: the time from a person's ``ralph:hold`` on a running worker to that
    worker being stopped, while another change's 60-second verify runs.
 
     python benchmarks/merge_lane.py [--changes 6] [--verify 15] [--hold-verify 60]
+                                    [--parallel 1 3]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -45,15 +48,16 @@ def when(event: dict[str, Any]) -> float:
 
 @contextmanager
 def swarm_of(jj_bin: str, tasks: int, verify: str, *, batch: int | None = None,
-             script: dict[str, str] | None = None) -> Iterator[Swarm]:
+             parallel: int = 1, script: dict[str, str] | None = None) -> Iterator[Swarm]:
     with tempfile.TemporaryDirectory(prefix="ralph-lane-") as tmp:
         socket = f"ralph-lane-{uuid.uuid4().hex[:8]}"
         swarm = Swarm.create(Path(tmp), jj_bin, socket, max_workers=tasks, verify=verify,
                              timing={"stall_timeout": 600, "restart_timeout": 600})
-        if batch is not None:
-            swarm.config_file.write_text(swarm.config_file.read_text()
-                                         + f"\n[projects.{swarm.project}.merge]\n"
-                                           f"max_batch = {batch}\n")
+        merge = {**({"max_batch": batch} if batch is not None else {}),
+                 "parallel_verifies": parallel}
+        swarm.config_file.write_text(swarm.config_file.read_text()
+                                     + f"\n[projects.{swarm.project}.merge]\n"
+                                     + "".join(f"{k} = {v}\n" for k, v in merge.items()))
         swarm.script.update(script or {})
         swarm.write_script()
         swarm.import_plan("".join(f'[[task]]\ntitle = "T{n}"\n' for n in range(tasks)))
@@ -77,15 +81,28 @@ def makespan(jj_bin: str, changes: int, verify: float, batch: int | None) -> tup
         return last_in - last_done, len(events_of(swarm, "merge_verify_started"))
 
 
-def bisection(jj_bin: str) -> tuple[int, int, list[int]]:
+@dataclass(frozen=True)
+class Bisected:
+    size: int
+    """The batch the bad change was first verified in."""
+    rounds: int
+    """The lane's runs from that batch's first to the bad change going back."""
+    verifies: int
+    """Their verify processes (a run's own and those beside it)."""
+    seconds: float
+    """From that batch's first verify starting to the bad change going back."""
+    sizes: list[list[int]]
+    """Each round's prefixes verified."""
+
+
+def bisection(jj_bin: str, parallel: int) -> Bisected:
     """A first change whose 20 s verify lets eight more finish behind it, one of which
-    (the fifth) breaks the lane's verify: (batch size, verifies spent on that batch until
-    the bad change went back, changes landed)."""
+    (the fifth) breaks the lane's verify (a 3 s one)."""
     bad = "DEMO-6"
-    check = f"sleep 1; ! test -e changes/{bad}.txt"
+    check = f"sleep 3; ! test -e changes/{bad}.txt"
     verify = lane_only(f"if test -e changes/DEMO-2.txt; then {check}; else sleep 20; fi")
     script = {"DEMO-1": "work:0.2", **{f"DEMO-{n}": "work:2" for n in range(2, 10)}}
-    with swarm_of(jj_bin, 9, verify, script=script) as swarm:
+    with swarm_of(jj_bin, 9, verify, script=script, parallel=parallel) as swarm:
         wait_for(lambda: events_of(swarm, "merge_sent_back", bad), 300, f"{bad} sent back")
         wait_for(lambda: len(events_of(swarm, "merge_verified")) == 8, 120,
                  "the eight good changes in trunk")
@@ -93,7 +110,9 @@ def bisection(jj_bin: str) -> tuple[int, int, list[int]]:
         first = next(e for e in runs if bad in e.get("batch", ()))
         back = when(events_of(swarm, "merge_sent_back", bad)[0])
         spent = [e for e in runs if when(first) <= when(e) <= back]
-        return len(first["batch"]), len(spent), [len(e.get("batch", ())) for e in spent]
+        sizes = [e.get("at_once") or [len(e.get("batch", ()))] for e in spent]
+        return Bisected(len(first["batch"]), len(spent), sum(map(len, sizes)),
+                        back - when(first), sizes)
 
 
 def hearing(jj_bin: str, verify: float) -> float:
@@ -118,6 +137,8 @@ def main() -> None:
     parser.add_argument("--verify", type=float, default=15)
     parser.add_argument("--hold-verify", type=float, default=60)
     parser.add_argument("--only", choices=("makespan", "bisection", "hearing"))
+    parser.add_argument("--parallel", type=int, nargs="+", default=[1, 3],
+                        help="merge.parallel_verifies of each bisection run")
     args = parser.parse_args()
     from ralph_dev.adapters.jj_cli import find_jj
 
@@ -135,9 +156,12 @@ def main() -> None:
               f"{batched:.1f}s ({verifies_batched} verifies)")
 
     def bisect() -> None:
-        size, spent, batches = bisection(jj_bin)
-        print(f"one bad change in a batch of {size}: {spent} verifies to send it back "
-              f"(batch sizes {batches}; the others landed)")
+        for parallel in args.parallel:
+            found = bisection(jj_bin, parallel)
+            print(f"one bad change in a batch of {found.size}, parallel_verifies = "
+                  f"{parallel}: {found.rounds} rounds, {found.verifies} verifies, "
+                  f"{found.seconds:.1f}s to send it back (prefixes verified each round: "
+                  f"{found.sizes}; the others landed)")
 
     def hear() -> None:
         delay = hearing(jj_bin, args.hold_verify)

@@ -58,6 +58,7 @@ from ralph_dev.core.model import (
     LaneRun,
     Observed,
     Pause,
+    Probe,
     StateType,
     Window,
     WorkerRecord,
@@ -176,7 +177,9 @@ def apply(plan: Plan, observed: Observed, now: datetime, labels: Labels) -> Obse
         if isinstance(action, VerifyMerge):
             lane = LaneRun(id=f"run-{len(plan.actions)}", kind="merge", state="running",
                            base=action.base or trunk or "", batch=action.batch,
-                           size=action.size, good=action.good, bad=action.bad, started_at=now)
+                           size=action.size, good=action.good, bad=action.bad, started_at=now,
+                           also=tuple(Probe(size, f"run-{len(plan.actions)}-{size}", "running")
+                                      for size in action.also))
         if isinstance(action, VerifyTrunk):
             lane = LaneRun(id="trunk-run", kind="trunk", state="running", base=action.commit,
                            after=action.after, started_at=now)

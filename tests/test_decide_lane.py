@@ -12,8 +12,8 @@ from contract import apply as contract_apply
 from test_decide import NOW, issue, rec, run, settings, steps, win, world
 
 from ralph_dev.core.actions import Merge, SendBack, TrunkVerified, VerifyMerge, VerifyTrunk
-from ralph_dev.core.config import Labels, MergeSettings
-from ralph_dev.core.model import LaneRun, Observed, Workspace
+from ralph_dev.core.config import Labels, Limits, MergeSettings, ProjectSettings
+from ralph_dev.core.model import LaneRun, Observed, Probe, Resources, Workspace
 
 VERIFIED = settings(verify_command="make test")
 TRUNK = "t" * 40
@@ -196,3 +196,105 @@ def test_a_bisection_step_touches_every_workspace_its_batch_rebases() -> None:
     step = VerifyMerge("DEMO-2", "bisecting", batch=("DEMO-2", "DEMO-3", "DEMO-5"), size=1)
     assert step.issues() == ("DEMO-2",)  # a failure stops only the verified prefix
     assert step.touches() == ("DEMO-2", "DEMO-3", "DEMO-5")
+
+
+ROOMY = Resources(free_memory_mb=64_000, free_disk_mb=64_000, load_per_cpu=0.0, cpus=8)
+
+
+def parallel(count: int, **merge: object) -> ProjectSettings:
+    return settings(verify_command="make test",
+                    merge=MergeSettings(parallel_verifies=count, **merge))  # type: ignore[arg-type]
+
+
+def outcome_of(step: VerifyMerge, number: int, bad_one: int) -> LaneRun:
+    """What the lane's processes found of ``step``: a prefix fails when it holds the
+    change ``bad_one`` (0: none does)."""
+    def state(size: int) -> str:
+        return "failed" if bad_one and bad_one <= size else "passed"
+
+    return LaneRun(id=f"run-{number}", kind="merge", state=state(step.size), base=TRUNK,
+                   batch=step.batch, size=step.size, good=step.good, bad=step.bad,
+                   bad_run=step.bad_run or None, good_commit=step.good_commit or None,
+                   checkout_commit=f"commit-{number}-{step.size}",
+                   also=tuple(Probe(size, f"run-{number}-{size}", state(size),
+                                    f"commit-{number}-{size}") for size in step.also))
+
+
+def test_a_batch_is_verified_with_its_half_at_once_when_the_host_has_room() -> None:
+    obs = dataclasses.replace(done(*range(1, 9)), resources=ROOMY)
+    [start] = run(obs, parallel(2)).actions
+    assert isinstance(start, VerifyMerge) and (start.size, start.also) == (8, (4,))
+    assert "and the first 4 of them" in start.reason
+    [start] = run(obs, parallel(4)).actions
+    assert isinstance(start, VerifyMerge) and (start.size, start.also) == (8, (2, 4, 6))
+    [one] = run(obs, VERIFIED).actions  # the default: one verify at a time
+    assert isinstance(one, VerifyMerge) and one.also == ()
+
+
+@pytest.mark.parametrize(("have", "room"), [
+    (Resources(free_memory_mb=64_000, load_per_cpu=0.75, cpus=8), 2),  # 2 CPUs idle
+    (Resources(free_memory_mb=64_000, load_per_cpu=1.5, cpus=8), 1),  # none idle
+    (Resources(free_memory_mb=1024 + 2 * 1024 + 512, load_per_cpu=0.0, cpus=8), 2),
+    (Resources(free_memory_mb=1500, load_per_cpu=0.0, cpus=8), 1),
+    (Resources(), 4),  # figures the host cannot give bound nothing
+])
+def test_verifies_at_once_are_bounded_by_the_hosts_free_cpus_and_memory(
+        have: Resources, room: int) -> None:
+    obs = dataclasses.replace(done(*range(1, 9)), resources=have)
+    [start] = run(obs, parallel(4)).actions
+    assert isinstance(start, VerifyMerge) and len(start.also) + 1 == room
+
+
+def test_load_is_no_bound_when_the_person_set_no_load_limit() -> None:
+    busy = Resources(free_memory_mb=64_000, load_per_cpu=3.0, cpus=2)
+    obs = dataclasses.replace(done(*range(1, 9)), resources=busy)
+    s = dataclasses.replace(parallel(2), limits=Limits(max_workers=3, max_load_per_cpu=0))
+    [start] = run(obs, s).actions
+    assert isinstance(start, VerifyMerge) and start.also == (4,)
+
+
+@pytest.mark.parametrize("bad_one", range(1, 9))
+def test_with_room_for_three_a_bad_change_in_eight_is_found_in_two_rounds(bad_one: int
+                                                                         ) -> None:
+    obs = dataclasses.replace(done(*range(1, 9)), resources=ROOMY)
+    rounds, verifies, run_lane = 0, 0, None
+    verified_by: dict[int, str] = {}
+    for _ in range(6):
+        plan = run(dataclasses.replace(obs, lane=run_lane), parallel(3))
+        if any(isinstance(a, SendBack) for a in plan.actions):
+            break
+        [step] = [a for a in plan.actions if isinstance(a, VerifyMerge)]
+        rounds += 1
+        verifies += 1 + len(step.also)
+        run_lane = outcome_of(step, rounds, bad_one)
+        verified_by.update({p.size: p.run for p in run_lane.probes})
+    [back] = [a for a in plan.actions if isinstance(a, SendBack)]
+    assert back.issue == f"DEMO-{bad_one}"
+    assert back.run == verified_by[bad_one]  # the output of its prefix's verify goes back
+    landed = [a for a in plan.actions if isinstance(a, Merge)]
+    assert [a.issue for a in landed] == [f"DEMO-{n}" for n in range(1, bad_one)]
+    if landed:  # what lands is what a verify checked out, of exactly those changes
+        assert landed[0].verified.endswith(f"-{bad_one - 1}")
+    assert rounds <= 2 < 4 and verifies <= 6
+
+
+def test_a_verify_beside_the_batch_still_running_keeps_the_lane_waiting() -> None:
+    eight = tuple(range(1, 9))
+    running = lane(eight, "running", also=(Probe(4, "run-1-4", "running"),))
+    plan = run(dataclasses.replace(done(*eight), lane=running, resources=ROOMY), parallel(2))
+    assert not [a for a in plan.actions if isinstance(a, VerifyMerge | Merge | SendBack)]
+    lost = lane(eight, "lost", also=(Probe(4, "run-1-4", "lost"),))
+    [again] = run(dataclasses.replace(done(*eight), lane=lost, resources=ROOMY),
+                  parallel(2)).actions
+    assert isinstance(again, VerifyMerge) and (again.size, again.also) == (8, (4,))
+
+
+def test_a_green_batch_lands_whatever_its_half_found() -> None:
+    """A prefix that failed while the whole batch passed (a flaky suite): what passed
+    is what lands, the batch as it was verified."""
+    eight = tuple(range(1, 9))
+    passed = lane(eight, "passed", also=(Probe(4, "run-1-4", "failed", "d" * 40),))
+    plan = run(dataclasses.replace(done(*eight), lane=passed, resources=ROOMY), parallel(2))
+    assert [a for a in plan.actions if isinstance(a, SendBack)] == []
+    assert [a.issue for a in plan.actions if isinstance(a, Merge)] == \
+        [f"DEMO-{n}" for n in eight]

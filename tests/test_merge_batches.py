@@ -17,11 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from swarm_kit import Swarm, wait_for
 from test_failure_policy import in_process, tick
 
 from ralph_dev.adapters.store import from_iso
+from ralph_dev.control.state.status import load_schema
 
 pytestmark = pytest.mark.slow
 
@@ -187,3 +189,55 @@ def test_six_changes_done_together_reach_trunk_in_two_verifies_after_the_last_do
     finally:
         swarm.teardown()
 
+
+
+def test_with_parallel_verifies_a_batch_and_its_half_are_verified_at_once(
+        tmp_path: Path, jj_bin: str, tmux_socket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``merge.parallel_verifies = 2``: a batch of four is verified with its first two
+    beside it, two processes at once (each of the lane's verifies waits up to 5 s to
+    meet another); DEMO-3 breaks it (with DEMO-1), so the next round verifies only the
+    first three, and the two that passed land as the verify of two checked them out."""
+    shared = tmp_path / "shared"
+    meet = (f'case "$PWD" in */.ralph-lane*) here=$(mktemp {shared}/at/XXXXXX); i=0; '
+            f'while [ "$(ls {shared}/at | wc -l)" -lt 2 ] && [ $i -lt 50 ]; do sleep 0.1; '
+            f'i=$((i+1)); done; [ "$(ls {shared}/at | wc -l)" -ge 2 ] && touch {shared}/met; '
+            f'i=0; while [ ! -e {shared}/go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); '
+            f'done; rm -f "$here";; esac; ')
+    swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=4,
+                         verify=meet + "test ! -e changes/DEMO-1.txt "
+                                       "|| test ! -e changes/DEMO-3.txt",
+                         timing={"max_attempts": 3})
+    (shared / "at").mkdir()
+    swarm.config_file.write_text(swarm.config_file.read_text()
+                                 + "\n[projects.demo.merge]\nparallel_verifies = 2\n")
+    try:
+        swarm.import_plan("".join(f'[[task]]\ntitle = "{t}"\n' for t in "ABCD"))
+        ctl = in_process(swarm, monkeypatch)
+        red_until_released(ctl, swarm)
+        wait_for(lambda: (tick(ctl), len(events_of(swarm, "worker_done")) == 4)[1], 120,
+                 "all four done and waiting behind the red trunk")
+        ctl.store.paths.trunk_red_file.unlink()
+        wait_for(lambda: (tick(ctl), (shared / "met").exists())[1], 60,
+                 "the batch's verify and its half's running at once")
+        doc = swarm.status()  # what a person sees of it
+        jsonschema.Draft202012Validator(load_schema()).validate(doc)
+        shown = doc["lane"]
+        assert shown["parallel_verifies"] == 2 and shown["state"] == "running"
+        assert shown["run"]["at_once"] == [{"size": 2, "state": "running", "exit_code": None}]
+        assert "its first 2 verified beside it" in shown["run"]["step"]
+        assert "its first 2 verified beside it" in swarm.cli("status", swarm.project).stdout
+        (shared / "go").touch()
+        wait_for(lambda: (tick(ctl), bool(events_of(swarm, "merge_sent_back")))[1], 120,
+                 "the batch bisected and DEMO-3 sent back")
+        started = events_of(swarm, "merge_verify_started")
+        assert [(e["batch"], e.get("at_once")) for e in started] == [
+            (["DEMO-1", "DEMO-2", "DEMO-3", "DEMO-4"], [2, 4]),
+            (["DEMO-1", "DEMO-2", "DEMO-3"], None)]  # 2 rounds; one at a time takes 3
+        assert [e["issue"] for e in events_of(swarm, "merge_sent_back")] == ["DEMO-3"]
+        wait_for(lambda: (tick(ctl), {"changes/DEMO-1.txt", "changes/DEMO-2.txt"}
+                          <= set(swarm.trunk_files()))[1], 30, "DEMO-1 and DEMO-2 landed")
+        assert "changes/DEMO-3.txt" not in swarm.trunk_files()
+        landed = events_of(swarm, "merge_verified")
+        assert {tuple(e["batch"]) for e in landed} == {("DEMO-1", "DEMO-2")}
+    finally:
+        swarm.teardown()

@@ -1,4 +1,4 @@
-"""What the host has free: memory, disk for the workspaces, load per CPU.
+"""What the host has free: memory, disk for the workspaces, load per CPU, and its CPUs.
 
 Other orchestrators' users report hosts driven out of memory by agents (OOM kills,
 hundreds of processes); ``decide`` pauses dispatch while a figure is short of its
@@ -37,4 +37,4 @@ def sample(workspaces: Path) -> Resources:
         load: float | None = os.getloadavg()[0] / (os.cpu_count() or 1)
     except OSError:
         load = None
-    return Resources(memory, disk, load)
+    return Resources(memory, disk, load, os.cpu_count())

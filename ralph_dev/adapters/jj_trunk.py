@@ -24,7 +24,17 @@ worker workspace name, and list_workspaces leaves it out (like every dotted one)
 
 LANE_WORKSPACE = "ralph-lane"
 """jj workspace where the merge lane checks out a batch of changes together to verify
-them (``<root>/.ralph-lane``, left out of list_workspaces like the trunk's)."""
+them (``<root>/.ralph-lane``, left out of list_workspaces like the trunk's); its
+verifies beside it (``merge.parallel_verifies``) have ``ralph-lane-1`` and on."""
+
+
+def lane_workspace(slot: int) -> str:
+    """The lane's checkout for its ``slot``-th verify at once (0: the batch's own)."""
+    return LANE_WORKSPACE if slot == 0 else f"{LANE_WORKSPACE}-{slot}"
+
+
+def is_lane_workspace(name: str) -> bool:
+    return name == LANE_WORKSPACE or name.startswith(f"{LANE_WORKSPACE}-")
 
 
 class JjTrunk:
@@ -89,28 +99,31 @@ class JjTrunk:
             self._check_out(path, [self.revset])
         return path
 
-    def lane_checkout(self, heads: Sequence[str]) -> tuple[Path, str]:
+    def lane_checkout(self, heads: Sequence[str], slot: int = 0) -> tuple[Path, str]:
         """A directory holding the changes ``heads`` (each rebased onto trunk) together:
         a merge of them, checked out in a workspace of ralph-dev's own (the merge lane's
-        verify of a batch); with the commit checked out."""
+        verify of a batch; ``slot``: which of the lane's verifies at once); with the
+        commit checked out."""
         revs = [quote_revset(h) for h in heads]
-        path = self._scratch_workspace(LANE_WORKSPACE, revs[0])
+        name = lane_workspace(slot)
+        path = self._scratch_workspace(name, revs[0])
         if path is None:
-            path = (self.home.root / f".{LANE_WORKSPACE}").resolve()
+            path = (self.home.root / f".{name}").resolve()
         self._check_out(path, revs)
         commit = self.cli.run("log", "--no-graph", "-r", "@", "-T", "commit_id",
                               cwd=path).check().stdout.strip()
         return path, commit
 
     def release_lane(self) -> None:
-        """The lane's checkout back on trunk: no commit of ralph-dev's sits on top of a
+        """The lane's checkouts back on trunk: no commit of ralph-dev's sits on top of a
         change that goes back to its worker, or that lands."""
-        path = (self.home.root / f".{LANE_WORKSPACE}").resolve()
-        if LANE_WORKSPACE in self.home.listed() and path.is_dir():
-            self.home.snapshot(path)
-            if self.cli.count(f"@- & {self.revset}", path) == 0 \
-                    or self.cli.count("@ ~ empty()", path):
-                self._check_out(path, [self.revset])
+        for name in self.home.listed():
+            path = (self.home.root / f".{name}").resolve()
+            if is_lane_workspace(name) and path.is_dir():
+                self.home.snapshot(path)
+                if self.cli.count(f"@- & {self.revset}", path) == 0 \
+                        or self.cli.count("@ ~ empty()", path):
+                    self._check_out(path, [self.revset])
 
     def _scratch_workspace(self, name: str, revset: str) -> Path | None:
         """The path of ralph-dev's own workspace ``name``, snapshotted; None when it was

@@ -233,6 +233,9 @@ class VerifyMerge(Action):
     fetch: tuple[tuple[str, int], ...] = ()
     """Changes done on other hosts, each with the attempt whose final push comes into
     its workspace here before it is rebased (``decide``'s orders fill it in)."""
+    also: tuple[int, ...] = ()
+    """Shorter prefixes of the batch verified at once beside the first ``size``, each by
+    a process of its own (``merge.parallel_verifies``): speculative bisection steps."""
 
     def issues(self) -> tuple[str, ...]:
         return self.batch[:self.size]

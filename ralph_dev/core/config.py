@@ -208,6 +208,13 @@ class MergeSettings:
     """Changes ready to merge together that are verified together (the verified lane): a
     green batch lands at once, a red one is bisected to the change that broke it. 1: one
     change at a time."""
+    parallel_verifies: int = 1
+    """Verifies the lane runs at once: beside a batch's, its prefixes' speculatively, so a
+    red batch is bisected in fewer rounds (for long suites). Each one beyond the first
+    starts only while the host has a CPU free and ``verify_memory_mb`` free for it."""
+    verify_memory_mb: int = 1024
+    """Memory one verify takes, above ``limits.min_free_memory_mb``: how many run at once
+    is bounded by the host's free memory with it."""
 
 
 @dataclass(frozen=True)

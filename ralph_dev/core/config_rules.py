@@ -107,6 +107,10 @@ def validate(settings: ProjectSettings, where: str) -> None:
         raise bad("timing.max_attempts", "must be at least 1")
     if settings.merge.max_batch < 1:
         raise bad("merge.max_batch", "must be at least 1 (1: one change at a time)")
+    if settings.merge.parallel_verifies < 1:
+        raise bad("merge.parallel_verifies", "must be at least 1 (1: one verify at a time)")
+    if settings.merge.verify_memory_mb < 0:
+        raise bad("merge.verify_memory_mb", "must not be negative (0: memory bounds nothing)")
     if t.retry_cap < t.retry_base:
         raise bad("timing.retry_cap", "must not be smaller than timing.retry_base")
     if settings.agent.iteration_cap < 1:

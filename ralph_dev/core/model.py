@@ -414,6 +414,19 @@ class UsageWindow:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """One more verify of a lane run, beside its own (``merge.parallel_verifies``): the
+    first ``size`` changes of the run's batch, by a process of its own (run ``run``)."""
+
+    size: int
+    run: str
+    state: str
+    """As the run's own: ``running``, ``passed``, ``failed`` or ``lost``."""
+    checkout_commit: str | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
 class LaneRun:
     """The merge lane's verify as the controller last started it (one at a time), and
     what its process says now: a fact read each tick, while the verify runs beside the
@@ -429,8 +442,9 @@ class LaneRun:
     kind: str
     """``merge`` or ``trunk``."""
     state: str
-    """``running``; ``passed`` or ``failed`` once its process wrote its exit status;
-    ``lost`` when its process died without one (it is run again); ``void`` when the lane
+    """``running`` (while any of its verifies runs, ``also``'s too); ``passed`` or
+    ``failed`` once its process wrote its exit status; ``lost`` when its process (or one
+    of ``also``'s) died without one (it is run again); ``void`` when the lane
     found it no longer holds (trunk moved before it landed, a change under it changed);
     ``concluded`` once its outcome was taken (its batch landed, a change went back)."""
     base: str = ""
@@ -455,10 +469,20 @@ class LaneRun:
     batch's files differ from what was verified: one at a time is what always lands)."""
     after: tuple[str, ...] = ()
     """A trunk run after merges: the issues whose merge moved trunk to ``base``."""
+    also: tuple[Probe, ...] = ()
+    """Shorter prefixes of the batch verified at once beside it (each smaller than
+    ``size``): a red batch's bisection starts from what they found."""
 
     @property
     def finished(self) -> bool:
         return self.state in ("passed", "failed")
+
+    @property
+    def probes(self) -> tuple[Probe, ...]:
+        """Every verify of the run, its own first, each as a :class:`Probe` (once all
+        have finished, ``state`` is its own verify's)."""
+        return (Probe(self.size, self.id, self.state, self.checkout_commit, self.exit_code),
+                *self.also)
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -560,6 +584,7 @@ class Resources:
     free_memory_mb: float | None = None
     free_disk_mb: float | None = None
     load_per_cpu: float | None = None
+    cpus: int | None = None
 
 
 @dataclass(frozen=True)

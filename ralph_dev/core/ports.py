@@ -312,13 +312,13 @@ class Trunk(Protocol):
 
     def trunk_checkout(self) -> Path: ...
 
-    def lane_checkout(self, heads: Sequence[str]) -> tuple[Path, str]:
+    def lane_checkout(self, heads: Sequence[str], slot: int = 0) -> tuple[Path, str]:
         """A checkout of the changes ``heads`` together (the merge lane's batch), and the
-        commit it holds."""
+        commit it holds; ``slot``: which of the lane's verifies at once it is for."""
         ...
 
     def release_lane(self) -> None:
-        """The merge lane's checkout back on trunk."""
+        """The merge lane's checkouts back on trunk."""
         ...
 
 

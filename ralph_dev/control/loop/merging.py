@@ -34,7 +34,7 @@ import json
 import secrets
 import shutil
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,9 +49,10 @@ from ralph_dev.agent.launch import LAUNCH_SPEC, verify_env
 from ralph_dev.agent.sandbox import verify_wrapper
 from ralph_dev.core.actions import Merge, SendBack, TrunkVerified, VerifyMerge, VerifyTrunk
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.decide.lane import sizes_said
 from ralph_dev.core.environment import public_env
 from ralph_dev.core.errors import LaneStale, RalphError
-from ralph_dev.core.model import Issue, LaneRun, MergeResult, Role
+from ralph_dev.core.model import Issue, LaneRun, MergeResult, Probe, Role
 from ralph_dev.core.ports import PullRequests, Repository, work_bookmark
 from ralph_dev.core.text import output_block
 
@@ -147,7 +148,8 @@ class MergeLane:
     def _stop_current(self) -> None:
         data = self.load_run()
         if data is not None:
-            verify_runs.stop(self.run_dir(data["id"]))
+            for run in run_ids(data):
+                verify_runs.stop(self.run_dir(run))
 
     def _prune(self, keep: set[str]) -> None:
         """Run directories no run refers to any more go (their outcome was taken)."""
@@ -188,18 +190,29 @@ class MergeLane:
 
     # -- starting a verify ------------------------------------------------------
 
-    def _start(self, data: dict[str, Any], checkout: Path, issue: str | None) -> None:
-        """Write the run down, then start its verify command beside the loop: the command
-        from the controller's own config, with the variables ``worker done``'s verify had
-        for ``issue`` (``agent.launch.verify_env``), in the workers' sandbox (it runs code
-        workers wrote)."""
+    def _start(self, data: dict[str, Any],
+               verifies: Sequence[tuple[str, Path, str | None]]) -> None:
+        """Write the run down, then start each of its verifies beside the loop (``run``,
+        in ``checkout``, for ``issue``: the run's own first, then any at once beside it)."""
         command = self.settings.verify_command
         assert command, "the lane verifies only with a verify command configured"
+        data = {**data, "command": command, "checkout": str(verifies[0][1]),
+                "started_at": utcnow().isoformat()}
+        self._write_run(data)
+        self._prune({*run_ids(data), data.get("bad_run") or ""})
+        for run, checkout, issue in verifies:
+            self._launch(command, run, checkout, issue)
+
+    def _launch(self, command: str, run: str, checkout: Path, issue: str | None) -> None:
+        """Start the verify command as run ``run``: the command from the controller's own
+        config, with the variables ``worker done``'s verify had for ``issue``
+        (``agent.launch.verify_env``), in the workers' sandbox (it runs code workers
+        wrote)."""
         record = self.store.load_record(issue) if issue else None
         env = verify_env(self.settings, checkout, issue=issue,
                          role=record.role if record else Role.EXECUTE,
                          attempt=record.attempts if record else 0)
-        run_dir = self.run_dir(data["id"])
+        run_dir = self.run_dir(run)
         network = verify_network(self.settings, run_dir=run_dir, issue=issue, env=env)
         wrapper = verify_wrapper(self.settings, checkout, home=Path(env["HOME"]),
                                  network=network.bwrap_args if network else ())
@@ -207,15 +220,12 @@ class MergeLane:
         if network is not None and network.egress is not None:
             # behind an egress proxy of its own, started as a worker's is: by the launcher
             env = {**env, **network.env}
+            private_dir(run_dir)
             spec = run_dir / f"verify{LAUNCH_SPEC}"
             atomic_write_text(spec, json.dumps({"argv": argv, "cwd": str(checkout),
                                                 "env": public_env(env), "quiet": True,
                                                 "egress": network.egress}))
             argv = [sys.executable, "-m", "ralph_dev.launcher", str(spec)]
-        data = {**data, "command": command, "checkout": str(checkout),
-                "started_at": utcnow().isoformat()}
-        self._write_run(data)
-        self._prune({data["id"], data.get("bad_run") or ""})
         verify_runs.start(run_dir, argv, cwd=checkout, env=env,
                           wake=self.store.paths.heartbeat_file)
 
@@ -249,24 +259,47 @@ class MergeLane:
         if not batch:
             return self._only(outcome, action.issue)
         members = batch[:size]
+        run = new_run_id()
         data: dict[str, Any] = {
-            "id": new_run_id(), "kind": "merge", "batch": batch, "size": size,
+            "id": run, "kind": "merge", "batch": batch, "size": size,
             "heads": heads, "base": base, "good": good, "bad": bad,
             "bad_run": action.bad_run if bad else "",
             "good_commit": action.good_commit if good else ""}
-        if size == 1:
-            checkout = self.jj.workspaces.workspace_path(members[0])
-            data["checkout_commit"] = heads[members[0]]
+        # a change the preparation left out only shortens the batch: a prefix as long
+        # as what is left is the batch itself
+        sizes = [size, *sorted({n for n in action.also if 0 < n < size}, reverse=True)]
+        verifies, also = [], []
+        for slot, each in enumerate(sizes):
+            probe = run if slot == 0 else f"{run}-p{each}"
+            checkout, commit = await self._checkout(
+                [heads[n] for n in batch[:each]], batch[each - 1], slot)
+            verifies.append((probe, checkout, batch[each - 1]))
+            if slot == 0:
+                data["checkout_commit"] = commit
+            else:
+                also.append({"size": each, "run": probe, "checkout_commit": commit})
+        data["also"] = also
+        await asyncio.to_thread(self._start, data, verifies)
+        shown = sorted(sizes)
+        if bad:
+            step = (f"bisecting: the first {sizes_said(shown)} of {len(batch)}"
+                    f"{' at once' if len(shown) > 1 else ''} (known green: {good}, red: {bad})")
         else:
-            checkout, data["checkout_commit"] = await asyncio.to_thread(
-                self.jj.trunk.lane_checkout, [heads[n] for n in members])
-        await asyncio.to_thread(self._start, data, checkout, members[-1])
-        step = (f"bisecting: the first {size} of {len(batch)} (known green: {good}, red: {bad})"
-                if bad else f"a batch of {size}")
-        self.store.append_event("merge_verify_started", issue=members[0], run=data["id"],
+            step = f"a batch of {size}" + (f", its first {sizes_said(shown[:-1])} beside it"
+                                           if len(shown) > 1 else "")
+        self.store.append_event("merge_verify_started", issue=members[0], run=run,
                                 batch=members, of=batch if bad else None, step=step,
+                                at_once=shown if len(shown) > 1 else None,
                                 base=base[:12], reason=action.reason)
         return self._only(outcome, action.issue)
+
+    async def _checkout(self, heads: list[str], last: str, slot: int) -> tuple[Path, str]:
+        """Where the first changes of a batch (``heads``, the last one ``last``'s) are
+        verified together, and the commit checked out there: one change in its own
+        workspace, more merged in the lane's checkout for ``slot``."""
+        if len(heads) == 1:
+            return self.jj.workspaces.workspace_path(last), heads[0]
+        return await asyncio.to_thread(self.jj.trunk.lane_checkout, heads, slot)
 
     @staticmethod
     def _only(outcome: MergeOutcome, issue: str) -> MergeOutcome:
@@ -328,9 +361,9 @@ class MergeLane:
         await asyncio.to_thread(self._stop_current)
         checkout = await asyncio.to_thread(self.jj.trunk.trunk_checkout)
         commit = await asyncio.to_thread(self.jj.trunk.trunk_commit)
-        data = {"id": new_run_id(), "kind": "trunk", "base": commit,
-                "after": [a for a in action.after if a]}
-        await asyncio.to_thread(self._start, data, checkout, None)
+        data: dict[str, Any] = {"id": new_run_id(), "kind": "trunk", "base": commit,
+                                "after": [a for a in action.after if a]}
+        await asyncio.to_thread(self._start, data, [(data["id"], checkout, None)])
         (self.dir / DUE_FILE).unlink(missing_ok=True)
         self.store.append_event("trunk_verify_started", run=data["id"], commit=commit,
                                 after=data["after"] or None, reason=action.reason)
@@ -347,7 +380,7 @@ class MergeLane:
             tail += (f"\n[ralph-dev: the verify's network refused {', '.join(refused[:10])}: "
                      "a host it needs goes in agent.allow_hosts]")
         return {"command": self.settings.verify_command or "", "exit_code": status.exit_code,
-                "started_at": data.get("started_at") if data.get("id") == run else None,
+                "started_at": data.get("started_at") if run in run_ids(data) else None,
                 "duration_s": status.duration_s, "output_tail": tail}
 
     def send_back(self, action: SendBack) -> MergeOutcome:
@@ -490,7 +523,11 @@ def read_lane(lane_dir: Path) -> LaneRun | None:
             or "/" in data["id"] or data["id"].startswith("."):
         return None
     status = verify_runs.status(lane_dir / "runs" / data["id"])
+    also = tuple(_probe(lane_dir, each) for each in data.get("also") or ()
+                 if isinstance(each, dict) and _run_id_ok(each.get("run")))
+    states = {status.state, *(p.state for p in also)}
     state = "void" if data.get("void") else "concluded" if data.get("concluded") \
+        else "running" if "running" in states else "lost" if "lost" in states \
         else status.state
     return LaneRun(
         id=data["id"], kind=str(data.get("kind", "merge")), state=state,
@@ -503,7 +540,24 @@ def read_lane(lane_dir: Path) -> LaneRun | None:
         finished_at=from_iso(status.finished_at), exit_code=status.exit_code,
         why=data.get("void") or "; ".join(data.get("concluded") or ()) or None,
         limit=data.get("limit"),
-        after=tuple(data.get("after") or ()))
+        after=tuple(data.get("after") or ()), also=also)
+
+
+def _run_id_ok(run: object) -> bool:
+    return isinstance(run, str) and bool(run) and "/" not in run and not run.startswith(".")
+
+
+def _probe(lane_dir: Path, each: dict[str, Any]) -> Probe:
+    status = verify_runs.status(lane_dir / "runs" / each["run"])
+    return Probe(size=int(each.get("size", 0)), run=each["run"], state=status.state,
+                 checkout_commit=each.get("checkout_commit") or None,
+                 exit_code=status.exit_code)
+
+
+def run_ids(data: dict[str, Any]) -> list[str]:
+    """The run's own verify and each one beside it (``merge.parallel_verifies``)."""
+    return [data["id"], *(each["run"] for each in data.get("also") or ()
+                          if isinstance(each, dict) and _run_id_ok(each.get("run")))]
 
 
 def stop_lane(lane_dir: Path) -> bool:
@@ -512,7 +566,8 @@ def stop_lane(lane_dir: Path) -> bool:
     run = read_lane(lane_dir)
     if run is None or run.state != "running":
         return False
-    verify_runs.stop(lane_dir / "runs" / run.id)
+    for probe in run.probes:
+        verify_runs.stop(lane_dir / "runs" / probe.run)
     return True
 
 

@@ -37,6 +37,7 @@ from ralph_dev.control.state.disk import workspace_sizes
 from ralph_dev.control.state.pause_text import pause_entries
 from ralph_dev.control.state.sources import StateSources
 from ralph_dev.core.config import ProjectSettings
+from ralph_dev.core.decide.lane import sizes_said
 from ralph_dev.core.model import (
     CONTROLLER_WINDOW,
     Issue,
@@ -469,12 +470,21 @@ def _lane(settings: ProjectSettings, store: StateStore, waits: Mapping[str, Any]
     shown: dict[str, Any] | None = None
     if run is not None:
         bisecting = run.kind == "merge" and run.bad > 0
+        beside = sorted(p.size for p in run.also)
+        step = None
+        if bisecting:
+            sizes = [*beside, run.size]
+            step = (f"bisecting: the first {sizes_said(sizes)} of {len(run.batch)}"
+                    f"{' at once' if len(sizes) > 1 else ''} (the first {run.good} pass "
+                    f"together, the first {run.bad} fail)")
+        elif beside:
+            step = f"its first {sizes_said(beside)} verified beside it, should it fail"
         shown = {
             "id": run.id, "kind": run.kind, "state": run.state,
             "batch": list(run.members), "of": list(run.batch) if bisecting else None,
-            "step": (f"bisecting: the first {run.size} of {len(run.batch)} (the first "
-                     f"{run.good} pass together, the first {run.bad} fail)")
-            if bisecting else None,
+            "step": step,
+            "at_once": [{"size": p.size, "state": p.state, "exit_code": p.exit_code}
+                        for p in sorted(run.also, key=lambda p: p.size)] or None,
             "since": to_iso(run.started_at),
             "running_s": age(run.started_at, now) if run.state == "running" else None,
             "finished_at": to_iso(run.finished_at), "exit_code": run.exit_code,
@@ -489,6 +499,7 @@ def _lane(settings: ProjectSettings, store: StateStore, waits: Mapping[str, Any]
     return {
         "mode": mode,
         "max_batch": settings.merge.max_batch,
+        "parallel_verifies": settings.merge.parallel_verifies,
         "run": shown,
         "state": shown["state"] if shown else "idle",
         "batch": shown["batch"] if shown and shown["kind"] == "merge" else [],
