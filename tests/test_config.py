@@ -77,6 +77,10 @@ stall_timeout = 60
         ('repo = "/r"\n[projects.app.limits]\nper_role = { wizard = 1 }',
          "projects.app.limits.per_role.wizard: unknown role"),
         ('trunk = "main"', "projects.app.repo: missing"),
+        ('repo = "/r"\n[projects.app.merge]\nparallel_verifies = 0',
+         "projects.app.merge.parallel_verifies: must be at least 1 (1: one verify at a time)"),
+        ('repo = "/r"\n[projects.app.merge]\nverify_memory_mb = -1',
+         "projects.app.merge.verify_memory_mb: must not be negative"),
     ],
 )
 def test_invalid_config_names_file_key_and_problem(xdg: Path, table: str, expected: str) -> None:
