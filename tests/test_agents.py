@@ -168,7 +168,7 @@ def test_exec_wrapper_passes_the_prompt_as_one_argv_element(
     workspace = workspace_for(settings, "DEMO-7")
     launch = build_launch(settings, hostile_issue(), Role.EXECUTE, workspace, "sonnet",
                           attempt=1)
-    assert launch.argv == [sys.executable, "-m", "ralph_dev.launcher",
+    assert launch.argv == [sys.executable, "-P", "-m", "ralph_dev.launcher",
                            str(launch.spec_file)]
     # tmux hands a new pane the PATH of the tmux client, not the one asked for:
     # the wrapper restores the launch's PATH (ralph-dev and jj's git first).
@@ -227,7 +227,7 @@ def test_the_controllers_verify_gets_what_worker_dones_verify_had(
 
 
 def test_exec_wrapper_reports_a_missing_spec(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "ralph_dev.launcher",
+    proc = subprocess.run([sys.executable, "-P", "-m", "ralph_dev.launcher",
                            str(tmp_path / "gone.json")], capture_output=True, text=True,
                           timeout=60, check=False)
     assert proc.returncode == 2
@@ -428,7 +428,7 @@ def test_command_runner_fills_placeholders_inside_single_words(xdg: Path, tmp_pa
     ]
     assert launch.spec_file is not None
     assert json.loads(launch.spec_file.read_text())["argv"] == expected
-    assert launch.argv == [sys.executable, "-m", "ralph_dev.launcher",
+    assert launch.argv == [sys.executable, "-P", "-m", "ralph_dev.launcher",
                            str(launch.spec_file)]
     assert launch.cwd == workspace
     assert launch.env["RALPH_DEV_ROLE"] == "research"

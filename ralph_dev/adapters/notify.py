@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from ralph_dev.adapters.processes import python_module
 from ralph_dev.core.environment import public_env
 
 DELIVERY_TIMEOUT = 60.0
@@ -64,7 +65,7 @@ def _deliver_apprise(message: Message, urls: Sequence[str]) -> list[str]:
     request = json.dumps({"urls": list(urls), "title": message.title, "body": message.body})
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "ralph_dev.adapters.notify"], input=request,
+            python_module("ralph_dev.adapters.notify"), input=request,
             capture_output=True, text=True, timeout=DELIVERY_TIMEOUT, check=False,
             env=public_env(os.environ),
         )

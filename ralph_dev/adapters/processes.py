@@ -34,9 +34,18 @@ class DaemonRunning(RalphError):
     pass
 
 
+def python_module(module: str, *args: str) -> list[str]:
+    """argv that runs ``module`` of this very ralph-dev (same interpreter, same install),
+    never of the directory it starts in: ``python -m`` puts that directory first on
+    ``sys.path`` unless ``-P`` says not to, and a worker's workspace holding a
+    ``ralph_dev/`` of its own would run its code outside its sandbox (a pane's launcher
+    starts there, with the launch's secrets)."""
+    return [sys.executable, "-P", "-m", module, *args]
+
+
 def ralph_command(*args: str) -> list[str]:
     """argv that runs this very ralph-dev (same interpreter, same install)."""
-    return [sys.executable, "-m", "ralph_dev", *args]
+    return python_module("ralph_dev", *args)
 
 
 def pid_alive(pid: int) -> bool:

@@ -73,7 +73,7 @@ def render_unit(path_env: str) -> str:
     """The template with this installation's interpreter, config, ``PATH`` (``path_env``)
     and key files."""
     exec_start = " ".join(
-        [_unit_value(sys.executable), "-m", "ralph_dev", "--config",
+        [_unit_value(sys.executable), "-P", "-m", "ralph_dev", "--config",
          _unit_value(str(config_file())), "start", "%i", "--foreground"]
     )
     shared = env_files()[0]

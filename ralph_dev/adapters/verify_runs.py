@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ralph_dev.adapters.files import atomic_write_text, private_dir, read_tail
+from ralph_dev.adapters.processes import python_module
 from ralph_dev.core.environment import public_env
 from ralph_dev.core.errors import RalphError
 
@@ -74,7 +75,7 @@ def start(run_dir: Path, argv: Sequence[str], *, cwd: Path, env: Mapping[str, st
     runner_env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL",
                                                                 "PYTHONPATH", "HOME")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ralph_dev.adapters.verify_runs", str(run_dir)],
+        python_module("ralph_dev.adapters.verify_runs", str(run_dir)),
         cwd=run_dir, env=runner_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=(run_dir / "runner.log").open("ab"), start_new_session=True, close_fds=True)
     _STARTED[str(run_dir)] = proc

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ralph_dev.adapters.processes import python_module
 from ralph_dev.core.agent_profiles import CLAUDE, AgentProfile
 from ralph_dev.core.config import ProjectSettings
 
@@ -122,7 +122,7 @@ def _plan(settings: ProjectSettings, own_dir: Path, issue: str,
     proxy = f"http://127.0.0.1:{PROXY_PORT}"
     return NetworkPlan(
         ["--unshare-net", "--bind", str(egress_dir), str(SOCKET_MOUNT)],
-        [sys.executable, "-m", "ralph_dev.inpane.netbridge", str(inside), str(PROXY_PORT), "--"],
+        python_module("ralph_dev.inpane.netbridge", str(inside), str(PROXY_PORT), "--"),
         {**dict.fromkeys(PROXY_VARIABLES, proxy), **dict.fromkeys(NO_PROXY_VARIABLES, "")},
         {"socket": str(egress_dir / SOCKET_NAME), "log": str(own_dir / LEDGER),
          "allow": rules(), "issue": issue,

@@ -37,6 +37,7 @@ import structlog
 
 from ralph_dev.adapters.jj_cli import child_path
 from ralph_dev.adapters.process import CommandResult, run_command
+from ralph_dev.adapters.processes import python_module
 from ralph_dev.agent.claude import AgentError
 from ralph_dev.agent.launch import (
     agent_env,
@@ -94,7 +95,7 @@ def probes(settings: ProjectSettings, program: str, *, run_agent: bool = True,
                            program))
     elif sandboxed:
         tried.append(Probe("start", "the agent cannot be started",
-                           (sys.executable, "-m", "ralph_dev.agent.can_start", program), program))
+                           (*python_module("ralph_dev.agent.can_start"), program), program))
     return tried
 
 

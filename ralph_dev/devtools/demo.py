@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ralph_dev.adapters.jj_cli import JjCli, find_jj
+from ralph_dev.adapters.processes import ralph_command
 from ralph_dev.agent.claude import find_claude
 from ralph_dev.agent.cli_bin import find_cli
 from ralph_dev.core.agent_profiles import CLAUDE, PROFILES
@@ -129,7 +130,7 @@ def stop_signals() -> Iterator[StopFlag]:
 
 
 def _cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "ralph_dev", *args], env=env, text=True,
+    proc = subprocess.run(ralph_command(*args), env=env, text=True,
                           capture_output=True, stdin=subprocess.DEVNULL, check=False)
     if check and proc.returncode != 0:  # its own words name the problem and the fix
         raise RalphError(f"the demo's `ralph-dev {' '.join(args)}` failed:\n"

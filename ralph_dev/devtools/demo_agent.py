@@ -66,7 +66,7 @@ def behaviour(issue: str) -> str:
 
 def ralph(*args: str) -> int:
     print("$ ralph-dev " + " ".join(args), flush=True)
-    return subprocess.call([sys.executable, "-m", "ralph_dev", *args])
+    return subprocess.call([sys.executable, "-P", "-m", "ralph_dev", *args])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,7 +238,7 @@ def prompt_feedback(prompt_file: str | None) -> str | None:
 
 def ralph_output(*args: str) -> tuple[int, str]:
     print("$ ralph-dev " + " ".join(args), flush=True)
-    proc = subprocess.run([sys.executable, "-m", "ralph_dev", *args], capture_output=True,
+    proc = subprocess.run([sys.executable, "-P", "-m", "ralph_dev", *args], capture_output=True,
                           text=True, check=False)
     return proc.returncode, proc.stdout
 

@@ -104,8 +104,8 @@ def _start_egress(spec_file: Path, env: Mapping[str, str], socket: Path) -> None
     when it could not start."""
     with contextlib.suppress(FileNotFoundError):
         socket.unlink()  # a former start's: its proxy is gone with that start
-    proxy = subprocess.Popen(
-        [sys.executable, "-m", "ralph_dev.inpane.egress", str(spec_file)],
+    proxy = subprocess.Popen(  # -P: ralph-dev's own module, never one in the workspace
+        [sys.executable, "-P", "-m", "ralph_dev.inpane.egress", str(spec_file)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         env={k: v for k, v in env.items() if k in ("PATH", "LANG", "TZ", *PANE_VARS)})
     deadline = time.monotonic() + EGRESS_START
