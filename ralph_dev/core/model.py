@@ -428,9 +428,9 @@ class Probe:
 
 @dataclass(frozen=True)
 class LaneRun:
-    """The merge lane's verify as the controller last started it (one at a time), and
-    what its process says now: a fact read each tick, while the verify runs beside the
-    loop (``control.loop.merging``).
+    """The merge lane's verify as the controller last started it (one run at a time, its
+    ``also`` verifies at once beside it), and what its processes say now: a fact read
+    each tick, while the verify runs beside the loop (``control.loop.merging``).
 
     A ``merge`` run verifies the first ``size`` changes of ``batch`` together on top of
     trunk's commit ``base`` (each rebased onto ``base`` in its own workspace; together,
