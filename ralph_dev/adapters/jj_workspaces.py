@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -140,30 +139,14 @@ class JjWorkspaces:
         result.check()
         if f" {bookmark} " in f" {result.stdout} {result.stderr} ":  # (@-: its kept work)
             log.info("jj_workspace_resumes_kept_change", workspace=name, bookmark=bookmark)
+        # the new working copy is recorded as it was just checked out: no snapshot
+        self.cli.run("--ignore-working-copy", "bookmark", "set", "--allow-backwards", bookmark,
+                     "-r", f"{quote_revset(name)}@", cwd=path).check()
         log.info("jj_workspace_added", workspace=name, path=str(path))
-        if after_create is None:
-            # the bookmark keeps the change reachable should the workspace go; the agent's
-            # start need not wait for it (a jj process of its own, ~15 ms of a spawn)
-            threading.Thread(target=self._bookmark, args=(name, path), daemon=True,
-                             name=f"bookmark-{name}").start()
-        else:  # a hook that fails takes the workspace and this bookmark away again
-            self._bookmark(name, path, check=True)
+        if after_create is not None:
             self._prepare(name, path, after_create)
         marker.unlink()  # made and prepared: from now on the directory holds the agent's work
         return path
-
-    def _bookmark(self, name: str, path: Path, *, check: bool = False) -> None:
-        """``ralph/NAME`` on the new workspace's change. The working copy is recorded as it
-        was just checked out: no snapshot. Not set: said (a reuse of the workspace sets it
-        again), or raised with ``check``."""
-        result = self.cli.run("--ignore-working-copy", "bookmark", "set", "--allow-backwards",
-                              work_bookmark(name), "-r", f"{quote_revset(name)}@", cwd=path)
-        if check:
-            result.check()
-        elif not result.ok:
-            log.warning("jj_bookmark_not_set", workspace=name, bookmark=work_bookmark(name),
-                        error=result.stderr.strip()[-300:],
-                        fix="none needed: the next spawn that reuses the workspace sets it")
 
     def _prepare(self, name: str, path: Path, after_create: WorkspaceHook) -> None:
         """Run ``after_create`` in the new workspace; on any failure remove the workspace
