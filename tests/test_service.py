@@ -48,7 +48,7 @@ def test_service_install_writes_a_pinned_valid_unit(xdg: Path, tmp_path: Path,
     unit = xdg / "config/systemd/user/ralph-dev@.service"
     text = unit.read_text()
     exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
-    assert exec_start.startswith(f"ExecStart={sys.executable} -m ralph_dev --config ")
+    assert exec_start.startswith(f"ExecStart={sys.executable} -P -m ralph_dev --config ")
     assert exec_start.endswith("start %i --foreground")
     assert "Restart=always" in text and "StartLimitBurst=5" in text
     # a hung daemon is restarted: systemd waits for READY=1 and watches the health loop
