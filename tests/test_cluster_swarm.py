@@ -49,8 +49,9 @@ def cluster_swarm(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, jj_b
         # the two urgent issues, started together, change one file: the second to merge
         # conflicts, and a resolve worker on a host meets the conflict in its workspace
         swarm.script.update({"DEMO-3": "conflict:shared.txt", "DEMO-6": "conflict:shared.txt",
-                             # the next two, one on each node, work long enough to lose one
-                             **dict.fromkeys(LONG, "work:25"),
+                             # the next two, one on each node, work until the test
+                             # has lost one (with its node) and seen it start again
+                             **dict.fromkeys(LONG, f"until:{swarm.shared / RELEASE}"),
                              # the others copy what the hook left them into their change
                              "*": f"prepared:{PREPARED}"})
         swarm.write_script()
@@ -62,6 +63,8 @@ def cluster_swarm(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, jj_b
 
 
 LONG = ("DEMO-1", "DEMO-4")
+RELEASE = "release-long"
+"""The long issues' workers work until the test leaves this file in the shared folder."""
 PREPARED = ".prepared"
 HOOK = f"echo prepared in $RALPH_DEV_WORKSPACE > {PREPARED}"
 
@@ -109,6 +112,9 @@ def test_a_swarm_on_three_nodes_loses_one_and_still_merges_everything_once(
                if w["node"])
     wait_for(lambda: "[demo agent]" in swarm.cli("logs", kept_issue, check=False).stdout, 30,
              "a live cluster worker's log, read through its actor")
+    wait_for(lambda: [e["node"] for e in spawns(swarm) if e["issue"] == lost_issue][-1]
+             != lost_node, 120, f"{lost_issue} started again on the node that is left")
+    (swarm.shared / RELEASE).touch()  # the long workers finish now
 
     try:
         wait_for(swarm.all_done, 300, "every issue Done after a node was lost")

@@ -15,6 +15,7 @@ a person overtakes by marking the issue Done), ``block`` reports blocked with a 
 ``RALPH_DEV_DEMO_LOCKS`` set, an execute worker reports done only once every issue
 scripted with the same ``conflict:PATH`` has started, so each started from a trunk
 without the others' change and the later merges certainly conflict),
+``until:FILE`` works until FILE exists (a test's gate: at most 10 minutes),
 ``prepared:FILE`` works like ``work:1`` and copies what FILE in its workspace says (the
 project's ``after_create`` hook wrote it, or ``missing``) into its change,
 ``plan:FILE`` (a plan worker) submits the plan file FILE with ``worker plan`` and
@@ -143,8 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     seconds = 1.0
     target = Path("changes") / f"{issue}.txt"
     seen = ""
+    gate: Path | None = None
     if what.startswith("work:"):
         seconds = float(what.split(":", 1)[1] or 1)
+    elif what.startswith("until:"):
+        gate, seconds = Path(what.split(":", 1)[1]), UNTIL_WAIT
     elif what.startswith("conflict:"):
         target = Path(what.split(":", 1)[1])
         if role == "execute":
@@ -157,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         deadline = time.monotonic() + seconds
         step = 0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (gate is not None and gate.exists()):
             step += 1
             print(f"[demo agent] {issue}: working… ({step})", flush=True)
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
@@ -170,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[demo agent] worker done exited {code}", flush=True)
     return code
 
+
+UNTIL_WAIT = 600.0
+"""Seconds an ``until:FILE`` worker works at most before FILE exists."""
 
 PARTNER_WAIT = 300.0
 """Seconds a ``conflict:`` worker waits for its partners to start before it goes on."""
