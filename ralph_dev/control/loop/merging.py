@@ -49,7 +49,7 @@ from ralph_dev.agent.launch import LAUNCH_SPEC, verify_env
 from ralph_dev.agent.sandbox import verify_wrapper
 from ralph_dev.core.actions import Merge, SendBack, TrunkVerified, VerifyMerge, VerifyTrunk
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.decide.lane import sizes_said
+from ralph_dev.core.decide.lane import bisecting_said, sizes_said
 from ralph_dev.core.environment import public_env
 from ralph_dev.core.errors import LaneStale, RalphError
 from ralph_dev.core.model import Issue, LaneRun, MergeResult, Probe, Role
@@ -112,7 +112,7 @@ class MergeLane:
         return self.store.paths.lane_dir
 
     def run_dir(self, run: str) -> Path:
-        if not run or "/" in run or run.startswith("."):
+        if not run_id_ok(run):
             raise RalphError(f"not a lane run: {run!r}")
         return self.dir / "runs" / run
 
@@ -282,8 +282,7 @@ class MergeLane:
         await asyncio.to_thread(self._start, data, verifies)
         shown = sorted(sizes)
         if bad:
-            step = (f"bisecting: the first {sizes_said(shown)} of {len(batch)}"
-                    f"{' at once' if len(shown) > 1 else ''} (known green: {good}, red: {bad})")
+            step = bisecting_said(shown, len(batch), good, bad)
         else:
             step = f"a batch of {size}" + (f", its first {sizes_said(shown[:-1])} beside it"
                                            if len(shown) > 1 else "")
@@ -519,12 +518,10 @@ def read_lane(lane_dir: Path) -> LaneRun | None:
         data = json.loads((lane_dir / RUN_FILE).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("id"), str) \
-            or "/" in data["id"] or data["id"].startswith("."):
+    if not isinstance(data, dict) or not run_id_ok(data.get("id")):
         return None
     status = verify_runs.status(lane_dir / "runs" / data["id"])
-    also = tuple(_probe(lane_dir, each) for each in data.get("also") or ()
-                 if isinstance(each, dict) and _run_id_ok(each.get("run")))
+    also = tuple(_probe(lane_dir, each) for each in _beside(data))
     states = {status.state, *(p.state for p in also)}
     state = "void" if data.get("void") else "concluded" if data.get("concluded") \
         else "running" if "running" in states else "lost" if "lost" in states \
@@ -543,7 +540,8 @@ def read_lane(lane_dir: Path) -> LaneRun | None:
         after=tuple(data.get("after") or ()), also=also)
 
 
-def _run_id_ok(run: object) -> bool:
+def run_id_ok(run: object) -> bool:
+    """A lane run's id, never a path out of the lane's runs."""
     return isinstance(run, str) and bool(run) and "/" not in run and not run.startswith(".")
 
 
@@ -556,8 +554,14 @@ def _probe(lane_dir: Path, each: dict[str, Any]) -> Probe:
 
 def run_ids(data: dict[str, Any]) -> list[str]:
     """The run's own verify and each one beside it (``merge.parallel_verifies``)."""
-    return [data["id"], *(each["run"] for each in data.get("also") or ()
-                          if isinstance(each, dict) and _run_id_ok(each.get("run")))]
+    return [data["id"], *(each["run"] for each in _beside(data))]
+
+
+def _beside(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The verifies written down beside the run's own (none that could name a path out
+    of the lane's runs)."""
+    return [each for each in data.get("also") or ()
+            if isinstance(each, dict) and run_id_ok(each.get("run"))]
 
 
 def stop_lane(lane_dir: Path) -> bool:

@@ -37,7 +37,7 @@ from ralph_dev.control.state.disk import workspace_sizes
 from ralph_dev.control.state.pause_text import pause_entries
 from ralph_dev.control.state.sources import StateSources
 from ralph_dev.core.config import ProjectSettings
-from ralph_dev.core.decide.lane import sizes_said
+from ralph_dev.core.decide.lane import bisecting_said, sizes_said
 from ralph_dev.core.model import (
     CONTROLLER_WINDOW,
     Issue,
@@ -473,10 +473,7 @@ def _lane(settings: ProjectSettings, store: StateStore, waits: Mapping[str, Any]
         beside = sorted(p.size for p in run.also)
         step = None
         if bisecting:
-            sizes = [*beside, run.size]
-            step = (f"bisecting: the first {sizes_said(sizes)} of {len(run.batch)}"
-                    f"{' at once' if len(sizes) > 1 else ''} (the first {run.good} pass "
-                    f"together, the first {run.bad} fail)")
+            step = bisecting_said([*beside, run.size], len(run.batch), run.good, run.bad)
         elif beside:
             step = f"its first {sizes_said(beside)} verified beside it, should it fail"
         shown = {

@@ -58,6 +58,13 @@ def sizes_said(sizes: Sequence[int]) -> str:
         f"{', '.join(map(str, sizes[:-1]))} and {sizes[-1]}"
 
 
+def bisecting_said(sizes: Sequence[int], total: int, good: int, bad: int) -> str:
+    """A bisection step as a person reads it (``status``, the lane's events)."""
+    return (f"bisecting: the first {sizes_said(sizes)} of {total}"
+            f"{' at once' if len(sizes) > 1 else ''} (the first {good} pass together, "
+            f"the first {bad} fail)")
+
+
 def since(run: LaneRun) -> str:
     return f" since {aware(run.started_at).isoformat(timespec='seconds')}" \
         if run.started_at else ""
