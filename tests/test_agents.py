@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import ralph_dev
 from ralph_dev.agent.claude import PLUGIN_NAME, AgentError, claude_argv, plugin_dir
 from ralph_dev.agent.fence import tool_fence
 from ralph_dev.agent.launch import build_launch, command_argv
@@ -28,6 +29,8 @@ from ralph_dev.core.model import Issue, Launch, Role, StateType
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FAKE_KEY = "sk-ant-test-0000000000-abcdefghijklmnopqrst"
+PANE_LAUNCHER = Path(ralph_dev.__file__).parent / "launcher.py"
+"""The file every pane runs (by its path: it never moves)."""
 
 HOSTILE_TITLE = "Fix $(touch /tmp/ralph-pwned-title) `id` ; rm -rf ~ C-c Enter \x1b[31mred\x1b[0m"
 HOSTILE_DESCRIPTION = (
@@ -168,7 +171,7 @@ def test_exec_wrapper_passes_the_prompt_as_one_argv_element(
     workspace = workspace_for(settings, "DEMO-7")
     launch = build_launch(settings, hostile_issue(), Role.EXECUTE, workspace, "sonnet",
                           attempt=1)
-    assert launch.argv == [sys.executable, "-P", "-m", "ralph_dev.launcher",
+    assert launch.argv == [sys.executable, "-I", "-S", str(PANE_LAUNCHER),
                            str(launch.spec_file)]
     # tmux hands a new pane the PATH of the tmux client, not the one asked for:
     # the wrapper restores the launch's PATH (ralph-dev and jj's git first).
@@ -226,10 +229,14 @@ def test_the_controllers_verify_gets_what_worker_dones_verify_had(
     assert "RALPH_DEV_ISSUE" not in trunk and trunk["RALPH_DEV_PROJECT"] == "demo"
 
 
-def test_exec_wrapper_reports_a_missing_spec(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-P", "-m", "ralph_dev.launcher",
-                           str(tmp_path / "gone.json")], capture_output=True, text=True,
-                          timeout=60, check=False)
+@pytest.mark.parametrize("pane", [
+    [sys.executable, "-I", "-S", str(PANE_LAUNCHER)],
+    # what windows opened by an older ralph-dev run (a respawned pane runs it again)
+    [sys.executable, "-P", "-m", "ralph_dev.launcher"],
+], ids=["by-path", "as-module"])
+def test_exec_wrapper_reports_a_missing_spec(tmp_path: Path, pane: list[str]) -> None:
+    proc = subprocess.run([*pane, str(tmp_path / "gone.json")], capture_output=True,
+                          text=True, timeout=60, check=False)
     assert proc.returncode == 2
     assert "launch spec" in proc.stderr and "gone.json" in proc.stderr
 
@@ -428,7 +435,7 @@ def test_command_runner_fills_placeholders_inside_single_words(xdg: Path, tmp_pa
     ]
     assert launch.spec_file is not None
     assert json.loads(launch.spec_file.read_text())["argv"] == expected
-    assert launch.argv == [sys.executable, "-P", "-m", "ralph_dev.launcher",
+    assert launch.argv == [sys.executable, "-I", "-S", str(PANE_LAUNCHER),
                            str(launch.spec_file)]
     assert launch.cwd == workspace
     assert launch.env["RALPH_DEV_ROLE"] == "research"
@@ -693,3 +700,26 @@ def test_supervisor_launch(xdg: Path, recorder: Path, tmp_path: Path,
     assert "Bash" not in allowed and "Bash(ralph-dev:*)" not in allowed
     assert {"Edit", "Write", "Agent"} <= set(argv[argv.index("--disallowedTools") + 1].split(","))
     assert argv[-1] == text
+
+
+@pytest.mark.parametrize("ensure_ascii", [True, False])
+def test_the_launchers_json_reads_what_json_writes(ensure_ascii: bool) -> None:
+    """The pane's launcher decodes its spec with ``_json``'s scanner, not ``json`` (whose
+    import costs every spawn ~8 ms): it reads every spec ``json.dumps`` writes exactly as
+    ``json.loads`` does, and refuses what ``json.loads`` refuses."""
+    from ralph_dev.inpane.exec_launch import _loads
+
+    spec = {"argv": ["/usr/bin/claude", "--", "é\u2028\x00\x1b[31m\ud83d\ude00 \"q\" \\ /"],
+            "env": {"A": "", "B": "x" * 5000}, "prompt_arg": True, "sandbox": None,
+            "attempt": 3, "ratio": -1.5e-7, "big": 2**70, "nested": [[{}], [], {"k": [1]}],
+            "unset": ["CLAUDECODE"]}
+    for text in (json.dumps(spec, indent=2, ensure_ascii=ensure_ascii) + "\n",
+                 json.dumps(spec, ensure_ascii=ensure_ascii), "  [1, 2]  ", '"plain"',
+                 "Infinity", "[NaN]"):
+        assert repr(_loads(text)) == repr(json.loads(text)), text
+    for bad in ("", "   ", "{", '{"a": 1} x', '{"a": }', "[1,]", "{'a': 1}", '"\\x41"',
+                '{"a": 1}{"b": 2}', "nul"):
+        with pytest.raises(ValueError):
+            json.loads(bad)
+        with pytest.raises(ValueError):
+            _loads(bad)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from swarm_kit import Swarm, run_cli, wait_for
 
+from ralph_dev.adapters import mailbox
 from ralph_dev.adapters.gh import Gh
 from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.store import StateStore
@@ -104,6 +105,22 @@ def test_tracker_outage_skips_dispatch_but_keeps_workers(swarm: Swarm, in_proces
     assert up["failed_calls"] == 6 and up["seconds"] >= 0
     _tick(ctl)
     assert [e["event"] for e in swarm.events()].count("tracker_recovered") == 1
+
+
+def test_the_workers_a_plan_starts_are_shown_their_change_once_it_is_done(
+        swarm: Swarm, in_process) -> None:
+    """``run/change.diff`` (what ``worker diff`` reads should the controller be busy) is
+    written for each worker a tick started, after its starts: not beside the next one."""
+    ctl, _ = in_process
+    swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
+    swarm.script = {"*": "work:30"}
+    swarm.write_script()
+    result = _tick(ctl)
+    assert [a.kind for a in result.plan.actions] == ["spawn", "spawn"]
+    for ident in ("DEMO-1", "DEMO-2"):
+        shown = ctl.dirs.run_dir(ident) / mailbox.DIFF_FILE
+        assert wait_for(shown.exists, 20, f"{ident}'s change shown to it")
+        assert shown.read_text() == ""  # each starts from trunk: no change yet
 
 
 def test_failed_action_is_recorded_and_retried(swarm: Swarm, in_process) -> None:

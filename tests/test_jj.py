@@ -8,9 +8,11 @@ import shlex
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import structlog
 
 from ralph_dev.adapters.jj import JjRepository
 from ralph_dev.adapters.jj_cli import JJError, child_path
@@ -649,3 +651,60 @@ def test_a_stale_working_copy_is_repaired_before_git_import_and_export(
     jj.home.export_to_git(path)
     assert jj.cli.run("git", "import", cwd=path).ok  # repaired
     assert (path / "two.txt").read_text() == "two\n" and (path / "person.txt").exists()
+
+
+# --- a new workspace's bookmark, set beside the spawn ---------------------------------------
+
+
+def slow_bookmarks(jj_bin: str, tmp_path: Path, *, fail: bool = False) -> str:
+    """A jj whose ``bookmark set`` takes half a second (or fails): the bookmark a new
+    workspace gets beside its spawn is then surely still being set when the caller goes
+    on."""
+    wrapper = tmp_path / "bin" / "jj"
+    wrapper.parent.mkdir(exist_ok=True)
+    then = "echo 'Error: no' >&2; exit 1" if fail else "sleep 0.5"
+    wrapper.write_text(f'#!/bin/sh\ncase " $* " in *" bookmark set "*) {then};; esac\n'
+                       f'exec {shlex.quote(jj_bin)} "$@"\n')
+    wrapper.chmod(0o755)
+    git = Path(child_path(jj_bin).split(":")[0]) / "git"
+    if git.exists():  # jj's own git first on the wrapper's PATH too
+        (wrapper.parent / "git").symlink_to(git)
+    return str(wrapper)
+
+
+def test_a_new_workspaces_bookmark_is_there_for_the_next_jj_call(repo: Path, tmp_path: Path,
+                                                                  jj_bin: str) -> None:
+    """The spawn does not wait for ``ralph/NAME`` (a jj process of its own); whatever
+    asks jj next, in this process, sees it set."""
+    jj = JjRepository.open(repo, tmp_path / "workspaces", "main",
+                           jj_bin=slow_bookmarks(jj_bin, tmp_path))
+    jj.workspaces.add_workspace("ENG-1")
+    assert jj.cli.count("present(ralph/ENG-1) & ENG-1@") == 1
+
+
+def test_a_process_that_adds_a_workspace_and_exits_leaves_its_bookmark_set(
+        repo: Path, tmp_path: Path, jj_bin: str) -> None:
+    wrapper = slow_bookmarks(jj_bin, tmp_path)
+    code = ("import sys; from pathlib import Path; "
+            "from ralph_dev.adapters.jj import JjRepository; "
+            "JjRepository.open(Path(sys.argv[1]), Path(sys.argv[2]), 'main', "
+            "jj_bin=sys.argv[3]).workspaces.add_workspace('ENG-2')")
+    subprocess.run([sys.executable, "-c", code, str(repo), str(tmp_path / "workspaces"),
+                    wrapper], check=True, timeout=60)
+    jj = JjRepository.open(repo, tmp_path / "workspaces", "main", jj_bin=jj_bin)
+    assert jj.cli.count("present(ralph/ENG-2) & ENG-2@") == 1
+
+
+def test_a_bookmark_that_could_not_be_set_beside_is_said_and_set_at_the_next_reuse(
+        repo: Path, tmp_path: Path, jj_bin: str) -> None:
+    failing = JjRepository.open(repo, tmp_path / "workspaces", "main",
+                                jj_bin=slow_bookmarks(jj_bin, tmp_path, fail=True))
+    with structlog.testing.capture_logs() as logs:
+        path = failing.workspaces.add_workspace("ENG-3")
+        failing.cli.settle()
+    (said,) = [e for e in logs if e["event"] == "jj_beside_failed"]
+    assert "ralph/ENG-3" in said["why"] and "Error: no" in said["error"]
+    jj = JjRepository.open(repo, tmp_path / "workspaces", "main", jj_bin=jj_bin)
+    assert jj.cli.count("present(ralph/ENG-3)") == 0
+    assert jj.workspaces.add_workspace("ENG-3") == path  # the next spawn reuses it
+    assert jj.cli.count("present(ralph/ENG-3) & ENG-3@") == 1

@@ -1,4 +1,4 @@
-"""A worker's workspace never supplies ralph-dev's own code: every ``python -m`` of
+"""A worker's workspace never supplies ralph-dev's own code: every Python of
 ralph-dev's that starts in a workspace (a pane's launcher, the egress proxy it starts
 beside the sandbox) imports the installed ralph-dev, not a ``ralph_dev/`` the worker
 left there. Seen on main: a workspace holding ``ralph_dev/__init__.py`` had it run by
@@ -12,9 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import retry_until
 
-from ralph_dev.adapters.processes import python_module
+from ralph_dev.adapters.processes import launcher_argv
 from ralph_dev.adapters.tmux import Tmux
 from ralph_dev.agent.launch import launch_via_spec
 
@@ -60,7 +61,27 @@ def test_the_egress_proxy_a_launch_starts_in_its_workspace_is_the_installed_one(
         "env": {"PATH": os.environ["PATH"]}, "quiet": True,
         "egress": {"socket": str(tmp_path / "egress.sock"), "log": str(tmp_path / "ledger"),
                    "allow": []}}))
-    done = subprocess.run(python_module("ralph_dev.launcher", str(spec)), cwd=workspace,
+    done = subprocess.run(launcher_argv(str(spec)), cwd=workspace,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0 and "the agent runs" in done.stdout, done.stderr
     assert not marker.exists(), "the workspace's ralph_dev ran as the egress proxy"
+
+
+@pytest.mark.parametrize("variable", ["PYTHONPATH", "PYTHONHOME"])
+def test_a_panes_python_variables_never_choose_the_launchers_code(
+        tmp_path: Path, variable: str) -> None:
+    """A pane inherits the tmux server's environment, and the launcher runs before the
+    spec replaces it: a ``PYTHONPATH`` naming a workspace made ``python -P -m`` import
+    the ``ralph_dev`` there (a ``PYTHONHOME`` there, a Python that cannot start). The
+    launcher runs isolated (``-I``): neither counts."""
+    marker = tmp_path / "pwned"
+    workspace = planted(tmp_path / "DEMO-3", marker)
+    spec = tmp_path / "launch.json"
+    spec.write_text(json.dumps({"argv": [sys.executable, "-c", "print('the agent runs')"],
+                                "cwd": str(workspace), "env": {"PATH": os.environ["PATH"]},
+                                "quiet": True}))
+    done = subprocess.run(launcher_argv(str(spec)), cwd=workspace, capture_output=True,
+                          text=True, timeout=60, check=False,
+                          env={**os.environ, variable: str(workspace)})
+    assert done.returncode == 0 and "the agent runs" in done.stdout, done.stderr
+    assert not marker.exists(), f"{variable} chose the launcher's code"

@@ -116,15 +116,36 @@ def test_every_module_starts_with_future_annotations() -> None:
 
 
 def test_the_pane_entry_point_is_stable() -> None:
-    """Live windows run ``python -m ralph_dev.launcher``: that module path never moves."""
+    """Live windows run ``ralph_dev/launcher.py`` (by its path; older ones ``python -m
+    ralph_dev.launcher``): neither ever moves."""
     shim = PACKAGE / "launcher.py"
     assert shim.is_file()
     assert {"ralph_dev.inpane.exec_launch"} <= imported(shim)
     # the launcher runs before anything else in every pane: stdlib only (subprocess and
     # time: the worker's egress proxy is started, and waited for, from there)
     for name in imported(PACKAGE / "inpane" / "exec_launch.py"):
-        assert name.split(".")[0] in {"__future__", "contextlib", "json", "os", "sys",
-                                      "pathlib", "collections", "subprocess", "time"}, name
+        assert name.split(".")[0] in {"__future__", "_json", "json", "os", "sys", "typing",
+                                      "collections", "subprocess", "time"}, name
+
+
+def test_a_panes_launcher_imports_only_what_every_launch_needs(tmp_path: Path) -> None:
+    """Each spawn waits for its pane's Python to start before the agent runs: the launcher
+    imports neither ``site`` nor the modules that cost most of a start (``json`` brings
+    ``re`` and ``enum``; ``pathlib``, ``subprocess``, ``typing``)."""
+    import subprocess
+
+    from ralph_dev.adapters.processes import launcher_argv
+
+    python, *rest = launcher_argv(str(tmp_path / "gone.json"))
+    done = subprocess.run([python, "-X", "importtime", *rest], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "gone.json" in done.stderr, done.stderr
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+              if line.startswith("import time:")}
+    assert "ralph_dev.inpane.exec_launch" in loaded
+    costly = loaded & {"site", "json", "re", "enum", "pathlib", "subprocess", "typing",
+                       "contextlib"}
+    assert not costly, f"a pane's launcher imports {sorted(costly)} at its start"
 
 
 CORE_NEVER_IMPORTS = {"subprocess", "socket", "sqlite3", "fcntl", "signal", "aiohttp", "libtmux",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -154,6 +155,9 @@ class JjCli:
         """The environment jj runs in (None: this process's), PATH and author aside."""
         self.calls = 0
         """jj processes started by this instance (tests and benchmarks measure cost)."""
+        self._beside: list[threading.Thread] = []
+        """jj runs started by ``run_beside`` that may not have ended yet."""
+        self._beside_lock = threading.Lock()
 
     @property
     def jj_bin(self) -> str:
@@ -203,6 +207,39 @@ class JjCli:
         Outside ralph-dev's workspaces jj runs with ``--ignore-working-copy``
         unless ``touch_checkout`` says the person asked for it.
         """
+        self.settle()
+        return self._run(*args, cwd=cwd, touch_checkout=touch_checkout)
+
+    def run_beside(self, *args: str, cwd: Path, why: str) -> None:
+        """Run jj in a thread of its own, the caller not waiting: for a step no one needs
+        at once (a new workspace's bookmark, ~15 ms of a spawn). Every later ``run`` of
+        this instance waits for it first, so what jj did stays in the order it was asked,
+        and this process's exit waits for it too (not a daemon thread). A failure is said
+        in the log (``why``: what is then missing, and why nothing is lost)."""
+        thread = threading.Thread(target=self._run_quietly, args=(args, cwd, why),
+                                  name=f"jj-{args[0] if args else 'run'}")
+        with self._beside_lock:
+            self._beside.append(thread)
+        thread.start()
+
+    def settle(self) -> None:
+        """Wait for the jj runs started beside (``run_beside``) to end."""
+        me = threading.current_thread()
+        with self._beside_lock:
+            pending = [t for t in self._beside if t is not me]
+        for thread in pending:
+            thread.join()
+        with self._beside_lock:
+            self._beside = [t for t in self._beside if t.is_alive()]
+
+    def _run_quietly(self, args: tuple[str, ...], cwd: Path, why: str) -> None:
+        result = self._run(*args, cwd=cwd)
+        if not result.ok:
+            log.warning("jj_beside_failed", args=list(args[:4]), cwd=str(cwd),
+                        error=result.stderr.strip()[-300:], why=why)
+
+    def _run(self, *args: str, cwd: Path | None = None,
+             touch_checkout: bool = False) -> CommandResult:
         where = Path(cwd) if cwd is not None else self.repo
         if not (touch_checkout or self.owns_checkout(where) or "--ignore-working-copy" in args):
             args = ("--ignore-working-copy", *args)

@@ -123,8 +123,10 @@ class JjWorkspaces:
 
         The common case of every spawn, so it costs two jj calls: the add, whose revset
         picks the kept work if there is any, and the bookmark on the new change (on top of
-        the kept work, that moves the bookmark forward onto it). Returns None when jj
-        already knows a workspace of that name (the caller sorts it out).
+        the kept work, that moves the bookmark forward onto it), which runs beside the
+        caller's next steps unless an ``after_create`` hook is to run (every later jj call
+        waits for it). Returns None when jj already knows a workspace of that name (the
+        caller sorts it out).
         """
         bookmark = work_bookmark(name)
         base = (f"coalesce(present({quote_revset(bookmark)}) ~ ::{self._trunk}, "
@@ -140,10 +142,17 @@ class JjWorkspaces:
         if f" {bookmark} " in f" {result.stdout} {result.stderr} ":  # (@-: its kept work)
             log.info("jj_workspace_resumes_kept_change", workspace=name, bookmark=bookmark)
         # the new working copy is recorded as it was just checked out: no snapshot
-        self.cli.run("--ignore-working-copy", "bookmark", "set", "--allow-backwards", bookmark,
-                     "-r", f"{quote_revset(name)}@", cwd=path).check()
+        bookmark_it = ("--ignore-working-copy", "bookmark", "set", "--allow-backwards",
+                       bookmark, "-r", f"{quote_revset(name)}@")
         log.info("jj_workspace_added", workspace=name, path=str(path))
-        if after_create is not None:
+        if after_create is None:
+            # the agent's start need not wait for it (a jj process of ~15 ms); the next jj
+            # call waits for it, and a reuse of the workspace sets it should it fail
+            self.cli.run_beside(*bookmark_it, cwd=path,
+                                why=f"{bookmark} is set again when the workspace is next "
+                                    "reused; until then its change is in the workspace")
+        else:  # a hook that fails takes the workspace and this bookmark away again
+            self.cli.run(*bookmark_it, cwd=path).check()
             self._prepare(name, path, after_create)
         marker.unlink()  # made and prepared: from now on the directory holds the agent's work
         return path

@@ -43,6 +43,16 @@ def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-P", "-m", module, *args]
 
 
+def launcher_argv(*args: str) -> list[str]:
+    """argv that runs the pane launcher (``ralph_dev/launcher.py``) of this very ralph-dev
+    by its path, isolated and without ``site``: a pane's Python starts in ~10 ms, not
+    ~25, before it execs the agent, and no variable or directory of the pane's can
+    change what it imports."""
+    from ralph_dev import launcher
+
+    return [sys.executable, "-I", "-S", launcher.__file__, *args]
+
+
 def ralph_command(*args: str) -> list[str]:
     """argv that runs this very ralph-dev (same interpreter, same install)."""
     return python_module("ralph_dev", *args)

@@ -39,7 +39,7 @@ import structlog
 from ralph_dev.adapters.files import atomic_write_text, private_dir
 from ralph_dev.adapters.jj_cli import child_path
 from ralph_dev.adapters.pattern_store import plan_advice
-from ralph_dev.adapters.processes import python_module
+from ralph_dev.adapters.processes import launcher_argv
 from ralph_dev.adapters.store import utcnow
 from ralph_dev.agent.can_start import problem as startable
 from ralph_dev.agent.claude import (
@@ -280,7 +280,7 @@ def launch_via_spec(argv: Sequence[str], env: Mapping[str, str], cwd: Path, spec
         spec["secrets_file"] = str(secrets_file)
     atomic_write_text(spec_file, json.dumps(spec, indent=2) + "\n", mode=0o600)
     return Launch(
-        argv=python_module("ralph_dev.launcher", str(spec_file)),
+        argv=launcher_argv(str(spec_file)),
         env=public,
         cwd=cwd,
         prompt_file=prompt_file,

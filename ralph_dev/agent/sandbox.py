@@ -128,7 +128,14 @@ def no_tiocsti_filter() -> bytes | None:
 
 
 def _under(path: Path, roots: Iterable[Path]) -> bool:
-    return any(path == root or root in path.parents for root in roots)
+    return any(path == root or _below(path, root) for root in roots)
+
+
+def _below(path: Path, root: Path) -> bool:
+    """``root in path.parents`` for absolute paths, from their text: every spawn asks it of
+    each tool against each secret, and ``parents`` makes a ``Path`` of every parent."""
+    inside = str(root).rstrip("/") + "/"
+    return str(path).startswith(inside) and path != root
 
 
 def host_secrets(person_home: Path) -> list[Path]:
@@ -210,9 +217,9 @@ def _first_mount_after_root(args: list[str]) -> int:
 def _bindable(tool: Path, hidden: list[Path], secrets: list[Path]) -> bool:
     """Whether ``tool`` must be bound back (it lies where the sandbox hides it) and may
     be (inside ralph-dev's own dirs or a credentials dir: a single file only)."""
-    if any(secret in tool.parents for secret in secrets):
+    if any(_below(tool, secret) for secret in secrets):
         return tool.is_file()
-    return any(root in tool.parents for root in hidden)
+    return any(_below(tool, root) for root in hidden)
 
 
 def _tools_and_secrets(tools: Iterable[Path], secrets: list[Path]) -> list[str]:
@@ -235,8 +242,8 @@ def _tools_and_secrets(tools: Iterable[Path], secrets: list[Path]) -> list[str]:
         if tool in secrets:  # a secret named as a tool stays hidden
             continue
         # inside another tool's tree it shows already, unless a secret hides it there
-        outer = [b for b in bound if b in tool.parents]
-        if outer and not any(_under(tool, [s]) and any(b in s.parents for b in outer)
+        outer = [b for b in bound if _below(tool, b)]
+        if outer and not any(_under(tool, [s]) and any(_below(s, b) for b in outer)
                              for s in hidden):
             continue
         mounts.append((len(tool.parts), ["--ro-bind", str(tool), str(tool)]))

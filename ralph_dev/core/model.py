@@ -643,11 +643,10 @@ class Launch:
     """The pane's explicit environment, without secrets (those go through a 0600 file)."""
     cwd: Path
     prompt_file: Path | None
-    spec_file: Path | None = None
+    spec_file: Path
     """The launch spec read by ``python -m ralph_dev.launcher`` in the pane."""
 
     def discard_secrets(self) -> None:
         """Delete the secrets file of a launch whose window never started (the launcher
         that would have read and deleted it never ran)."""
-        if self.spec_file is not None:
-            self.spec_file.with_suffix(".secrets.json").unlink(missing_ok=True)
+        self.spec_file.with_suffix(".secrets.json").unlink(missing_ok=True)

@@ -1,20 +1,78 @@
 """The pane-side half of a launch: read the spec, restore the environment, exec.
 
-Runs as ``python -m ralph_dev.launcher SPEC.json`` inside every worker's and
-the controller's tmux pane, so it imports only the standard library: each
-spawn pays Python's start-up and nothing more before the agent runs.
+Runs inside every worker's and the controller's tmux pane (``ralph_dev.launcher``), so
+it imports only the standard library, and at start only what every launch needs (json,
+os, sys, time; not pathlib, contextlib or subprocess, which cost a spawn more than the
+rest of its Python start-up): each spawn pays Python's start-up and little more before
+the agent runs.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+
+TYPE_CHECKING = False  # typing's own import costs a pane's start ~5 ms
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
+
+
+class _Decoding:
+    """What ``json``'s C scanner asks of its decoder: plain JSON, no hooks."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    memo: dict[str, str] = {}  # noqa: RUF012 - the scanner's own cache of keys
+
+    @staticmethod
+    def parse_constant(name: str) -> float:
+        return float({"Infinity": "inf", "-Infinity": "-inf"}.get(name, name))
+
+
+def _scanner() -> Callable[[str], Any]:
+    """JSON decoding at the cost of ``_json`` alone: importing ``json`` imports ``re`` and
+    ``enum``, ~8 ms of every pane's start, for the decoder that ``_json``'s scanner
+    already is (``json.scanner`` uses it just so). Where there is no ``_json`` (not
+    CPython), ``json.loads``."""
+    try:
+        import _json
+    except ImportError:  # pragma: no cover - CPython has it
+        import json
+
+        return json.loads
+    scan = _json.make_scanner(_Decoding())  # type: ignore[arg-type]  # typeshed: a JSONDecoder
+
+    def loads(text: str) -> Any:
+        start = len(text) - len(text.lstrip())
+        try:
+            value, end = scan(text, start)
+        except StopIteration as stop:
+            raise ValueError(f"no JSON value at character {stop.value}") from None
+        if text[end:].strip():
+            raise ValueError(f"extra data at character {end}")
+        return value
+
+    return loads
+
+
+_loads = _scanner()
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as file:
+        return file.read()
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _take_secrets(path: str | None) -> dict[str, str]:
@@ -22,12 +80,11 @@ def _take_secrets(path: str | None) -> dict[str, str]:
     if not path:
         return {}
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = _loads(_read(path))
     except FileNotFoundError:
         return {}  # a respawn of the same pane: the secrets were taken already
     finally:
-        with contextlib.suppress(OSError):
-            Path(path).unlink()
+        _remove(path)
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
@@ -39,16 +96,17 @@ PANE_VARS = ("TERM", "COLORTERM", "TMUX", "TMUX_PANE")
 inherited environment."""
 
 
-def exec_spec(spec_file: Path, environ: Mapping[str, str] | None = None) -> int:
+def exec_spec(spec_file: str | os.PathLike[str], environ: Mapping[str, str] | None = None
+              ) -> int:
     """Replace this process with the agent: argv from the spec, prompt from its file.
 
     Returns (only on failure, having said why on stderr) the exit code for the pane.
     """
+    spec_file = os.fspath(spec_file)
     try:
-        spec = json.loads(Path(spec_file).read_text(encoding="utf-8"))
+        spec = _loads(_read(spec_file))
         argv = [str(a) for a in spec["argv"]]
-        prompt = Path(spec["prompt_file"]).read_text(encoding="utf-8") \
-            if spec.get("prompt_file") else ""
+        prompt = _read(spec["prompt_file"]) if spec.get("prompt_file") else ""
         cwd = spec.get("cwd")
         secrets = _take_secrets(spec.get("secrets_file"))
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -74,15 +132,16 @@ def exec_spec(spec_file: Path, environ: Mapping[str, str] | None = None) -> int:
     sandbox = spec.get("sandbox")
     if spec.get("egress"):
         try:
-            _start_egress(spec_file, env, Path(spec["egress"]["socket"]))
+            _start_egress(spec_file, env, str(spec["egress"]["socket"]))
         except (OSError, KeyError, TypeError) as exc:
             said = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             print(f"ralph-dev: cannot start the egress proxy: {said}",
                   file=sys.stderr)
             return 2
     if not spec.get("quiet"):  # a verify's output is the project's command's alone
-        print(f"ralph-dev: starting {Path(argv[0]).name} for {spec.get('issue') or 'the project'} "
-              f"({spec.get('role')}, attempt {spec.get('attempt')}"
+        print(f"ralph-dev: starting {os.path.basename(argv[0])} for "
+              f"{spec.get('issue') or 'the project'} ({spec.get('role')}, "
+              f"attempt {spec.get('attempt')}"
               f"{', sandboxed' if sandbox else ''})", file=sys.stderr, flush=True)
     if sandbox:
         try:
@@ -98,18 +157,19 @@ def exec_spec(spec_file: Path, environ: Mapping[str, str] | None = None) -> int:
     return 0  # pragma: no cover - execvpe does not return
 
 
-def _start_egress(spec_file: Path, env: Mapping[str, str], socket: Path) -> None:
+def _start_egress(spec_file: str, env: Mapping[str, str], socket: str) -> None:
     """The worker's egress proxy (``inpane.egress``), on the host beside its sandbox, once
     it listens; it ends with this process, which becomes the sandbox. Raises OSError
     when it could not start."""
-    with contextlib.suppress(FileNotFoundError):
-        socket.unlink()  # a former start's: its proxy is gone with that start
+    import subprocess  # only a worker with an egress proxy pays for it
+
+    _remove(socket)  # a former start's: its proxy is gone with that start
     proxy = subprocess.Popen(  # -P: ralph-dev's own module, never one in the workspace
-        [sys.executable, "-P", "-m", "ralph_dev.inpane.egress", str(spec_file)],
+        [sys.executable, "-P", "-m", "ralph_dev.inpane.egress", spec_file],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         env={k: v for k, v in env.items() if k in ("PATH", "LANG", "TZ", *PANE_VARS)})
     deadline = time.monotonic() + EGRESS_START
-    while not socket.exists():
+    while not os.path.exists(socket):
         if proxy.poll() is not None or time.monotonic() > deadline:
             raise OSError(0, f"it did not listen on {socket} (exit status {proxy.poll()})")
         time.sleep(0.02)
@@ -133,9 +193,9 @@ def _sandboxed(sandbox: Mapping[str, object], argv: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        print("usage: python -m ralph_dev.launcher LAUNCH_SPEC.json", file=sys.stderr)
+        print("usage: ralph_dev/launcher.py LAUNCH_SPEC.json", file=sys.stderr)
         return 2
-    return exec_spec(Path(args[0]))
+    return exec_spec(args[0])
 
 
 if __name__ == "__main__":

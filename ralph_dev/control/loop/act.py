@@ -165,9 +165,11 @@ class Actuator:
         """Asks the model API for the account's API-key limits (``ProbeAccount``)."""
         self.writer = WriteBackWriter(settings, tracker=tracker, store=store,
                                       writebacks=writebacks, clock=clock)
-        self._beside: set[asyncio.Task[None]] = set()
+        self._beside: set[asyncio.Future[None]] = set()
         """Work a start need not wait for, running beside the loop (held here so it is
         not collected before it ends)."""
+        self._diffs_due: list[str] = []
+        """Workers started by this plan whose change is yet to be shown them."""
 
     # -- a plan ---------------------------------------------------------------------------
 
@@ -182,20 +184,37 @@ class Actuator:
         failed_issues: set[str] = set()
         by_id = {issue.identifier: issue for issue in observed.issues}
         no_starts = False  # a failure this plan showed every start would fail the same way
-        for action in plan.actions:
-            if stopping():
-                break
-            if failed_issues.intersection(action.issues()) \
-                    or (no_starts and isinstance(action, Spawn | Restart)):
-                continue  # the rest of this issue's chain waits for a later tick
-            before(action)
-            try:
-                await self.act(action, by_id.get(action.issue), observed)
-            except (RalphError, OSError) as exc:
-                failed_issues.update(action.issues())
-                failures.append((action, str(exc)))
-                no_starts |= self.failed(action, exc)
+        try:
+            for action in plan.actions:
+                if stopping():
+                    break
+                if failed_issues.intersection(action.issues()) \
+                        or (no_starts and isinstance(action, Spawn | Restart)):
+                    continue  # the rest of this issue's chain waits for a later tick
+                before(action)
+                try:
+                    await self.act(action, by_id.get(action.issue), observed)
+                except (RalphError, OSError) as exc:
+                    failed_issues.update(action.issues())
+                    failures.append((action, str(exc)))
+                    no_starts |= self.failed(action, exc)
+        finally:
+            self._publish_diffs()
         return failures
+
+    def _publish_diffs(self) -> None:
+        """The change so far of each worker this plan started (``worker diff`` asks for a
+        fresh one; this is what it reads should the controller be busy), beside the loop
+        once the plan's starts are done: two jj calls each, which the next start in the
+        same plan would otherwise compete with for the host's cores."""
+        names, self._diffs_due = self._diffs_due, []
+
+        def publish() -> None:
+            for name in names:
+                self.dirs.publish_diff(name)
+
+        if names:  # in a thread from now on, though the loop stops after this plan
+            self._hold(asyncio.get_running_loop().run_in_executor(None, publish))
 
     async def act(self, action: Action, issue: Issue | None, observed: Observed) -> None:
         """Carry out one action; on success, its record changes and its event."""
@@ -462,9 +481,7 @@ class Actuator:
         if shipped:
             launch.discard_secrets()  # its host's copy is the launcher's to read and delete
         log.info("spawned", issue=action.issue, role=record.role.value, attempt=record.attempts)
-        # its change so far (`worker diff` asks for a fresh one): two jj calls its start
-        # need not wait for
-        self._side(asyncio.to_thread(self.dirs.publish_diff, action.issue))
+        self._diffs_due.append(action.issue)  # its change so far, once the plan is done
         where = await asyncio.to_thread(self.host.placement, action.issue, attempt)
         if where is None:
             return {}
@@ -473,9 +490,12 @@ class Actuator:
 
     def _side(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` beside the loop; it says nothing and fails quietly by itself."""
-        task = asyncio.create_task(work)
-        self._beside.add(task)
-        task.add_done_callback(self._beside.discard)
+        self._hold(asyncio.create_task(work))
+
+    def _hold(self, work: asyncio.Future[None]) -> None:
+        """Keep ``work`` until it ends (the loop holds only weak references to tasks)."""
+        self._beside.add(work)
+        work.add_done_callback(self._beside.discard)
 
     async def _adopt(self, action: Adopt, issue: Issue | None, observed: Observed) -> None:
         record = self.store.load_record(action.issue)

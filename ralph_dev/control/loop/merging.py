@@ -42,7 +42,7 @@ import structlog
 
 from ralph_dev.adapters import verify_runs
 from ralph_dev.adapters.files import atomic_write_text, private_dir
-from ralph_dev.adapters.processes import python_module
+from ralph_dev.adapters.processes import launcher_argv
 from ralph_dev.adapters.store import StateStore, from_iso, utcnow
 from ralph_dev.agent.egress import LEDGER, refused_in, verify_network
 from ralph_dev.agent.launch import LAUNCH_SPEC, verify_env
@@ -225,7 +225,7 @@ class MergeLane:
             atomic_write_text(spec, json.dumps({"argv": argv, "cwd": str(checkout),
                                                 "env": public_env(env), "quiet": True,
                                                 "egress": network.egress}))
-            argv = python_module("ralph_dev.launcher", str(spec))
+            argv = launcher_argv(str(spec))
         verify_runs.start(run_dir, argv, cwd=checkout, env=env,
                           wake=self.store.paths.heartbeat_file)
 

@@ -148,13 +148,10 @@ class RayHost:
         transcripts kept here but ``session``'s, the one the launch resumes), the
         launch's spec, prompt and secrets, and the agent-bin its PATH starts with."""
         run = worker_dir / "run"
-        launch_files = [p for p in (launch.spec_file, launch.prompt_file) if p is not None]
-        if launch.spec_file is not None:
-            launch_files.append(launch.spec_file.with_suffix(".secrets.json"))
+        launch_files = [launch.spec_file, launch.spec_file.with_suffix(".secrets.json"),
+                        *([launch.prompt_file] if launch.prompt_file is not None else [])]
         transcript = worker_dir / SESSIONS / f"{session}.jsonl" if session else None
-        roots = {SHIPPED_ROOT: worker_dir}
-        if launch_files:
-            roots["launch"] = launch_files[0].parent
+        roots = {SHIPPED_ROOT: worker_dir, "launch": launch.spec_file.parent}
         if self.agent_bin is not None:
             roots["agent-bin"] = self.agent_bin
         bundle = launch_bundle.pack(
