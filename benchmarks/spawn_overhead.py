@@ -70,6 +70,17 @@ def main() -> None:
                          pull_requests=Gh(settings.merge.gh_bin, settings.repo),
                          store=StateStore(settings.paths))
 
+        opened: dict[str, int | None] = {}
+        host = ctl.actuator.host
+        open_window = host.open_window
+
+        def opening(issue: str, *args, **kwargs):  # the pane's pid, as the spawn learns it
+            window = open_window(issue, *args, **kwargs)
+            opened[issue] = window.pid
+            return window
+
+        host.open_window = opening  # type: ignore[method-assign]
+
         async def run() -> list[float]:
             ids = await tracker.create_issues(
                 [NewIssue(title=f"t{i}") for i in range(args.spawns)])
@@ -79,7 +90,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 await ctl.actuator.act(Spawn(ident, "bench", role=Role.EXECUTE, attempt=1),
                               issues[ident], None)  # type: ignore[arg-type]
-                pid = next(w.pid for w in tmux.list_windows() if w.name == ident)
+                pid = opened[ident]
                 while "-c" not in _cmdline(pid):  # exec'd into the agent (python -c …)
                     time.sleep(0.001)
                 samples.append((time.perf_counter() - t0) * 1000)
