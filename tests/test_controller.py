@@ -78,13 +78,20 @@ def _tick(ctl: Controller):
     return asyncio.run(ctl.tick())
 
 
-def test_tracker_outage_skips_dispatch_but_keeps_workers(swarm: Swarm, in_process) -> None:
-    ctl, tracker = in_process
-    swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n[[task]]\ntitle = "C"\n')
+def _two_started(swarm: Swarm, ctl: Controller, tasks: int):
+    """``tasks`` issues whose workers work a while; the first tick starts two (the
+    swarm's ``max_workers``)."""
+    swarm.import_plan("".join(f'[[task]]\ntitle = "T{n}"\n' for n in range(tasks)))
     swarm.script = {"*": "work:30"}
     swarm.write_script()
     result = _tick(ctl)
     assert [a.kind for a in result.plan.actions] == ["spawn", "spawn"]
+    return result
+
+
+def test_tracker_outage_skips_dispatch_but_keeps_workers(swarm: Swarm, in_process) -> None:
+    ctl, tracker = in_process
+    _two_started(swarm, ctl, 3)
     running = wait_for(lambda: len(swarm.worker_windows()) == 2, 20, "two workers")
     assert running
     tracker.down = True
@@ -112,11 +119,7 @@ def test_the_workers_a_plan_starts_are_shown_their_change_once_it_is_done(
     """``run/change.diff`` (what ``worker diff`` reads should the controller be busy) is
     written for each worker a tick started, after its starts: not beside the next one."""
     ctl, _ = in_process
-    swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
-    swarm.script = {"*": "work:30"}
-    swarm.write_script()
-    result = _tick(ctl)
-    assert [a.kind for a in result.plan.actions] == ["spawn", "spawn"]
+    _two_started(swarm, ctl, 2)
     for ident in ("DEMO-1", "DEMO-2"):
         shown = ctl.dirs.run_dir(ident) / mailbox.DIFF_FILE
         assert wait_for(shown.exists, 20, f"{ident}'s change shown to it")

@@ -218,9 +218,9 @@ class JjCli:
         in the log (``why``: what is then missing, and why nothing is lost)."""
         thread = threading.Thread(target=self._run_quietly, args=(args, cwd, why),
                                   name=f"jj-{args[0] if args else 'run'}")
-        with self._beside_lock:
+        with self._beside_lock:  # started before anyone can see it (and join it)
+            thread.start()
             self._beside.append(thread)
-        thread.start()
 
     def settle(self) -> None:
         """Wait for the jj runs started beside (``run_beside``) to end."""

@@ -644,7 +644,7 @@ class Launch:
     cwd: Path
     prompt_file: Path | None
     spec_file: Path
-    """The launch spec read by ``python -m ralph_dev.launcher`` in the pane."""
+    """The launch spec the pane's launcher (``ralph_dev/launcher.py``) reads."""
 
     def discard_secrets(self) -> None:
         """Delete the secrets file of a launch whose window never started (the launcher

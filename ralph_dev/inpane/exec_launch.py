@@ -1,10 +1,10 @@
 """The pane-side half of a launch: read the spec, restore the environment, exec.
 
-Runs inside every worker's and the controller's tmux pane (``ralph_dev.launcher``), so
-it imports only the standard library, and at start only what every launch needs (json,
-os, sys, time; not pathlib, contextlib or subprocess, which cost a spawn more than the
-rest of its Python start-up): each spawn pays Python's start-up and little more before
-the agent runs.
+Runs inside every worker's and the controller's tmux pane (``ralph_dev/launcher.py``),
+so it imports only the standard library, and at start only what every launch needs (os,
+sys, time and ``_json``'s scanner; not json, pathlib, contextlib, subprocess or typing,
+which together cost a spawn more than the rest of its Python start-up): each spawn pays
+Python's start-up and little more before the agent runs.
 """
 
 from __future__ import annotations
