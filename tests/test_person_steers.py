@@ -94,13 +94,23 @@ def test_a_finished_issue_is_done_only_once_its_change_is_in_trunk(
         tmp_path: Path, jj_bin: str, tmux_socket: str) -> None:
     """Done means in trunk: two changes pass the verify command alone and fail together;
     the second is sent back (its rework cannot pass either) and held at the attempt cap,
-    and its issue never says Done meanwhile, while the first says Done once merged."""
+    and its issue never says Done meanwhile, while the first says Done once merged.
+
+    DEMO-2's worker finishes once DEMO-1's change is on its way to trunk: which of two
+    workers finishes first is otherwise chance, and the first one ready is the first
+    merged (seen in CI: DEMO-2 done half a second before DEMO-1, merged alone)."""
     verify = "test ! -e changes/DEMO-1.txt || test ! -e changes/DEMO-2.txt"
     swarm = Swarm.create(tmp_path, jj_bin, tmux_socket, max_workers=2, verify=verify,
                          timing={"max_attempts": 2})
     try:
         swarm.import_plan('[[task]]\ntitle = "A"\n[[task]]\ntitle = "B"\n')
+        second = swarm.shared / "second-may-finish"
+        swarm.script = {"DEMO-2": f"until:{second}"}
+        swarm.write_script()
         swarm.start()
+        wait_for(lambda: _events(swarm, "merge_verify_started", "DEMO-1"), 120,
+                 "DEMO-1's change verified on top of trunk")
+        second.touch()
         seen: set[str] = set()
 
         def held() -> bool:
