@@ -715,10 +715,10 @@ def test_the_launchers_json_reads_what_json_writes(ensure_ascii: bool) -> None:
             "unset": ["CLAUDECODE"]}
     for text in (json.dumps(spec, indent=2, ensure_ascii=ensure_ascii) + "\n",
                  json.dumps(spec, ensure_ascii=ensure_ascii), "  [1, 2]  ", '"plain"',
-                 "Infinity", "[NaN]"):
+                 "Infinity", "[NaN, -Infinity]"):
         assert repr(_loads(text)) == repr(json.loads(text)), text
-    for bad in ("", "   ", "{", '{"a": 1} x', '{"a": }', "[1,]", "{'a': 1}", '"\\x41"',
-                '{"a": 1}{"b": 2}', "nul"):
+    for bad in ("", "   ", "\u00a0[1]", "[1]\u00a0", "{", '{"a": 1} x', '{"a": }', "[1,]",
+                "{'a': 1}", '"\\x41"', '{"a": 1}{"b": 2}', "nul"):
         with pytest.raises(ValueError):
             json.loads(bad)
         with pytest.raises(ValueError):

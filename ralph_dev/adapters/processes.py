@@ -20,6 +20,7 @@ from pathlib import Path
 
 import structlog
 
+from ralph_dev import launcher
 from ralph_dev.adapters.files import pid_lock
 from ralph_dev.core.config import ProjectSettings
 from ralph_dev.core.errors import RalphError
@@ -48,8 +49,6 @@ def launcher_argv(*args: str) -> list[str]:
     by its path, isolated and without ``site``: a pane's Python starts in ~10 ms, not
     ~25, before it execs the agent, and no variable or directory of the pane's can
     change what it imports."""
-    from ralph_dev import launcher
-
     return [sys.executable, "-I", "-S", launcher.__file__, *args]
 
 

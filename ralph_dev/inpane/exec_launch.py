@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+JSON_SPACE = " \t\n\r"
+"""What JSON counts as white space around a value (``str.strip`` would take more)."""
+
+
 class _Decoding:
     """What ``json``'s C scanner asks of its decoder: plain JSON, no hooks."""
 
@@ -27,11 +31,8 @@ class _Decoding:
     object_pairs_hook = None
     parse_float = float
     parse_int = int
+    parse_constant = float  # NaN, Infinity, -Infinity: float reads them as they are
     memo: dict[str, str] = {}  # noqa: RUF012 - the scanner's own cache of keys
-
-    @staticmethod
-    def parse_constant(name: str) -> float:
-        return float({"Infinity": "inf", "-Infinity": "-inf"}.get(name, name))
 
 
 def _scanner() -> Callable[[str], Any]:
@@ -48,12 +49,12 @@ def _scanner() -> Callable[[str], Any]:
     scan = _json.make_scanner(_Decoding())  # type: ignore[arg-type]  # typeshed: a JSONDecoder
 
     def loads(text: str) -> Any:
-        start = len(text) - len(text.lstrip())
+        start = len(text) - len(text.lstrip(JSON_SPACE))
         try:
             value, end = scan(text, start)
         except StopIteration as stop:
             raise ValueError(f"no JSON value at character {stop.value}") from None
-        if text[end:].strip():
+        if text[end:].strip(JSON_SPACE):
             raise ValueError(f"extra data at character {end}")
         return value
 
