@@ -77,3 +77,42 @@ def test_a_run_with_a_verify_beside_it_runs_until_both_end_and_stops_whole(
     stopped = read_lane(lane_dir)
     assert stopped is not None and stopped.state == "lost"
     assert {p.state for p in stopped.probes} == {"lost"}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_verify_started_again_runs_and_a_stopped_one_leaves_nothing_running(
+        tmp_path: Path) -> None:
+    """A run started again in its directory just after its last runner wrote its outcome
+    (that runner still holding the run's lock on its way out) did not run: the new runner
+    found the lock taken and left, and the run read as the last one's outcome, or running,
+    then lost. And ``stop``
+    read the command's process group before it killed the runner, and did not wait for a
+    runner it had not started itself: a command could outlive its run, and the run read
+    as running just after it was stopped. Seen in CI as a lane still running after
+    ``stop --workers``."""
+    run_dir = tmp_path / "r1"
+    env = {"PATH": os.environ["PATH"]}
+    for n in range(8):
+        verify_runs.start(run_dir, ["/bin/sh", "-c", "exit 0"], cwd=tmp_path, env=env)
+        retry_until(lambda: (run_dir / verify_runs.EXIT).exists(), timeout=20,
+                    what=f"round {n}: the first run's outcome")
+        verify_runs._STARTED.clear()  # its runner as a later controller meets it
+        pid_file = tmp_path / f"{n}.pid"
+        verify_runs.start(run_dir, ["/bin/sh", "-c", f"echo $$ > {pid_file}; exec sleep 300"],
+                          cwd=tmp_path, env=env)
+        retry_until(lambda f=pid_file: f.exists() and f.read_text().strip(), timeout=20,
+                    what=f"round {n}: the run started again runs its command")
+        assert verify_runs.status(run_dir).state == "running"
+        verify_runs._STARTED.clear()
+        verify_runs.stop(run_dir)
+        assert verify_runs.status(run_dir).state == "lost", n
+        pid = int(pid_file.read_text())
+        retry_until(lambda pid=pid: not _alive(pid), timeout=10,
+                    what=f"round {n}: the command ended with its run")
