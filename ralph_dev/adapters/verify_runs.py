@@ -40,9 +40,6 @@ from ralph_dev.core.environment import public_env
 from ralph_dev.core.errors import RalphError
 
 SPEC, LOCK, GROUP, OUTPUT, EXIT = "spec.json", "lock", "group", "output.log", "exit.json"
-RUNNER = "runner.json"
-STOP_WAIT = 5.0
-"""Seconds a stopped runner may take to end (or a finished one to let go of its lock)."""
 TAIL_LINES = 40
 DEFAULT_TIMEOUT = 1800.0
 
@@ -72,9 +69,6 @@ def start(run_dir: Path, argv: Sequence[str], *, cwd: Path, env: Mapping[str, st
     controller's heartbeat file; the controller it names is poked (``adapters.wake``) the
     moment the outcome is written, so it ticks then instead of at its next poll."""
     private_dir(run_dir)
-    _let_go(run_dir)  # a run started again: its last runner gone, and what it left
-    for stale in (EXIT, GROUP, RUNNER):
-        (run_dir / stale).unlink(missing_ok=True)
     spec = {"argv": list(argv), "cwd": str(cwd), "env": public_env(dict(env)),
             "timeout": timeout, "wake": str(wake) if wake else None}
     atomic_write_text(run_dir / SPEC, json.dumps(spec) + "\n")
@@ -123,31 +117,19 @@ def output_tail(run_dir: Path, lines: int = TAIL_LINES) -> str:
 
 
 def stop(run_dir: Path) -> None:
-    """End the run, if it still runs: its runner first, and once that is gone (it can
-    then no longer start or name a command) its command's process group. On return the
-    run reads as lost, unless it had ended already."""
+    """End the run (its runner and its command's process group), if it still runs."""
+    group = _read_json(run_dir / GROUP)
     proc = _STARTED.pop(str(run_dir), None)
-    runner = _read_json(run_dir / RUNNER)
+    runner = _read_json(run_dir / "runner.json")
     if runner is not None and _locked(run_dir):
         _kill_group(int(runner.get("pgid", 0)), runner.get("started"))
+    if group is not None:
+        _kill_group(int(group.get("pgid", 0)), group.get("started"))
     if proc is not None:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=STOP_WAIT)
-    _let_go(run_dir)
-    group = _read_json(run_dir / GROUP)
-    if group is not None:
-        _kill_group(int(group.get("pgid", 0)), group.get("started"))
-
-
-def _let_go(run_dir: Path) -> None:
-    """Wait (at most ``STOP_WAIT``) until no runner holds the run's lock: a killed
-    runner's lock goes only when the kernel has ended it, and a finished one lets go
-    just after its outcome is written."""
-    deadline = time.monotonic() + STOP_WAIT
-    while _locked(run_dir) and time.monotonic() < deadline:
-        time.sleep(0.005)
+            proc.wait(timeout=5)
 
 
 def _locked(run_dir: Path) -> bool:
@@ -202,7 +184,7 @@ def _run(run_dir: Path) -> int:
     except BlockingIOError:
         return 3  # another runner has it: never two of one run
     me = os.getpid()
-    atomic_write_text(run_dir / RUNNER, json.dumps({"pgid": os.getpgid(0),
+    atomic_write_text(run_dir / "runner.json", json.dumps({"pgid": os.getpgid(0),
                                                            "started": _start_time(me)}))
     spec = json.loads((run_dir / SPEC).read_text())
     timeout = float(spec.get("timeout") or DEFAULT_TIMEOUT)
